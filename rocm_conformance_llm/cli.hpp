@@ -1,0 +1,64 @@
+// The command line: flags -> a fully resolved RunConfig (preset, then config file, then
+// --set overrides and dedicated flags, then stress modes), validated before anything runs.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rocm_conformance_llm/config.hpp"
+
+namespace rcl {
+
+// Exit codes (stable; documented in README).
+enum ExitCode : int { kExitClean = 0, kExitFailFinding = 1, kExitUsage = 2, kExitCrashOrHang = 3 };
+
+struct CliOptions {
+  std::optional<std::string> stress;  // raw --stress text, when given
+  std::string preset;
+  std::optional<int64_t> steps;
+  std::optional<uint64_t> seed;
+  std::string device;
+  std::string precision;
+  std::string data;
+  std::string output_dir;
+  std::string config_file;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::string inject;
+  std::optional<double> watchdog_timeout_s;
+  std::string baseline_dir;
+  bool print_config = false;
+  bool explain_stress = false;
+  bool list_stress = false;
+  bool overwrite = false;
+};
+
+struct RunConfig {
+  std::string preset;
+  std::vector<std::string> stress_modes;  // canonical order
+  TrainingConfig base;                    // before stress modes
+  TrainingConfig training;                // after stress modes: what runs
+  StressProfile stress_profile;
+  DiagnosticsConfig diagnostics;
+  std::string inject;
+  std::string baseline_dir;
+  std::string output_dir;
+};
+
+// Parses argv. Returns std::nullopt after printing help or a usage error; `exit_code` says which.
+std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit_code);
+
+// Applies the resolution order; throws ConfigError on any invalid input.
+RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
+
+// {"preset", "stress_modes", "training", "base_training", "stress_changes", "stress_profile",
+//  "diagnostics", "inject", "baseline", "output_dir"}
+nlohmann::json to_json(const RunConfig& run);
+
+// Console text for --list-stress and --explain-stress.
+std::string describe_stress_modes();
+std::string explain_text(const RunConfig& run);
+
+}  // namespace rcl

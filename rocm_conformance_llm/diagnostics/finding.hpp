@@ -1,0 +1,58 @@
+// A finding: one failure signature seen, attributed to a ROCm component.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace rcl {
+
+enum class Severity { info, warn, fail };
+
+// Component names are stable: they are JUnit test-case names and report.json values.
+namespace component {
+inline constexpr const char* rocblas = "rocBLAS/hipBLASLt";
+inline constexpr const char* rocrand = "rocRAND";
+inline constexpr const char* rccl = "RCCL";
+inline constexpr const char* allocator = "ROCr allocator";
+inline constexpr const char* miopen = "MIOpen";
+inline constexpr const char* hip_runtime = "HIP runtime";
+inline constexpr const char* all[] = {rocblas, rocrand, rccl, allocator, miopen, hip_runtime};
+}  // namespace component
+
+struct Finding {
+  std::string component;   // one of component::all
+  std::string signature;   // short stable id, e.g. "nonfinite_loss", "memory_leak"
+  Severity severity = Severity::warn;
+  int64_t step = 0;
+  int rank = 0;
+  std::string message;     // one human-readable line
+  nlohmann::json evidence = nlohmann::json::object();
+};
+
+std::string to_string(Severity s);
+Severity severity_from_string(const std::string& s);  // ConfigError on unknown
+nlohmann::json to_json(const Finding& f);
+// A double for evidence: JSON has no NaN/Inf, so those become the strings "nan", "inf", "-inf".
+nlohmann::json json_number(double v);
+
+// Reads what to_json wrote (a previous run's report.json); ConfigError on a malformed entry.
+Finding finding_from_json(const nlohmann::json& j);
+
+// Thread-safe collection of findings (the watchdog thread reports too).
+class FindingLog {
+ public:
+  void add(Finding f);
+  std::vector<Finding> snapshot() const;
+  bool has_fail() const;
+  size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Finding> findings_;
+};
+
+}  // namespace rcl

@@ -1,0 +1,122 @@
+#include "rocm_conformance_llm/platform/device.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define RCL_HAVE_ACCELERATOR_STATS 1
+#include <ATen/DeviceAccelerator.h>
+#endif
+
+namespace rcl {
+
+bool gpu_available() { return torch::cuda::is_available(); }
+
+torch::Device resolve_device(const std::string& choice, int local_rank) {
+  const bool gpu = gpu_available();
+  if (choice == "cpu" || (choice == "auto" && !gpu)) return torch::Device(torch::kCPU);
+  if (!gpu)
+    throw ConfigError("invalid --device gpu: no GPU visible to libtorch (" RCL_TORCH_BUILD
+                      " build); use --device cpu or auto");
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+}
+
+int64_t process_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return -1;
+  return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+MemorySample sample_memory(const torch::Device& device) {
+  MemorySample m;
+  m.rss_bytes = process_rss_bytes();
+  m.source = "rss";
+  if (!device.is_cuda()) return m;
+#ifdef RCL_HAVE_ACCELERATOR_STATS
+  // The caching allocator's own books: what tensors hold vs what it holds from ROCr.
+  const auto stats = at::accelerator::getDeviceStats(device.index());
+  constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  m.allocated_bytes = stats.allocated_bytes[all].current;
+  m.reserved_bytes = stats.reserved_bytes[all].current;
+  m.peak_allocated_bytes = stats.allocated_bytes[all].peak;
+  m.source = "accelerator";
+#else
+  // Older libtorch: the device-wide use HIP reports (all processes), as "reserved".
+  if (auto info = hip_mem_info()) {
+    m.reserved_bytes = info->total_bytes - info->free_bytes;
+    m.source = "hip";
+  }
+#endif
+  return m;
+}
+
+std::string active_blas() {
+  // Whatever libblas.so.3 resolved to at load time exports its vendor's own entry points.
+  if (dlsym(RTLD_DEFAULT, "openblas_get_config")) return "openblas";
+  if (dlsym(RTLD_DEFAULT, "mkl_get_version")) return "mkl";
+  if (dlsym(RTLD_DEFAULT, "bli_info_get_version_str")) return "blis";
+  if (dlsym(RTLD_DEFAULT, "sgemm_")) return "reference";
+  return "unknown";
+}
+
+void configure_cpu_threads(int64_t num_threads) {
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(static_cast<int>(num_threads > 0 ? num_threads : cores));
+  const auto blas = active_blas();
+  if (blas == "reference")
+    spdlog::warn("libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
+                 "so libblas.so.3 resolves to OpenBLAS");
+}
+
+namespace {
+// Environment variables that change what ROCm does underneath libtorch; recorded in every
+// report so two runs can be compared knob for knob.
+const char* const kRocmEnvironment[] = {
+    "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION",
+    "HSA_ENABLE_SDMA", "HSA_XNACK", "AMD_SERIALIZE_KERNEL", "AMD_LOG_LEVEL", "HIP_LAUNCH_BLOCKING",
+    "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_BLAS_PREFER_HIPBLASLT",
+    "PYTORCH_TUNABLEOP_ENABLED", "PYTORCH_TUNABLEOP_TUNING", "PYTORCH_TUNABLEOP_FILENAME",
+    "PYTORCH_TUNABLEOP_NUMERICAL_CHECK", "PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE", "MIOPEN_FIND_MODE",
+    "MIOPEN_USER_DB_PATH", "MIOPEN_DEBUG_DISABLE_FIND_DB", "NCCL_DEBUG", "NCCL_P2P_DISABLE",
+    "NCCL_SOCKET_IFNAME", "RCCL_MSCCLPP_ENABLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "ROCM_PATH"};
+}  // namespace
+
+nlohmann::json environment_report(const torch::Device& device) {
+  nlohmann::json env = nlohmann::json::object();
+  for (const char* name : kRocmEnvironment)
+    if (const char* value = std::getenv(name)) env[name] = value;
+
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  nlohmann::json report = {
+      {"libtorch_version", TORCH_VERSION},
+      {"libtorch_build", RCL_TORCH_BUILD},
+      {"device", device.str()},
+      {"device_kind", device.is_cuda() ? (std::string(RCL_TORCH_BUILD) == "rocm" ? "rocm-gpu" : "gpu") : "cpu"},
+      {"gpu_count", gpu_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0},
+      {"blas", active_blas()},
+      {"intra_op_threads", at::get_num_threads()},
+      {"hardware_threads", std::thread::hardware_concurrency()},
+      {"hostname", host},
+      {"env", env},
+      {"hip_runtime", hip_runtime_report()},
+      {"rocm_smi", rocm_smi_report()},
+  };
+  return report;
+}
+
+}  // namespace rcl

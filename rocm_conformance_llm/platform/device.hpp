@@ -1,0 +1,30 @@
+// What the run is on: device choice, device and build facts, memory figures and the
+// environment variables that change ROCm behaviour. Device-agnostic libtorch only; HIP and
+// ROCm SMI facts come through dlopen (platform/rocm_dlopen.cpp) so the binary runs without them.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/step_record.hpp"
+
+namespace rcl {
+
+bool gpu_available();  // torch::cuda::is_available(): the HIP device on ROCm builds
+// "auto" -> GPU when present else CPU; "gpu" without one is a ConfigError.
+torch::Device resolve_device(const std::string& choice, int local_rank);
+
+// Device allocator figures where exposed, else process RSS (MemorySample::source says which).
+MemorySample sample_memory(const torch::Device& device);
+int64_t process_rss_bytes();
+
+// libtorch version and build kind, device name, BLAS in use, thread counts, ROCm env vars.
+nlohmann::json environment_report(const torch::Device& device);
+
+// Sets intra-op threads; warns when the BLAS libtorch calls is the slow reference one.
+void configure_cpu_threads(int64_t num_threads);
+std::string active_blas();  // "openblas" | "mkl" | "reference" | "unknown"
+
+}  // namespace rcl

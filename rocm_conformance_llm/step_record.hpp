@@ -1,0 +1,59 @@
+// What one optimizer step produced: the single record the console log, metrics.jsonl and
+// every step-level detector read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rcl {
+
+// Memory in use. Device allocator figures when the libtorch version exposes them, otherwise
+// the process's resident set: `source` says which, so no number is ever faked.
+struct MemorySample {
+  int64_t allocated_bytes = -1;  // -1: not available from this source
+  int64_t reserved_bytes = -1;
+  int64_t peak_allocated_bytes = -1;
+  int64_t rss_bytes = -1;        // process resident set, always read
+  std::string source;            // "accelerator" | "hip" | "rss"
+};
+
+// One collective as the gradient synchroniser (or a canary) ran it.
+struct CollectiveSample {
+  std::string op;        // "allreduce", "allreduce_canary", "checksum", ...
+  int64_t bytes = 0;
+  double seconds = 0.0;
+  double bus_bandwidth_gbps = 0.0;  // nccl-tests busbw: algbw * 2(n-1)/n for all-reduce
+  int64_t sequence = 0;  // per-rank collective sequence number
+};
+
+struct StepRecord {
+  int64_t step = 0;               // 1-based optimizer step
+  int rank = 0;
+  int world_size = 1;
+  double loss = 0.0;              // mean training loss over the step's micro-batches
+  double lr = 0.0;
+  double grad_norm = 0.0;         // before clipping
+  double loss_scale = 1.0;        // fp16 dynamic loss scale (1 otherwise)
+  bool skipped = false;           // fp16: non-finite gradients, update skipped
+  int64_t tokens = 0;             // tokens this rank processed in the step
+  double step_time_s = 0.0;
+  double tokens_per_s = 0.0;      // this rank's tokens / step time
+  MemorySample memory;
+  std::map<std::string, double> phase_s;  // data/forward/backward/grad_sync/optimizer when timed
+  std::vector<CollectiveSample> collectives;
+  std::optional<double> val_loss;
+  std::map<std::string, int64_t> op_counts;  // ATen ops dispatched (when fingerprinting is on)
+};
+
+// Anything that wants every finished step: the metrics writer, step-level detectors, the
+// watchdog's heartbeat. Called on the training thread, once per optimizer step, in order.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_step(const StepRecord& record) = 0;
+};
+
+}  // namespace rcl

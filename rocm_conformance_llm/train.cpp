@@ -1,0 +1,31 @@
+// Entry point: resolve the configuration, then run the training job under the diagnostics.
+#include <iostream>
+
+#include "rocm_conformance_llm/cli.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
+
+int main(int argc, char** argv) {
+  using namespace rcl;
+  int exit_code = kExitClean;
+  auto options = parse_cli(argc, argv, exit_code);
+  if (!options) return exit_code;
+  try {
+    if (options->list_stress) {
+      std::cout << describe_stress_modes();
+      return kExitClean;
+    }
+    const RunConfig run = resolve_run_config(*options, gpu_available());
+    if (options->print_config) {
+      std::cout << to_json(run).dump(2) << "\n";
+      return kExitClean;
+    }
+    if (options->explain_stress) {
+      std::cout << explain_text(run);
+      return kExitClean;
+    }
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return kExitClean;
+}

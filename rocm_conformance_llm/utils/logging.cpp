@@ -1,0 +1,105 @@
+#include "rocm_conformance_llm/utils/logging.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+namespace rcl {
+
+void init_logging(int rank, int world_size, bool all_ranks_verbose) {
+  auto logger = spdlog::get("rcl");
+  if (!logger) {
+    logger = spdlog::stderr_color_mt("rcl");
+    spdlog::set_default_logger(logger);
+  }
+  const std::string tag = world_size > 1 ? fmt::format("[rank {}/{}] ", rank, world_size) : "";
+  logger->set_pattern("%H:%M:%S.%e %^%l%$ " + tag + "%v");
+  logger->set_level(rank == 0 || all_ranks_verbose ? spdlog::level::info : spdlog::level::warn);
+  logger->flush_on(spdlog::level::info);
+}
+
+nlohmann::json to_json(const StepRecord& r) {
+  nlohmann::json j = {
+      {"step", r.step},
+      {"rank", r.rank},
+      {"world_size", r.world_size},
+      {"loss", r.loss},
+      {"lr", r.lr},
+      {"grad_norm", r.grad_norm},
+      {"loss_scale", r.loss_scale},
+      {"skipped", r.skipped},
+      {"tokens", r.tokens},
+      {"step_time_s", r.step_time_s},
+      {"tokens_per_s", r.tokens_per_s},
+      {"memory",
+       {{"allocated_bytes", r.memory.allocated_bytes},
+        {"reserved_bytes", r.memory.reserved_bytes},
+        {"peak_allocated_bytes", r.memory.peak_allocated_bytes},
+        {"rss_bytes", r.memory.rss_bytes},
+        {"source", r.memory.source}}},
+  };
+  if (!r.phase_s.empty()) j["phase_s"] = r.phase_s;
+  if (!r.collectives.empty()) {
+    auto& list = j["collectives"] = nlohmann::json::array();
+    for (const auto& c : r.collectives)
+      list.push_back({{"op", c.op}, {"bytes", c.bytes}, {"seconds", c.seconds},
+                      {"bus_bandwidth_gbps", c.bus_bandwidth_gbps}, {"sequence", c.sequence}});
+  }
+  if (r.val_loss) j["val_loss"] = *r.val_loss;
+  if (!r.op_counts.empty()) j["op_counts"] = r.op_counts;
+  return j;
+}
+
+namespace {
+std::string human_bytes(int64_t bytes) {
+  if (bytes < 0) return "n/a";
+  return fmt::format("{:.1f}MiB", static_cast<double>(bytes) / (1 << 20));
+}
+}  // namespace
+
+std::string format_step_line(const StepRecord& r, const std::vector<std::string>& stress_modes) {
+  std::string modes;
+  for (const auto& m : stress_modes) modes += (modes.empty() ? "" : ",") + m;
+  const int64_t mem = r.memory.allocated_bytes >= 0 ? r.memory.allocated_bytes : r.memory.rss_bytes;
+  std::string line = fmt::format(
+      "step {:>5} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {:.0f} tok/s | mem {} ({})",
+      r.step, r.loss, r.lr, r.grad_norm, r.step_time_s * 1e3, r.tokens_per_s, human_bytes(mem),
+      r.memory.source);
+  if (r.loss_scale != 1.0) line += fmt::format(" | scale {:g}", r.loss_scale);
+  if (r.skipped) line += " | SKIPPED (non-finite grads)";
+  if (r.val_loss) line += fmt::format(" | val {:.4f}", *r.val_loss);
+  line += " | stress " + (modes.empty() ? std::string("none") : modes);
+  return line;
+}
+
+MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank,
+                             std::vector<std::string> stress_modes)
+    : path_(output_dir / (rank == 0 ? "metrics.jsonl" : fmt::format("metrics.rank{}.jsonl", rank))),
+      stress_modes_(std::move(stress_modes)) {
+  std::filesystem::create_directories(output_dir);
+  out_.open(path_, std::ios::out | std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot write " + path_.string());
+}
+
+void MetricsWriter::write(const StepRecord& r) {
+  auto j = to_json(r);
+  j["stress_modes"] = stress_modes_;
+  out_ << j.dump() << '\n';
+  out_.flush();
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::out | std::ios::trunc | std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace rcl

@@ -1,0 +1,148 @@
+// Configuration: validation, presets, config files, --set overrides and the stable CLI.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli_runner.hpp"
+#include "rocm_conformance_llm/cli.hpp"
+#include "rocm_conformance_llm/config.hpp"
+
+using namespace rcl;
+using rcl::testing::run_cli;
+
+namespace {
+void expect_invalid(TrainingConfig c, const std::string& needle) {
+  try {
+    validate(c);
+    ADD_FAILURE() << "accepted config expected to fail with '" << needle << "'";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+RunConfig resolve_args(std::vector<std::string> args) {
+  args.insert(args.begin(), "rocm-conformance-llm");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  int code = 0;
+  auto options = parse_cli(static_cast<int>(argv.size()), argv.data(), code);
+  if (!options) throw std::runtime_error("parse failed");
+  return resolve_run_config(*options, /*gpu_present=*/false);
+}
+}  // namespace
+
+TEST(Validate, PresetsAreValid) {
+  for (const auto& p : presets()) {
+    EXPECT_NO_THROW(validate(p.training)) << p.name;
+    EXPECT_NO_THROW(validate(p.stress)) << p.name;
+  }
+  EXPECT_NO_THROW(validate(DiagnosticsConfig{}));
+}
+
+TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
+  const TrainingConfig ok = find_preset("smoke").training;
+  auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
+  expect_invalid(with([](auto& c) { c.hidden_size = 130; }), "hidden_size=130: must be divisible by num_heads=4");
+  expect_invalid(with([](auto& c) { c.seq_len = 0; }), "seq_len=0");
+  expect_invalid(with([](auto& c) { c.mixed_precision = "fp8"; }), "mixed_precision='fp8'");
+  expect_invalid(with([](auto& c) { c.grad_accum_steps = 2; c.grad_sync_interval = 4; }),
+                 "grad_sync_interval=4: must be <= grad_accum_steps=2");
+  expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "dropout=1");
+  expect_invalid(with([](auto& c) { c.position = "rotary"; c.num_heads = 128; }), "even head dimension");
+  expect_invalid(with([](auto& c) { c.attention_backend = "flash"; }), "allowed: math, sdpa");
+  expect_invalid(with([](auto& c) { c.device = "tpu"; }), "allowed: auto, cpu, gpu");
+  expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
+}
+
+TEST(Presets, UnknownPresetListsKnownOnes) {
+  try {
+    find_preset("huge");
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("known presets are smoke, cpu-medium, small, large"), std::string::npos);
+  }
+  EXPECT_EQ(default_preset_name(false), "smoke");
+  EXPECT_EQ(default_preset_name(true), "small");
+}
+
+TEST(Overrides, SetNamesTrainingStressProfileAndDiagnosticsFields) {
+  const auto run = resolve_args({"--set", "seq_len=32", "--set", "stress_profile.memory.min_seq_len=128", "--set",
+                                 "norm=rmsnorm", "--set", "diagnostics.loss_spike_zscore=9", "--stress", "memory"});
+  EXPECT_EQ(run.base.seq_len, 32);
+  EXPECT_EQ(run.training.seq_len, 128);
+  EXPECT_EQ(run.training.norm, "rmsnorm");
+  EXPECT_EQ(run.diagnostics.loss_spike_zscore, 9.0);
+  EXPECT_THROW(resolve_args({"--set", "no_such_field=1"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "seq_len=abc"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "seq_len=1.5"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "seq_len"}), ConfigError);
+}
+
+TEST(Overrides, DedicatedFlagsWinAndStressAppliesLast) {
+  const auto run = resolve_args({"--steps", "7", "--seed", "99", "--precision", "fp32", "--stress", "gemm"});
+  EXPECT_EQ(run.training.steps, 7);
+  EXPECT_EQ(run.training.seed, 99u);
+  EXPECT_EQ(run.base.mixed_precision, "fp32");
+  EXPECT_EQ(run.training.mixed_precision, "bf16");  // gemm prefers reduced precision
+}
+
+TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rcl-cfg-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto first = resolve_args({"--stress", "rng,memory", "--set", "hidden_size=64", "--output-dir", "x"});
+  {
+    std::ofstream(dir / "run.json") << to_json(first).dump();
+  }
+  const auto again = resolve_args({"--config", (dir / "run.json").string(), "--output-dir", "x"});
+  EXPECT_EQ(again.training, first.training);
+  EXPECT_EQ(again.stress_modes, first.stress_modes);
+
+  std::ofstream(dir / "bad-key.json") << R"({"training": {"hiden_size": 64}})";
+  std::ofstream(dir / "bad-type.json") << R"({"training": {"hidden_size": "big"}})";
+  std::ofstream(dir / "not-json.json") << "{ nope";
+  for (const char* name : {"bad-key.json", "bad-type.json", "not-json.json", "missing.json"})
+    EXPECT_THROW(resolve_args({"--config", (dir / name).string()}), ConfigError) << name;
+  std::filesystem::remove_all(dir);
+}
+
+// The stable command-line contract, exercised through the real binary.
+TEST(Cli, PrintConfigIsOneJsonObjectAndOrderIndependent) {
+  const auto a = run_cli("--stress rng,gemm,memory --output-dir o --print-config");
+  const auto b = run_cli("--stress 'memory, gemm,rng,gemm' --output-dir o --print-config");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto ja = nlohmann::json::parse(a.out);
+  EXPECT_EQ(ja, nlohmann::json::parse(b.out));
+  EXPECT_EQ(ja.at("stress_modes"), nlohmann::json({"gemm", "rng", "memory"}));
+  EXPECT_EQ(ja.at("preset"), "smoke");
+}
+
+TEST(Cli, BadInputExitsTwoWithOneLineNamingTheValue) {
+  struct Case { std::string args, needle; };
+  for (const Case& c : std::vector<Case>{{"--stress gemm,bogus", "unknown mode 'bogus'"},
+                                         {"--stress ''", "empty list"},
+                                         {"--preset huge", "unknown preset 'huge'"},
+                                         {"--device tpu", "device='tpu'"},
+                                         {"--steps 0", "steps=0"},
+                                         {"--set hidden_size=130", "hidden_size=130"},
+                                         {"--no-such-flag", "no-such-flag"}}) {
+    const auto r = run_cli(c.args + " --print-config");
+    EXPECT_EQ(r.exit_code, 2) << c.args;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(Cli, ListAndExplainStress) {
+  const auto list = run_cli("--list-stress");
+  EXPECT_EQ(list.exit_code, 0);
+  for (const char* target : {"rocBLAS", "rocRAND", "RCCL", "ROCr", "MIOpen"})
+    EXPECT_NE(list.out.find(target), std::string::npos) << target;
+  const auto explain = run_cli("--stress all --explain-stress");
+  EXPECT_EQ(explain.exit_code, 0);
+  EXPECT_NE(explain.out.find("memory  seq_len"), std::string::npos) << explain.out;
+}
