@@ -1,0 +1,343 @@
+#include "rocm_conformance_llm/distributed/communicator.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+// libtorch is built with Gloo; its header hides behind the build's own flag.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/distributed/c10d_group.hpp"
+
+namespace rcl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<uint8_t> to_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string from_bytes(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+std::string heartbeat_key(int rank) { return "heartbeat/" + std::to_string(rank); }
+
+bool mentions_timeout(const std::string& error) {
+  std::string lower(error.size(), ' ');
+  std::transform(error.begin(), error.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string describe(const RankHeartbeat& beat) {
+  if (!beat.seen) return fmt::format("rank {} never published a heartbeat", beat.rank);
+  return fmt::format("rank {} last entered collective #{} '{}' at step {}", beat.rank, beat.sequence,
+                     beat.op, beat.step);
+}
+
+nlohmann::json to_json(const RankHeartbeat& beat) {
+  return {{"rank", beat.rank}, {"seen", beat.seen}, {"step", beat.step},
+          {"sequence", beat.sequence}, {"op", beat.op}};
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Gloo's TCP transport binds the address it announces to peers. GLOO_SOCKET_IFNAME picks the
+// NIC (as in torch.distributed); a loopback rendezvous means one host, so bind loopback;
+// otherwise the address this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+CollectiveError::CollectiveError(Finding finding)
+    : std::runtime_error(finding.message), finding_(std::move(finding)) {}
+
+double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, int world_size) {
+  if (seconds <= 0 || world_size < 1) return 0.0;
+  const double algbw = static_cast<double>(bytes) / seconds / 1e9;
+  const double n = world_size;
+  switch (kind) {
+    case CollectiveKind::all_reduce: return algbw * 2.0 * (n - 1) / n;
+    case CollectiveKind::all_gather: return algbw * (n - 1) / n;
+    case CollectiveKind::broadcast: return algbw;
+  }
+  return 0.0;
+}
+
+struct Communicator::Impl {
+  int rank = 0;
+  int world_size = 1;
+  torch::Device device = torch::kCPU;
+  std::string backend;
+  std::chrono::milliseconds timeout{0};
+  std::string store_address;  // "host:port", for messages
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<C10dGroup> group;
+  int64_t sequence = 0;
+  int64_t step = 0;
+  double collective_seconds = 0.0;
+
+  double timeout_s() const { return std::chrono::duration<double>(timeout).count(); }
+
+  Finding failure(const std::string& signature, std::string message, nlohmann::json evidence) const {
+    evidence["backend"] = backend;
+    evidence["timeout_s"] = timeout_s();
+    evidence["store"] = store_address;
+    return Finding{component::rccl, signature, Severity::fail, step, rank, std::move(message),
+                   std::move(evidence)};
+  }
+
+  void publish_heartbeat(const std::string& op) {
+    store->set(heartbeat_key(rank), to_bytes(fmt::format("{} {} {}", step, sequence, op)));
+  }
+
+  std::optional<std::vector<RankHeartbeat>> read_heartbeats() const {
+    std::vector<RankHeartbeat> beats(world_size);
+    try {
+      for (int r = 0; r < world_size; ++r) {
+        beats[r].rank = r;
+        const std::string key = heartbeat_key(r);
+        if (!store->check({key})) continue;  // get() would block until the key appears
+        std::istringstream in(from_bytes(store->get(key)));
+        beats[r].seen = static_cast<bool>(in >> beats[r].step >> beats[r].sequence >> beats[r].op);
+      }
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    return beats;
+  }
+
+  // Who never reached collective #`seq` (0: the rendezvous), from the heartbeats, as a clause
+  // for an error message; fills evidence with the heartbeats and the missing ranks.
+  std::string absentees(int64_t seq, const std::string& verb, nlohmann::json& evidence) const {
+    const auto beats = read_heartbeats();
+    if (!beats) {
+      return fmt::format("the rendezvous store at {} (served by rank 0) is unreachable, so rank 0 is likely gone",
+                         store_address);
+    }
+    std::vector<int> missing;
+    std::vector<std::string> details;
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& beat : *beats) {
+      all.push_back(to_json(beat));
+      if (beat.rank != rank && (!beat.seen || beat.sequence < seq)) {
+        missing.push_back(beat.rank);
+        details.push_back(describe(beat));
+      }
+    }
+    evidence["heartbeats"] = all;
+    evidence["missing_ranks"] = missing;
+    if (missing.empty()) return "every rank " + verb + ", so the transport itself stalled or failed";
+    return fmt::format("rank{} {} never {} ({})", missing.size() > 1 ? "s" : "", fmt::join(missing, ","), verb,
+                       fmt::join(details, "; "));
+  }
+
+  // Why collective #`seq` failed: who never entered it, or that everyone did and the
+  // transport itself stalled.
+  Finding diagnose(int64_t seq, const std::string& op, double elapsed_s, const std::string& error) const {
+    const bool timed_out = elapsed_s >= 0.9 * timeout_s() || mentions_timeout(error);
+    nlohmann::json evidence = {{"op", op}, {"sequence", seq}, {"elapsed_s", elapsed_s}, {"error", error}};
+    std::string message = fmt::format("rank {}: collective #{} '{}' at step {} {} after {:.1f} s: {}", rank, seq,
+                                      op, step, timed_out ? "timed out" : "failed", elapsed_s,
+                                      absentees(seq, "entered it", evidence));
+    if (!timed_out) message += " [" + first_line(error) + "]";
+    return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
+  }
+
+  template <typename Start>
+  CollectiveSample run(const std::string& op, CollectiveKind kind, int64_t bytes, Start&& start) {
+    const int64_t seq = ++sequence;
+    std::optional<c10::DeviceGuard> guard;
+    if (!device.is_cpu()) {
+      guard.emplace(device);
+      // Kernels queued before the collective (backward, flattening) are not communication time.
+      torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+    }
+    const auto started = Clock::now();
+    try {
+      publish_heartbeat(op);
+      auto work = start();
+      work->wait(timeout);
+    } catch (const std::exception& e) {
+      throw CollectiveError(diagnose(seq, op, seconds_since(started), e.what()));
+    }
+    const double seconds = seconds_since(started);
+    collective_seconds += seconds;
+    return CollectiveSample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
+  }
+};
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, const torch::Device& device,
+                                                   std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->rank = launch.rank;
+  impl->world_size = launch.world_size;
+  impl->device = device;
+  impl->backend = device.is_cpu() ? "gloo" : "rccl";
+  impl->timeout = timeout;
+  impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
+#if !defined(RCL_HAVE_RCCL)
+  if (!device.is_cpu()) {
+    throw ConfigError(fmt::format(
+        "multi-rank training on device '{}' needs RCCL, but this binary was built against a {} libtorch "
+        "without it: rebuild against a ROCm libtorch, or pass --device cpu (Gloo)",
+        device.str(), RCL_TORCH_BUILD));
+  }
+#endif
+
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(launch.master_port);
+  store_options.isServer = launch.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(launch.world_size);
+  store_options.waitWorkers = false;  // the group's own rendezvous waits, and names who is missing
+  store_options.timeout = timeout;
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, store_options);
+    impl->publish_heartbeat("join");
+  } catch (const std::exception& e) {
+    throw CollectiveError(impl->failure(
+        "rendezvous_failed",
+        fmt::format("rank {} ({}): cannot {} the rendezvous store at {} within {:.0f} s: {}", launch.rank,
+                    launch.launcher, launch.rank == 0 ? "serve" : "reach", impl->store_address,
+                    impl->timeout_s(), first_line(e.what())),
+        {{"error", e.what()}}));
+  }
+
+  try {
+    auto group_store = c10::make_intrusive<c10d::PrefixStore>("pg", impl->store);
+    if (impl->backend == "gloo") {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device(launch.master_addr));
+      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, launch.rank, launch.world_size,
+                                                                options);
+    } else {
+#if defined(RCL_HAVE_RCCL)
+      impl->group = make_rccl_group(group_store, launch.rank, launch.world_size, timeout);
+#endif
+    }
+  } catch (const std::exception& e) {
+    // The group's rendezvous waits for every rank: name those that never published "join".
+    nlohmann::json evidence = {{"error", e.what()}};
+    const std::string who = impl->absentees(0, "joined", evidence);
+    throw CollectiveError(impl->failure(
+        "rendezvous_failed",
+        fmt::format("rank {} ({}): {} group rendezvous through {} failed: {} [{}]", launch.rank, launch.launcher,
+                    impl->backend, impl->store_address, who, first_line(e.what())),
+        evidence));
+  }
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::world_size() const { return impl_->world_size; }
+const torch::Device& Communicator::device() const { return impl_->device; }
+const std::string& Communicator::backend() const { return impl_->backend; }
+std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout; }
+int64_t Communicator::sequence() const { return impl_->sequence; }
+int64_t Communicator::step() const { return impl_->step; }
+void Communicator::set_step(int64_t step) { impl_->step = step; }
+
+double Communicator::take_collective_seconds() {
+  return std::exchange(impl_->collective_seconds, 0.0);
+}
+
+CollectiveSample Communicator::all_reduce_sum(torch::Tensor& tensor, const std::string& op) {
+  std::vector<at::Tensor> tensors{tensor};
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  return impl_->run(op, CollectiveKind::all_reduce, bytes, [&] {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    return impl_->group->allreduce(tensors, options);
+  });
+}
+
+torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::string& op,
+                                       CollectiveSample* sample) {
+  std::vector<at::Tensor> inputs{tensor.contiguous()};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size()) * impl_->world_size;
+  CollectiveSample done = impl_->run(op, CollectiveKind::all_gather, bytes,
+                                     [&] { return impl_->group->allgather(outputs, inputs); });
+  if (sample) *sample = done;
+  return torch::stack(outputs[0]);
+}
+
+CollectiveSample Communicator::broadcast(torch::Tensor& tensor, int root, const std::string& op) {
+  std::vector<at::Tensor> tensors{tensor};
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  return impl_->run(op, CollectiveKind::broadcast, bytes, [&] {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    return impl_->group->broadcast(tensors, options);
+  });
+}
+
+std::vector<int64_t> Communicator::exchange_through_store(const std::string& name, int64_t value) {
+  Impl& d = *impl_;
+  const std::string prefix = "exchange/" + name + "/";
+  std::vector<std::string> keys;
+  for (int r = 0; r < d.world_size; ++r) keys.push_back(prefix + std::to_string(r));
+  const auto started = Clock::now();
+  try {
+    d.store->set(keys[d.rank], to_bytes(std::to_string(value)));
+    d.store->wait(keys, d.timeout);
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < d.world_size; ++r) {
+        if (!d.store->check({keys[r]})) missing.push_back(r);
+      }
+    } catch (const std::exception&) {
+      // The store itself is gone: the message below says so through `error`.
+    }
+    throw CollectiveError(d.failure(
+        "exchange_timeout",
+        fmt::format("rank {}: store exchange '{}' at step {} failed after {:.1f} s: rank{} {} did not arrive [{}]",
+                    d.rank, name, d.step, seconds_since(started), missing.size() > 1 ? "s" : "",
+                    missing.empty() ? std::string("(unknown)") : fmt::format("{}", fmt::join(missing, ",")),
+                    first_line(e.what())),
+        {{"exchange", name}, {"missing_ranks", missing}, {"error", e.what()}}));
+  }
+  std::vector<int64_t> values;
+  for (const auto& key : keys) values.push_back(std::stoll(from_bytes(d.store->get(key))));
+  // The last rank to finish reading removes the keys, so long runs do not grow the store.
+  try {
+    if (d.store->add(prefix + "done", 1) == d.world_size) {
+      for (const auto& key : keys) d.store->deleteKey(key);
+      d.store->deleteKey(prefix + "done");
+    }
+  } catch (const std::exception&) {
+    // Cleanup only; the values are already read.
+  }
+  return values;
+}
+
+std::optional<std::vector<RankHeartbeat>> Communicator::read_heartbeats() const {
+  return impl_->read_heartbeats();
+}
+
+}  // namespace rcl
