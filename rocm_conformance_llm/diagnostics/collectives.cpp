@@ -1,0 +1,47 @@
+#include "rocm_conformance_llm/diagnostics/collectives.hpp"
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/diagnostics/robust_stats.hpp"
+
+namespace rcl {
+
+namespace {
+constexpr double kMinSpikeRatio = 2.0;
+// Latencies of a healthy link still jitter by a few percent: floor the scale there.
+constexpr double kLatencyScaleFloor = 0.05;
+constexpr int kMaxSpikeFindings = 5;
+}  // namespace
+
+void CollectiveDetector::on_step(const StepRecord& r) {
+  if (in_warmup(r)) return;
+  const auto min_samples = static_cast<size_t>(std::max<int64_t>(3, cfg_.window_steps / 2));
+  for (const auto& c : r.collectives) {
+    auto& history = history_[{c.op, c.bytes}];
+    if (history.size() >= min_samples) {
+      const std::vector<double> baseline(history.begin(), history.end());
+      const double median = stats::median(baseline);
+      const double z = stats::robust_zscore(c.seconds, baseline, kLatencyScaleFloor);
+      if (z >= cfg_.collective_latency_zscore && c.seconds >= kMinSpikeRatio * median) {
+        report(Finding{
+                   .component = component::rccl, .signature = "collective_latency_spike",
+                   .severity = Severity::warn, .step = r.step, .rank = r.rank,
+                   .message = fmt::format("{} of {} bytes (sequence {}) took {:.3g} s, {:.1f}x its "
+                                          "recent median ({:.1f} robust sd)",
+                                          c.op, c.bytes, c.sequence, c.seconds, c.seconds / median, z),
+                   .evidence = {{"op", c.op}, {"bytes", c.bytes}, {"sequence", c.sequence},
+                                {"seconds", c.seconds}, {"baseline_median_s", median},
+                                {"zscore", z}, {"bus_bandwidth_gbps", c.bus_bandwidth_gbps},
+                                {"threshold_zscore", cfg_.collective_latency_zscore}}},
+               kMaxSpikeFindings);
+        continue;
+      }
+    }
+    history.push_back(c.seconds);
+    if (static_cast<int64_t>(history.size()) > cfg_.window_steps) history.pop_front();
+  }
+}
+
+}  // namespace rcl

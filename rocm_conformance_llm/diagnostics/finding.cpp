@@ -1,0 +1,84 @@
+#include "rocm_conformance_llm/diagnostics/finding.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "rocm_conformance_llm/config.hpp"
+
+namespace rcl {
+
+std::string to_string(Severity s) {
+  switch (s) {
+    case Severity::info: return "info";
+    case Severity::warn: return "warn";
+    case Severity::fail: return "fail";
+  }
+  return "fail";
+}
+
+Severity severity_from_string(const std::string& s) {
+  if (s == "info") return Severity::info;
+  if (s == "warn") return Severity::warn;
+  if (s == "fail") return Severity::fail;
+  throw ConfigError("unknown severity '" + s + "' (allowed: info, warn, fail)");
+}
+
+nlohmann::json to_json(const Finding& f) {
+  return {{"component", f.component}, {"signature", f.signature},
+          {"severity", to_string(f.severity)}, {"step", f.step},
+          {"rank", f.rank}, {"message", f.message},
+          {"evidence", f.evidence}};
+}
+
+nlohmann::json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+Finding finding_from_json(const nlohmann::json& j) {
+  try {
+    Finding f;
+    f.component = j.at("component").get<std::string>();
+    f.signature = j.at("signature").get<std::string>();
+    f.severity = severity_from_string(j.at("severity").get<std::string>());
+    f.step = j.value("step", int64_t{0});
+    f.rank = j.value("rank", 0);
+    f.message = j.value("message", std::string());
+    f.evidence = j.value("evidence", nlohmann::json::object());
+    return f;
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("malformed finding in report.json: " + std::string(e.what()));
+  }
+}
+
+void FindingLog::add(Finding f) {
+  // Surface every finding on the console as it happens, not only in the final report.
+  const auto level = f.severity == Severity::fail   ? spdlog::level::err
+                     : f.severity == Severity::warn ? spdlog::level::warn
+                                                    : spdlog::level::info;
+  spdlog::log(level, "finding {} [{}] {} at step {} (rank {}): {}", to_string(f.severity),
+              f.component, f.signature, f.step, f.rank, f.message);
+  std::lock_guard<std::mutex> lock(mutex_);
+  findings_.push_back(std::move(f));
+}
+
+std::vector<Finding> FindingLog::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return findings_;
+}
+
+bool FindingLog::has_fail() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::any_of(findings_.begin(), findings_.end(),
+                     [](const Finding& f) { return f.severity == Severity::fail; });
+}
+
+size_t FindingLog::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return findings_.size();
+}
+
+}  // namespace rcl

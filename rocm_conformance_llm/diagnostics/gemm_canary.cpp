@@ -1,0 +1,164 @@
+#include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+namespace rcl {
+
+namespace {
+constexpr int64_t kMaxCanaryRows = 1024;
+constexpr int64_t kMaxCanaryLmHeadColumns = 8192;
+
+double unit_roundoff(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kDouble: return std::ldexp(1.0, -53);
+    case torch::kFloat: return std::ldexp(1.0, -24);
+    case torch::kHalf: return std::ldexp(1.0, -11);
+    case torch::kBFloat16: return std::ldexp(1.0, -8);
+    default: throw std::invalid_argument("GEMM canary: unsupported dtype " + std::string(c10::toString(dtype)));
+  }
+}
+
+std::string dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat: return "fp32";
+    case torch::kHalf: return "fp16";
+    case torch::kBFloat16: return "bf16";
+    case torch::kDouble: return "fp64";
+    default: return c10::toString(dtype);
+  }
+}
+
+nlohmann::json shape_json(const GemmShape& s) {
+  return {{"label", s.label}, {"m", s.m}, {"n", s.n}, {"k", s.k},
+          {"transpose_a", s.transpose_a}, {"transpose_b", s.transpose_b},
+          {"dtype", dtype_name(s.dtype)}};
+}
+}  // namespace
+
+std::string GemmShape::to_string() const {
+  return fmt::format("{} {}x{}x{} {}{} {}", label, m, n, k, transpose_a ? 'T' : 'N',
+                     transpose_b ? 'T' : 'N', dtype_name(dtype));
+}
+
+GemmTolerance gemm_tolerance(torch::ScalarType dtype, int64_t k) {
+  const double u = unit_roundoff(dtype);
+  const double u_acc = dtype == torch::kDouble ? u : unit_roundoff(torch::kFloat);
+  const double sqrt_k = std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
+  return {8.0 * u + 32.0 * u_acc * sqrt_k, 16.0 * u + 64.0 * u_acc * sqrt_k};
+}
+
+torch::ScalarType precision_dtype(const std::string& mixed_precision) {
+  if (mixed_precision == "fp32") return torch::kFloat;
+  if (mixed_precision == "bf16") return torch::kBFloat16;
+  if (mixed_precision == "fp16") return torch::kHalf;
+  throw ConfigError("mixed_precision '" + mixed_precision + "' is not one of fp32, bf16, fp16");
+}
+
+std::vector<GemmShape> model_gemm_shapes(const TrainingConfig& cfg) {
+  const auto dtype = precision_dtype(cfg.mixed_precision);
+  const int64_t tokens = std::min(cfg.batch_size * cfg.seq_len, kMaxCanaryRows);
+  const int64_t h = cfg.hidden_size;
+  const int64_t ffn = static_cast<int64_t>(std::llround(cfg.ffn_multiplier * static_cast<double>(h)));
+  // SwiGLU's up projection produces the gate and the value in one GEMM.
+  const int64_t ffn_up_out = cfg.activation == "swiglu" ? 2 * ffn : ffn;
+  std::vector<GemmShape> shapes = {
+      {"qkv_proj", tokens, 3 * h, h, false, true, dtype},
+      {"attn_out_proj", tokens, h, h, false, true, dtype},
+      {"ffn_up", tokens, ffn_up_out, h, false, true, dtype},
+      {"ffn_down", tokens, h, ffn, false, true, dtype},
+      // dW = dY^T X: both operands transposed views of activations, reduction over tokens.
+      {"ffn_up_weight_grad", ffn_up_out, h, tokens, true, false, dtype},
+  };
+  if (cfg.vocab_size > 0)
+    shapes.push_back({"lm_head", tokens, std::min(cfg.vocab_size, kMaxCanaryLmHeadColumns), h, false, true, dtype});
+  return shapes;
+}
+
+std::vector<GemmShape> known_issue_gemm_shapes() {
+  return {{"rocm-libraries#9055", 546, 9728, 2560, true, false, torch::kBFloat16}};
+}
+
+bool GemmCanaryResult::passed() const {
+  return !supported || (!nonfinite_output && relative_fro_error <= tolerance.relative_fro &&
+                        max_elementwise_error <= tolerance.max_elementwise);
+}
+
+GemmCanary::GemmCanary(std::vector<GemmShape> shapes, const torch::Device& device, uint64_t seed)
+    : device_(device) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  for (auto& shape : shapes) {
+    // Round the float64 draws to the dtype first so the reference sees the same inputs.
+    const auto a = torch::randn({shape.m, shape.k}, gen, f64).to(shape.dtype).to(torch::kDouble);
+    const auto b = torch::randn({shape.k, shape.n}, gen, f64).to(shape.dtype).to(torch::kDouble);
+    Case c;
+    c.reference = torch::mm(a, b);
+    c.reference_norm = c.reference.norm().item<double>();
+    c.reference_rms = c.reference_norm / std::sqrt(static_cast<double>(c.reference.numel()));
+    const auto stored_a = shape.transpose_a ? a.t().contiguous() : a;
+    const auto stored_b = shape.transpose_b ? b.t().contiguous() : b;
+    c.a = stored_a.to(device_, shape.dtype);
+    c.b = stored_b.to(device_, shape.dtype);
+    c.shape = std::move(shape);
+    cases_.push_back(std::move(c));
+  }
+}
+
+std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog& log, bool corrupt) {
+  torch::NoGradGuard no_grad;
+  std::vector<GemmCanaryResult> results;
+  for (size_t i = 0; i < cases_.size(); ++i) {
+    const Case& c = cases_[i];
+    GemmCanaryResult r{.shape = c.shape, .tolerance = gemm_tolerance(c.shape.dtype, c.shape.k)};
+    torch::Tensor out;
+    try {
+      out = torch::mm(c.shape.transpose_a ? c.a.t() : c.a, c.shape.transpose_b ? c.b.t() : c.b);
+    } catch (const c10::Error&) {
+      // e.g. "addmm_impl_cpu_" not implemented for 'Half': nothing to validate on this device.
+      r.supported = false;
+      results.push_back(std::move(r));
+      continue;
+    }
+    const bool injected = corrupt && i == 0;
+    if (injected) out.narrow(0, c.shape.m - 1, 1).zero_();
+
+    const auto got = out.to(torch::kCPU, torch::kDouble);
+    r.nonfinite_output = !got.isfinite().all().item<bool>();
+    const auto diff = got - c.reference;
+    r.relative_fro_error = diff.norm().item<double>() / std::max(c.reference_norm, 1e-300);
+    r.max_elementwise_error = diff.abs().max().item<double>() / std::max(c.reference_rms, 1e-300);
+
+    if (!r.passed()) {
+      const std::string signature = r.nonfinite_output ? "gemm_nonfinite_output" : "gemm_wrong_result";
+      if (reported_.insert({i, signature}).second) {
+        log.add(Finding{
+            .component = component::rocblas, .signature = signature, .severity = Severity::fail,
+            .step = step, .rank = rank,
+            .message = r.nonfinite_output
+                           ? fmt::format("GEMM {} on {}: finite inputs gave non-finite outputs",
+                                         c.shape.to_string(), device_.str())
+                           : fmt::format("GEMM {} on {}: relative error {:.3g} (tolerance {:.3g}), "
+                                         "worst element {:.3g} rms (tolerance {:.3g})",
+                                         c.shape.to_string(), device_.str(), r.relative_fro_error,
+                                         r.tolerance.relative_fro, r.max_elementwise_error,
+                                         r.tolerance.max_elementwise),
+            .evidence = {{"shape", shape_json(c.shape)}, {"device", device_.str()},
+                         {"relative_fro_error", json_number(r.relative_fro_error)},
+                         {"max_elementwise_error_rms", json_number(r.max_elementwise_error)},
+                         {"tolerance_relative_fro", r.tolerance.relative_fro},
+                         {"tolerance_max_elementwise_rms", r.tolerance.max_elementwise},
+                         {"nonfinite_output", r.nonfinite_output},
+                         {"injected_fault", injected}}});
+      }
+    }
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+}  // namespace rcl

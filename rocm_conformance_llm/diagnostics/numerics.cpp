@@ -1,0 +1,166 @@
+#include "rocm_conformance_llm/diagnostics/numerics.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/diagnostics/robust_stats.hpp"
+
+namespace rcl {
+
+namespace {
+// A perfectly flat loss (same batch, tiny model) has a MAD of zero: floor the scale at 1% of
+// the loss so only a jump of several percent can count as a spike.
+constexpr double kLossScaleFloor = 0.01;
+
+Finding numerics_finding(const std::string& signature, Severity severity, const StepRecord& r,
+                         std::string message, nlohmann::json evidence) {
+  return Finding{.component = component::rocblas, .signature = signature, .severity = severity,
+                 .step = r.step, .rank = r.rank, .message = std::move(message),
+                 .evidence = std::move(evidence)};
+}
+}  // namespace
+
+void NumericsDetector::on_step(const StepRecord& r) {
+  const nlohmann::json values = {{"loss", json_number(r.loss)},
+                                 {"grad_norm", json_number(r.grad_norm)},
+                                 {"lr", r.lr},
+                                 {"loss_scale", r.loss_scale},
+                                 {"skipped", r.skipped}};
+  if (!std::isfinite(r.loss))
+    report(numerics_finding("nonfinite_loss", Severity::fail, r,
+                            fmt::format("loss is {} at step {}", r.loss, r.step), values));
+
+  consecutive_skips_ = r.skipped ? consecutive_skips_ + 1 : 0;
+  if (!std::isfinite(r.grad_norm) && !r.skipped)
+    report(numerics_finding("nonfinite_grad_norm", Severity::fail, r,
+                            fmt::format("gradient norm is {} and the update was applied", r.grad_norm),
+                            values));
+  if (consecutive_skips_ >= cfg_.window_steps)
+    report(numerics_finding(
+        "persistent_overflow_skips", Severity::warn, r,
+        fmt::format("fp16 loss scaler skipped {} steps in a row (scale {:g}): gradients overflow "
+                    "at every scale",
+                    consecutive_skips_, r.loss_scale),
+        values));
+
+  if (std::isfinite(r.loss) && !in_warmup(r)) check_spike(r);
+}
+
+void NumericsDetector::check_spike(const StepRecord& r) {
+  const double threshold = cfg_.loss_spike_zscore;
+  if (pending_) {
+    ++pending_->steps_after;
+    const double z = stats::robust_zscore(r.loss, pending_->baseline, kLossScaleFloor);
+    if (z < threshold) {
+      pending_.reset();  // recovered: a transient spike, already reported as a warning
+    } else if (pending_->steps_after >= cfg_.window_steps) {
+      report(Finding{
+          .component = component::rocblas, .signature = "loss_divergence", .severity = Severity::fail,
+          .step = pending_->step, .rank = r.rank,
+          .message = fmt::format("loss spiked at step {} and has not recovered after {} steps "
+                                 "(now {:.4g}, baseline median {:.4g})",
+                                 pending_->step, pending_->steps_after, r.loss,
+                                 stats::median(pending_->baseline)),
+          .evidence = {{"spike_step", pending_->step}, {"spike_loss", pending_->loss},
+                       {"checked_until_step", r.step}, {"current_loss", r.loss},
+                       {"current_zscore", z}, {"baseline_median", stats::median(pending_->baseline)}}});
+      pending_.reset();
+      baseline_.clear();  // the new level is the run's reality now; start a fresh baseline
+    }
+    return;  // values during a spike never enter the baseline
+  }
+
+  const auto min_samples = static_cast<size_t>(std::max<int64_t>(3, cfg_.window_steps / 2));
+  std::vector<double> baseline(baseline_.begin(), baseline_.end());
+  if (baseline.size() >= min_samples) {
+    const double z = stats::robust_zscore(r.loss, baseline, kLossScaleFloor);
+    if (z >= threshold) {
+      const double med = stats::median(baseline);
+      report(numerics_finding(
+                 "loss_spike", Severity::warn, r,
+                 fmt::format("loss {:.4g} is {:.1f} robust standard deviations above the recent "
+                             "median {:.4g}",
+                             r.loss, z, med),
+                 {{"loss", r.loss}, {"zscore", z}, {"threshold", threshold},
+                  {"baseline_median", med}, {"baseline_scaled_mad", stats::scaled_mad(baseline)},
+                  {"baseline_steps", baseline.size()}}),
+             /*max_per_signature=*/5);
+      pending_ = PendingSpike{.step = r.step, .loss = r.loss, .baseline = std::move(baseline)};
+      return;
+    }
+  }
+  baseline_.push_back(r.loss);
+  if (static_cast<int64_t>(baseline_.size()) > cfg_.window_steps) baseline_.pop_front();
+}
+
+std::optional<size_t> first_nonfinite(const std::vector<NamedTensor>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& t = outputs[i].value;
+    if (t.defined() && !t.isfinite().all().item<bool>()) return i;
+  }
+  return std::nullopt;
+}
+
+void FirstNonFiniteTracer::operator()(const std::string& name, const torch::Tensor& output) {
+  if (first_ || !output.defined()) return;
+  if (!output.detach().isfinite().all().item<bool>()) first_ = name;
+}
+
+namespace {
+std::optional<std::string> first_nonfinite_name(const std::vector<NamedTensor>& outputs) {
+  const auto index = first_nonfinite(outputs);
+  return index ? std::optional<std::string>(outputs[*index].name) : std::nullopt;
+}
+}  // namespace
+
+NonFiniteDiagnosis diagnose_nonfinite(const MicroBatchRun& run, bool reduced_precision) {
+  NonFiniteDiagnosis d;
+  d.first_nonfinite_training = first_nonfinite_name(run(/*fp32=*/!reduced_precision));
+  if (!d.first_nonfinite_training) {
+    d.classification = "not_reproduced";
+    return d;
+  }
+  if (!reduced_precision) {
+    d.classification = "fault";
+    d.first_nonfinite_fp32 = d.first_nonfinite_training;
+    return d;
+  }
+  d.first_nonfinite_fp32 = first_nonfinite_name(run(/*fp32=*/true));
+  d.classification = d.first_nonfinite_fp32 ? "fault" : "numerics";
+  return d;
+}
+
+Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step,
+                   int rank) {
+  Finding f;
+  f.component = component::rocblas;
+  f.step = step;
+  f.rank = rank;
+  const std::string where = d.first_nonfinite_training.value_or("?");
+  if (d.classification == "numerics") {
+    f.signature = "nonfinite_reduced_precision_only";
+    f.severity = Severity::warn;
+    f.message = fmt::format("non-finite first at '{}' under {}, finite when re-run in fp32", where,
+                            precision);
+  } else if (d.classification == "fault") {
+    f.signature = "nonfinite_also_fp32";
+    f.severity = Severity::fail;
+    f.message = fmt::format("non-finite first at '{}' under {} and also in fp32 (at '{}'): not a "
+                            "precision effect",
+                            where, precision, d.first_nonfinite_fp32.value_or("?"));
+  } else {
+    f.signature = "nonfinite_not_reproducible";
+    f.severity = Severity::warn;
+    f.message = fmt::format("re-running the micro-batch under {} gave finite values: the "
+                            "non-finite result was transient",
+                            precision);
+  }
+  f.evidence = {{"classification", d.classification},
+                {"precision", precision},
+                {"first_nonfinite_training", d.first_nonfinite_training.value_or("")},
+                {"first_nonfinite_fp32", d.first_nonfinite_fp32.value_or("")}};
+  return f;
+}
+
+}  // namespace rcl

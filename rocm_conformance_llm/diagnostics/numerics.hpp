@@ -1,0 +1,84 @@
+// rocBLAS/hipBLASLt numerics: non-finite losses and gradients, loss spikes that do or do not
+// recover, and the active probes that find where a non-finite value first appears and whether
+// it is a reduced-precision effect or a fault.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/diagnostics/detector.hpp"
+
+namespace rcl {
+
+// Signatures (component rocBLAS/hipBLASLt):
+//   nonfinite_loss (fail), nonfinite_grad_norm (fail, not for fp16 steps the loss scaler
+//   skipped), persistent_overflow_skips (warn: the fp16 scaler skipped `window_steps` steps in a
+//   row), loss_spike (warn: robust z of the loss against the median/MAD of the last
+//   `window_steps` accepted post-warm-up losses >= loss_spike_zscore), loss_divergence (fail:
+//   the spike has not come back under the threshold within `window_steps` steps; reported at
+//   the spike's step).
+class NumericsDetector final : public Detector {
+ public:
+  using Detector::Detector;
+  void on_step(const StepRecord& r) override;
+
+ private:
+  struct PendingSpike {
+    int64_t step = 0;
+    double loss = 0.0;
+    std::vector<double> baseline;  // frozen at the spike: recovery is judged against it
+    int64_t steps_after = 0;
+  };
+  void check_spike(const StepRecord& r);
+
+  std::deque<double> baseline_;
+  std::optional<PendingSpike> pending_;
+  int64_t consecutive_skips_ = 0;
+};
+
+struct NamedTensor {
+  std::string name;
+  torch::Tensor value;
+};
+
+// Index of the first tensor (in execution order) holding a NaN or Inf.
+std::optional<size_t> first_nonfinite(const std::vector<NamedTensor>& outputs);
+
+// Collects named per-block outputs during a forward pass and keeps only the first non-finite
+// one's name, so a model can call it from a hook without holding every activation.
+class FirstNonFiniteTracer {
+ public:
+  void operator()(const std::string& name, const torch::Tensor& output);
+  const std::optional<std::string>& first() const { return first_; }
+
+ private:
+  std::optional<std::string> first_;
+};
+
+// Re-runs one micro-batch (no optimizer step) and returns its named per-block outputs in
+// execution order (the loss last, gradients after it if the callee runs backward). `fp32`
+// true: autocast off and fp32 weights; false: the training precision.
+using MicroBatchRun = std::function<std::vector<NamedTensor>(bool fp32)>;
+
+struct NonFiniteDiagnosis {
+  // "numerics": non-finite only in the reduced precision (overflow / range);
+  // "fault": non-finite in fp32 too; "not_reproduced": the re-run is finite (transient).
+  std::string classification;
+  std::optional<std::string> first_nonfinite_training;  // block name under training precision
+  std::optional<std::string> first_nonfinite_fp32;      // only run for fp16/bf16 training
+};
+
+// `reduced_precision`: training runs fp16 or bf16 (otherwise the fp32 re-run is the same run).
+NonFiniteDiagnosis diagnose_nonfinite(const MicroBatchRun& run, bool reduced_precision);
+
+// nonfinite_reduced_precision_only (warn), nonfinite_also_fp32 (fail),
+// nonfinite_not_reproducible (warn), all rocBLAS/hipBLASLt with the first bad block as evidence.
+Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step,
+                   int rank);
+
+}  // namespace rcl

@@ -1,0 +1,110 @@
+#include "rocm_conformance_llm/diagnostics/step_time.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/diagnostics/robust_stats.hpp"
+
+namespace rcl {
+
+int64_t StepTimeDetector::cliff_run_length() const {
+  return std::max<int64_t>(3, cfg_.window_steps / 2);
+}
+
+void StepTimeDetector::on_step(const StepRecord& r) {
+  rank_ = r.rank;
+  last_step_ = r.step;
+  if (!first_step_s_) {
+    first_step_s_ = r.step_time_s;
+    first_step_ = r.step;
+  }
+  if (in_warmup(r)) return;
+  steady_s_.push_back(r.step_time_s);
+  steady_steps_.push_back(r.step);
+
+  const auto window = static_cast<size_t>(cfg_.window_steps);
+  if (!reference_median_) {
+    if (steady_s_.size() == window) reference_median_ = stats::median(steady_s_);
+    return;
+  }
+  if (r.step_time_s < cfg_.slowdown_ratio_warn * *reference_median_) {
+    slow_run_length_ = 0;
+    return;
+  }
+  if (slow_run_length_++ == 0) slow_run_start_ = r.step;
+  // Judge once, when the run is long enough to be persistent. A cliff is abrupt: the run must
+  // also be slower than the window just before it, or it is the end of a gradual drift
+  // (late_slowdown's business).
+  if (slow_run_length_ != cliff_run_length()) return;
+  const auto run_begin = steady_s_.end() - slow_run_length_;
+  const std::vector<double> run(run_begin, steady_s_.end());
+  const std::vector<double> before(run_begin - std::min<std::ptrdiff_t>(cfg_.window_steps, run_begin - steady_s_.begin()), run_begin);
+  const double ratio = stats::median(run) / *reference_median_;
+  const double jump = stats::median(run) / stats::median(before);
+  if (jump < cfg_.slowdown_ratio_warn) return;
+  report(Finding{
+      .component = component::rocblas, .signature = "step_time_cliff", .severity = Severity::warn,
+      .step = slow_run_start_, .rank = r.rank,
+      .message = fmt::format("step time jumped {:.2f}x at step {} and stayed there (reference "
+                             "median {:.4g} s): a GEMM solution / autotuning change",
+                             ratio, slow_run_start_, *reference_median_),
+      .evidence = {{"cliff_step", slow_run_start_}, {"ratio", ratio},
+                   {"reference_median_s", *reference_median_},
+                   {"reference_steps", {steady_steps_.front(), steady_steps_[window - 1]}},
+                   {"jump_vs_preceding_window", jump},
+                   {"slow_steps_seen", slow_run_length_}, {"slow_median_s", stats::median(run)},
+                   {"threshold_ratio", cfg_.slowdown_ratio_warn}}});
+}
+
+void StepTimeDetector::finish() {
+  if (!reference_median_) return;  // too few post-warm-up steps to judge anything
+  const double reference = *reference_median_;
+  const auto window = static_cast<size_t>(cfg_.window_steps);
+
+  if (steady_s_.size() >= 2 * window && !reported("step_time_cliff")) {
+    const std::vector<double> late(steady_s_.end() - cfg_.window_steps, steady_s_.end());
+    const double ratio = stats::median(late) / reference;
+    if (ratio >= cfg_.slowdown_ratio_warn)
+      report(Finding{
+          .component = component::miopen, .signature = "late_slowdown", .severity = Severity::warn,
+          .step = steady_steps_[steady_s_.size() - window], .rank = rank_,
+          .message = fmt::format("the last {} steps are {:.2f}x slower than the post-warm-up "
+                                 "window: performance regressed during the run",
+                                 window, ratio),
+          .evidence = {{"ratio", ratio}, {"late_median_s", stats::median(late)},
+                       {"reference_median_s", reference},
+                       {"late_steps", {steady_steps_[steady_s_.size() - window], last_step_}},
+                       {"threshold_ratio", cfg_.slowdown_ratio_warn}}});
+  }
+
+  const double cv = stats::coefficient_of_variation(steady_s_);
+  if (cv >= cfg_.step_time_cv_warn)
+    report(Finding{
+        .component = component::miopen, .signature = "step_time_variance", .severity = Severity::warn,
+        .step = last_step_, .rank = rank_,
+        .message = fmt::format("steady-state step time varies with a coefficient of variation of "
+                               "{:.2f} (p95 {:.4g} s vs median {:.4g} s)",
+                               cv, stats::percentile(steady_s_, 0.95), stats::median(steady_s_)),
+        .evidence = {{"cv", cv}, {"threshold", cfg_.step_time_cv_warn},
+                     {"median_s", stats::median(steady_s_)},
+                     {"p95_s", stats::percentile(steady_s_, 0.95)},
+                     {"max_s", *std::max_element(steady_s_.begin(), steady_s_.end())},
+                     {"steps", steady_s_.size()}}});
+
+  const double first_ratio = *first_step_s_ / stats::median(steady_s_);
+  const double info_ratio = cfg_.first_step_ratio_warn / 5.0;
+  if (first_ratio >= info_ratio)
+    report(Finding{
+        .component = component::miopen, .signature = "slow_first_step",
+        .severity = first_ratio >= cfg_.first_step_ratio_warn ? Severity::warn : Severity::info,
+        .step = first_step_, .rank = rank_,
+        .message = fmt::format("the first step took {:.1f}x the steady-state median: kernel "
+                               "search / compilation (MIOpen Find without a perf database?)",
+                               first_ratio),
+        .evidence = {{"ratio", first_ratio}, {"first_step_s", *first_step_s_},
+                     {"steady_median_s", stats::median(steady_s_)},
+                     {"warn_ratio", cfg_.first_step_ratio_warn}, {"info_ratio", info_ratio}}});
+}
+
+}  // namespace rcl

@@ -1,0 +1,82 @@
+// Fault injection: `--inject SPEC[,SPEC...]` turns on synthetic faults so every detector can be
+// shown to fire on a real run. Composable like stress modes: specs combine, identical ones
+// collapse, order does not matter.
+//
+// Syntax:   NAME[=VALUE][@step=N][@rank=R]      (selectors in any order; `@step=N=VALUE` also
+//                                                 gives the value, e.g. slow-step@step=15=0.5)
+//   nan@step=N             the loss is NaN at step N (NaN written into the first block's output)
+//   grad-bitflip@step=N    one gradient element gets its top exponent bit flipped at step N
+//   loss-spike@step=N      the loss jumps at step N (logits scaled up for that step)
+//   slow-step[=SECONDS][@step=N]   every step from N (default 1) sleeps SECONDS more (default
+//                          0.2): a performance cliff
+//   memory-leak[=SIZE[/step]][@step=N]  every step from N (default 1) keeps SIZE more device
+//                          memory alive (default 8MiB; units B, KiB, MiB, GiB)
+//   rng-skew[@step=N]      from step N, the RNG state a replay or mask check restores is skewed
+//                          by a rank-dependent offset: replays and cross-rank masks disagree
+//   hang@step=N            the rank stops making progress at step N (the watchdog must fire)
+//   gemm-corrupt[@step=N]  from step N, one GEMM canary shape's result is corrupted
+//   @rank=R                only rank R injects (default: every rank)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace rcl {
+
+enum class FaultKind : uint8_t {
+  nan,
+  grad_bitflip,
+  loss_spike,
+  slow_step,
+  memory_leak,
+  rng_skew,
+  hang,
+  gemm_corrupt,
+};
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::nan;
+  std::optional<int64_t> step;  // exact step (one-shot kinds) or first step (persistent kinds)
+  std::optional<int> rank;      // nullopt: every rank
+  double seconds = 0.0;         // slow-step
+  int64_t bytes_per_step = 0;   // memory-leak
+
+  bool operator==(const FaultSpec&) const = default;
+  std::string to_string() const;  // canonical spec text
+};
+
+std::string fault_name(FaultKind kind);
+// Known faults and the syntax, for --help and error messages.
+std::string fault_syntax_help();
+
+class FaultPlan {
+ public:
+  FaultPlan() = default;  // no faults
+  // Parses the --inject value; throws ConfigError naming the bad spec, the known faults and
+  // the syntax. An empty string is an empty plan.
+  static FaultPlan parse(std::string_view text);
+
+  bool empty() const { return kinds_mask_ == 0; }
+  bool requested(FaultKind kind) const { return (kinds_mask_ >> static_cast<unsigned>(kind)) & 1u; }
+  // Hot path: a single branch when the kind was not requested.
+  bool fires(FaultKind kind, int64_t step, int rank) const {
+    return requested(kind) && active(kind, step, rank) != nullptr;
+  }
+  // The spec that applies at (step, rank), for its value; nullptr when none does.
+  const FaultSpec* active(FaultKind kind, int64_t step, int rank) const;
+
+  const std::vector<FaultSpec>& specs() const { return specs_; }
+  std::string to_string() const;  // canonical, sorted, comma-separated
+  nlohmann::json to_json() const;  // list of canonical spec strings
+
+ private:
+  std::vector<FaultSpec> specs_;  // sorted, unique
+  uint32_t kinds_mask_ = 0;
+};
+
+}  // namespace rcl

@@ -1,0 +1,124 @@
+// --inject parsing and the FaultPlan queries the trainer makes every step.
+#include <gtest/gtest.h>
+
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/faults.hpp"
+
+namespace rcl {
+namespace {
+
+TEST(FaultPlan, EmptyTextIsAnEmptyPlan) {
+  const auto plan = FaultPlan::parse("");
+  EXPECT_TRUE(plan.empty());
+  EXPECT_FALSE(plan.fires(FaultKind::nan, 20, 0));
+  EXPECT_TRUE(FaultPlan::parse("  ").empty());
+  EXPECT_TRUE(FaultPlan().empty());
+}
+
+TEST(FaultPlan, OneShotFaultsFireOnlyAtTheirStep) {
+  const auto plan = FaultPlan::parse("nan@step=20,grad-bitflip@step=30,loss-spike@step=25,hang@step=40");
+  EXPECT_FALSE(plan.empty());
+  EXPECT_TRUE(plan.fires(FaultKind::nan, 20, 0));
+  EXPECT_FALSE(plan.fires(FaultKind::nan, 19, 0));
+  EXPECT_FALSE(plan.fires(FaultKind::nan, 21, 0));
+  EXPECT_TRUE(plan.fires(FaultKind::grad_bitflip, 30, 3));
+  EXPECT_TRUE(plan.fires(FaultKind::loss_spike, 25, 0));
+  EXPECT_TRUE(plan.fires(FaultKind::hang, 40, 0));
+  EXPECT_FALSE(plan.fires(FaultKind::slow_step, 40, 0));
+  EXPECT_FALSE(plan.requested(FaultKind::gemm_corrupt));
+}
+
+TEST(FaultPlan, PersistentFaultsFireFromTheirStepWithValues) {
+  const auto plan = FaultPlan::parse("slow-step@step=15=0.5,memory-leak=8MiB/step,gemm-corrupt");
+  EXPECT_FALSE(plan.fires(FaultKind::slow_step, 14, 0));
+  ASSERT_TRUE(plan.fires(FaultKind::slow_step, 15, 0));
+  EXPECT_TRUE(plan.fires(FaultKind::slow_step, 60, 0));
+  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_step, 15, 0)->seconds, 0.5);
+  ASSERT_TRUE(plan.fires(FaultKind::memory_leak, 1, 0));
+  EXPECT_EQ(plan.active(FaultKind::memory_leak, 7, 0)->bytes_per_step, 8 << 20);
+  EXPECT_TRUE(plan.fires(FaultKind::gemm_corrupt, 1, 0));
+  EXPECT_TRUE(plan.fires(FaultKind::gemm_corrupt, 1000, 5));
+}
+
+TEST(FaultPlan, ValueCanPrecedeTheSelectors) {
+  const auto a = FaultPlan::parse("slow-step=2@step=15");
+  const auto b = FaultPlan::parse("slow-step@step=15=2s");
+  EXPECT_EQ(a.to_string(), b.to_string());
+  EXPECT_EQ(a.to_string(), "slow-step=2@step=15");
+}
+
+TEST(FaultPlan, DefaultsAndSizeUnits) {
+  const auto plan = FaultPlan::parse("slow-step,memory-leak");
+  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_step, 1, 0)->seconds, 0.2);
+  EXPECT_EQ(plan.active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 8 << 20);
+  EXPECT_EQ(FaultPlan::parse("memory-leak=512KiB").active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 512 << 10);
+  EXPECT_EQ(FaultPlan::parse("memory-leak=1GiB/step").active(FaultKind::memory_leak, 1, 0)->bytes_per_step,
+            int64_t{1} << 30);
+  EXPECT_EQ(FaultPlan::parse("memory-leak=1.5MiB").active(FaultKind::memory_leak, 1, 0)->bytes_per_step,
+            3 << 19);
+  EXPECT_EQ(FaultPlan::parse("memory-leak=4096").active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 4096);
+}
+
+TEST(FaultPlan, RankSelectorRestrictsTheFault) {
+  const auto plan = FaultPlan::parse("rng-skew@rank=1,nan@rank=0@step=20");
+  EXPECT_FALSE(plan.fires(FaultKind::rng_skew, 5, 0));
+  EXPECT_TRUE(plan.fires(FaultKind::rng_skew, 5, 1));
+  EXPECT_TRUE(plan.fires(FaultKind::nan, 20, 0));
+  EXPECT_FALSE(plan.fires(FaultKind::nan, 20, 1));
+  EXPECT_EQ(plan.to_string(), "nan@step=20@rank=0,rng-skew@rank=1");
+}
+
+TEST(FaultPlan, DuplicatesCollapseAndOrderIsIrrelevant) {
+  const auto a = FaultPlan::parse("gemm-corrupt, nan@step=20,gemm-corrupt,memory-leak=8MiB");
+  const auto b = FaultPlan::parse("memory-leak=8388608B/step,nan@step=20,gemm-corrupt");
+  EXPECT_EQ(a.to_string(), b.to_string());
+  EXPECT_EQ(a.specs().size(), 3u);
+  EXPECT_EQ(a.to_json(), nlohmann::json({"nan@step=20", "memory-leak=8MiB/step", "gemm-corrupt"}));
+}
+
+TEST(FaultPlan, SameKindAtSeveralStepsIsKept) {
+  const auto plan = FaultPlan::parse("nan@step=40,nan@step=20,slow-step@step=10=0.1,slow-step@step=30=1");
+  EXPECT_TRUE(plan.fires(FaultKind::nan, 20, 0));
+  EXPECT_TRUE(plan.fires(FaultKind::nan, 40, 0));
+  EXPECT_FALSE(plan.fires(FaultKind::nan, 30, 0));
+  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_step, 20, 0)->seconds, 0.1);
+  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_step, 35, 0)->seconds, 1.0);  // latest start wins
+}
+
+void expect_config_error(const std::string& text, const std::string& fragment) {
+  try {
+    FaultPlan::parse(text);
+    ADD_FAILURE() << "'" << text << "' was accepted";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+    EXPECT_NE(what.find("Known faults: nan, grad-bitflip"), std::string::npos) << what;
+    EXPECT_NE(what.find("NAME[=VALUE][@step=N][@rank=R]"), std::string::npos) << what;
+  }
+}
+
+TEST(FaultPlan, BadSpecsAreConfigErrorsListingKnownFaultsAndSyntax) {
+  expect_config_error("segfault@step=3", "unknown fault 'segfault'");
+  expect_config_error("nan", "'nan' needs @step=N");
+  expect_config_error("hang@step=0", "@step must be an integer >= 1");
+  expect_config_error("nan@step=abc", "got 'abc'");
+  expect_config_error("nan@step=20=3", "'nan' takes no value");
+  expect_config_error("rng-skew@rank=-1", "@rank must be an integer >= 0");
+  expect_config_error("nan@step=2@step=3", "@step is given twice");
+  expect_config_error("nan@when=3", "unknown selector '@when'");
+  expect_config_error("nan@step", "has no '='");
+  expect_config_error("slow-step=fast", "SECONDS must be a positive number");
+  expect_config_error("slow-step=-1", "SECONDS must be a positive number");
+  expect_config_error("slow-step=1@step=3=2", "the value is given twice");
+  expect_config_error("memory-leak=8TiB", "SIZE");
+  expect_config_error("memory-leak=0MiB", "SIZE");
+  expect_config_error("nan@step=20,,gemm-corrupt", "empty entry");
+  expect_config_error("gemm-corrupt=1", "takes no value");
+}
+
+TEST(FaultPlan, ConflictingValuesForTheSameStepAreRejected) {
+  EXPECT_THROW(FaultPlan::parse("slow-step=1@step=5,slow-step=2@step=5"), ConfigError);
+}
+
+}  // namespace
+}  // namespace rcl
