@@ -1,8 +1,9 @@
-// Entry point: resolve the configuration, then run the training job under the diagnostics.
+// Entry point: parse the command line, resolve the configuration, run the job.
 #include <iostream>
 
 #include "rocm_conformance_llm/cli.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/runner.hpp"
 
 int main(int argc, char** argv) {
   using namespace rcl;
@@ -23,9 +24,9 @@ int main(int argc, char** argv) {
       std::cout << explain_text(run);
       return kExitClean;
     }
+    return run_job(run, options->overwrite);
   } catch (const ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
   }
-  return kExitClean;
 }
