@@ -1,0 +1,327 @@
+#include "rocm_conformance_llm/data.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace rcl {
+namespace {
+
+// SplitMix64: a tiny generator with a fully specified output, so the corpus and the data order
+// are the same on every platform and standard library (std:: distributions are not).
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t stream_seed(uint64_t seed, uint64_t stream, uint64_t index) {
+  return mix64(mix64(mix64(seed) ^ stream) ^ index);
+}
+
+class SplitMix {
+ public:
+  explicit SplitMix(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return mix64(state_++); }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  int64_t below(int64_t n) { return int64_t(next() % uint64_t(n)); }
+
+ private:
+  uint64_t state_;
+};
+
+// Independent random streams of one seed.
+enum Stream : uint64_t { transitions = 1, train_samples, val_samples, window_split, epoch_order };
+
+int64_t sample_cumulative(const double* cum, int64_t n, double u) {
+  const auto* it = std::upper_bound(cum, cum + n, u);
+  return std::min<int64_t>(it - cum, n - 1);  // guards u against a last entry of 1 - eps
+}
+
+template <typename T>
+void shuffle(std::vector<T>& items, SplitMix& rng) {
+  for (int64_t i = int64_t(items.size()) - 1; i > 0; --i) std::swap(items[i], items[rng.below(i + 1)]);
+}
+
+}  // namespace
+
+// --- DataSource ---
+
+DataSource::DataSource(int64_t batch_size, int64_t seq_len, int rank, int world_size, torch::Device device)
+    : batch_size_(batch_size), seq_len_(seq_len), rank_(rank), world_size_(world_size), device_(device) {}
+
+Batch DataSource::train_batch(int64_t index) const {
+  return assemble(Split::train, index * batch_size_ * world_size_ + rank_, world_size_);
+}
+
+Batch DataSource::val_batch(int64_t index) const { return assemble(Split::validation, index * batch_size_, 1); }
+
+Batch DataSource::assemble(Split split, int64_t first_sample, int64_t sample_stride) const {
+  // Built in pinned host memory when the device is a GPU, so the copy below is an
+  // asynchronous DMA that overlaps the previous step's kernels.
+  const auto host = torch::TensorOptions().pinned_memory(device_.type() != torch::kCPU);
+  const int64_t width = seq_len_ + 1;
+  auto windows = torch::empty({batch_size_, width}, host.dtype(torch::kLong));
+  torch::Tensor copied;
+  if (marks_copies()) copied = torch::empty({batch_size_, width}, host.dtype(torch::kBool));
+  for (int64_t row = 0; row < batch_size_; ++row)
+    fill_window(split, first_sample + row * sample_stride, windows.data_ptr<int64_t>() + row * width,
+                copied.defined() ? copied.data_ptr<bool>() + row * width : nullptr);
+
+  windows = windows.to(device_, /*non_blocking=*/true);
+  Batch batch{windows.slice(1, 0, seq_len_), windows.slice(1, 1), {}};
+  if (copied.defined()) batch.copy_mask = copied.to(device_, /*non_blocking=*/true).slice(1, 1);
+  return batch;
+}
+
+// --- SyntheticCorpus ---
+
+SyntheticCorpus::SyntheticCorpus(SyntheticSpec spec, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank,
+                                 int world_size, torch::Device device)
+    : DataSource(batch_size, seq_len, rank, world_size, device),
+      spec_(spec),
+      seed_(seed),
+      states_(spec.vocab_size - 1) {
+  if (spec.vocab_size < 8)
+    throw ConfigError(fmt::format("invalid vocab_size={} for the synthetic corpus: must be >= 8", spec.vocab_size));
+  if (spec.successors < 1 || spec.successors > states_)
+    throw ConfigError(fmt::format("synthetic corpus: successors={} must be in [1, {}]", spec.successors, states_));
+  if (spec.copy_length < 1) throw ConfigError("synthetic corpus: copy_length must be >= 1");
+  if (!(spec.copy_probability > 0 && spec.copy_probability < 1))
+    throw ConfigError(fmt::format("synthetic corpus: copy_probability={} must be in (0, 1)", spec.copy_probability));
+
+  // Sparse transition matrix: each state moves to (state + 1) mod n, which keeps the chain
+  // irreducible, and to successors - 1 other random states; row weights are Dirichlet(1).
+  const int64_t k = spec.successors;
+  SplitMix rng(stream_seed(seed, Stream::transitions, 0));
+  next_state_.resize(states_ * k);
+  next_cumprob_.resize(states_ * k);
+  std::vector<double> row_entropy(states_);
+  for (int64_t s = 0; s < states_; ++s) {
+    int64_t* next = &next_state_[s * k];
+    next[0] = (s + 1) % states_;
+    for (int64_t filled = 1; filled < k;) {
+      const int64_t candidate = rng.below(states_);
+      if (std::find(next, next + filled, candidate) == next + filled) next[filled++] = candidate;
+    }
+    std::vector<double> weight(k);
+    double total = 0;
+    for (auto& w : weight) total += (w = -std::log(1.0 - rng.uniform()));
+    double cum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double p = weight[j] / total;
+      row_entropy[s] -= p * std::log(p);
+      next_cumprob_[s * k + j] = (cum += p);
+    }
+  }
+
+  // Stationary distribution by power iteration on the lazy chain (I + P) / 2: same fixed
+  // point, and it converges even if the chain is periodic.
+  std::vector<double> pi(states_, 1.0 / double(states_)), next_pi(states_);
+  for (int iter = 0; iter < 1000000; ++iter) {
+    std::fill(next_pi.begin(), next_pi.end(), 0.0);
+    for (int64_t s = 0; s < states_; ++s) {
+      next_pi[s] += 0.5 * pi[s];
+      double prev = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        next_pi[next_state_[s * k + j]] += 0.5 * pi[s] * (next_cumprob_[s * k + j] - prev);
+        prev = next_cumprob_[s * k + j];
+      }
+    }
+    double change = 0;
+    for (int64_t s = 0; s < states_; ++s) change += std::abs(next_pi[s] - pi[s]);
+    pi.swap(next_pi);
+    if (change < 1e-14) break;
+  }
+  stationary_cum_.resize(states_);
+  double cum = 0;
+  for (int64_t s = 0; s < states_; ++s) {
+    entropy_rate_ += pi[s] * row_entropy[s];
+    stationary_cum_[s] = (cum += pi[s]);
+  }
+
+  // Exact expected loss of the ideal predictor over the seq_len targets of a window. Every
+  // Markov token is marginally stationary (copy decisions ignore token values), so a Markov
+  // transition costs entropy_rate on average. Phases: run[r] = r Markov tokens since the last
+  // copy (r = c: eligible for a copy), copy[j] = marker plus j copied tokens so far.
+  // Eligible step: marker with p (-log p) or a transition with 1 - p (-log(1-p) + H).
+  // Copied tokens cost nothing: the ideal predictor knows them.
+  const int64_t c = spec.copy_length;
+  const double p = spec.copy_probability;
+  const double choice_entropy = -p * std::log(p) - (1 - p) * std::log1p(-p);
+  std::vector<double> run(c + 1, 0.0), copy(c, 0.0);
+  run[std::min<int64_t>(1, c)] = 1.0;  // after the window's first token
+  double expected_loss = 0, expected_copied = 0;
+  for (int64_t t = 0; t < seq_len; ++t) {
+    std::vector<double> next_run(c + 1, 0.0), next_copy(c, 0.0);
+    for (int64_t r = 0; r < c; ++r) {
+      expected_loss += run[r] * entropy_rate_;
+      next_run[r + 1] += run[r];
+    }
+    expected_loss += run[c] * (choice_entropy + (1 - p) * entropy_rate_);
+    next_copy[0] += p * run[c];
+    next_run[c] += (1 - p) * run[c];
+    for (int64_t j = 0; j < c; ++j) {
+      expected_copied += copy[j];
+      (j + 1 == c ? next_run[0] : next_copy[j + 1]) += copy[j];
+    }
+    run.swap(next_run);
+    copy.swap(next_copy);
+  }
+  loss_floor_ = expected_loss / double(seq_len);
+  copy_fraction_ = expected_copied / double(seq_len);
+}
+
+double SyntheticCorpus::transition_probability(int64_t from, int64_t to) const {
+  const int64_t k = spec_.successors;
+  double prev = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    const double cum = next_cumprob_[from * k + j];
+    if (next_state_[from * k + j] == to) return cum - prev;
+    prev = cum;
+  }
+  return 0.0;
+}
+
+std::string SyntheticCorpus::describe() const {
+  return fmt::format(
+      "synthetic corpus: {} Markov states x {} successors, copy spans of {} (p={}); entropy rate {:.4f} "
+      "nats, {:.1f}% copied targets, loss floor {:.4f} nats/token at seq_len {}",
+      states_, spec_.successors, spec_.copy_length, spec_.copy_probability, entropy_rate_, 100 * copy_fraction_,
+      loss_floor_, seq_len());
+}
+
+void SyntheticCorpus::fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const {
+  SplitMix rng(stream_seed(seed_, split == Split::train ? Stream::train_samples : Stream::val_samples, sample));
+  const int64_t k = spec_.successors;
+  const int64_t c = spec_.copy_length;
+  const int64_t width = seq_len() + 1;
+  int64_t current = sample_cumulative(stationary_cum_.data(), states_, rng.uniform());
+  int64_t run = 1, copy_left = 0, copy_from = 0;
+  tokens[0] = current;
+  if (copied) copied[0] = false;
+  for (int64_t pos = 1; pos < width; ++pos) {
+    bool is_copy = false;
+    if (copy_left > 0) {
+      tokens[pos] = tokens[copy_from++];  // ends on the token before the marker == current
+      is_copy = true;
+      if (--copy_left == 0) run = 0;
+    } else if (run >= c && rng.uniform() < spec_.copy_probability) {
+      tokens[pos] = marker_token();
+      copy_from = pos - c;
+      copy_left = c;
+    } else {
+      current = next_state_[current * k + sample_cumulative(&next_cumprob_[current * k], k, rng.uniform())];
+      tokens[pos] = current;
+      ++run;
+    }
+    if (copied) copied[pos] = is_copy;
+  }
+}
+
+// --- TokenFile ---
+
+namespace {
+
+std::vector<int64_t> tokenize_file(const std::string& path) {
+  auto fail = [&](const std::string& what) { return ConfigError("invalid data_path '" + path + "': " + what); };
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw fail("not a readable regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw fail("cannot be opened");
+  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  std::vector<int64_t> tokens;
+  auto add_document = [&](const std::string& text) {
+    tokens.push_back(byte_tokens::bos);
+    for (unsigned char byte : text) tokens.push_back(byte);
+    tokens.push_back(byte_tokens::eos);
+  };
+  if (std::filesystem::path(path).extension() == ".jsonl") {
+    std::istringstream lines(content);
+    std::string line;
+    for (int64_t number = 1; std::getline(lines, line); ++number) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::json record;
+      try {
+        record = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        throw fail(fmt::format("line {} is not valid JSON ({})", number, e.what()));
+      }
+      if (!record.is_object() || !record.contains("text") || !record["text"].is_string())
+        throw fail(fmt::format("line {} has no string field \"text\"", number));
+      add_document(record["text"].get<std::string>());
+    }
+  } else {
+    add_document(content);
+  }
+  if (tokens.size() <= 2 * size_t(std::count(tokens.begin(), tokens.end(), byte_tokens::bos)))
+    throw fail("contains no text");
+  return tokens;
+}
+
+}  // namespace
+
+TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size,
+                     int64_t seq_len, int rank, int world_size, torch::Device device)
+    : DataSource(batch_size, seq_len, rank, world_size, device), path_(path), seed_(seed), tokens_(tokenize_file(path)) {
+  // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
+  const int64_t windows = (int64_t(tokens_.size()) - 1) / seq_len;
+  const int64_t val_count = val_fraction > 0 ? std::max<int64_t>(1, std::llround(val_fraction * double(windows))) : 0;
+  if (windows - val_count < 1)
+    throw ConfigError(fmt::format(
+        "invalid data_path '{}': {} tokens make {} window(s) of seq_len+1={}, need at least {} (train + validation)",
+        path, tokens_.size(), windows, seq_len + 1, val_count + 1));
+  std::vector<int64_t> starts(windows);
+  for (int64_t w = 0; w < windows; ++w) starts[w] = w * seq_len;
+  SplitMix rng(stream_seed(seed, Stream::window_split, 0));
+  shuffle(starts, rng);
+  val_windows_.assign(starts.begin(), starts.begin() + val_count);
+  train_windows_.assign(starts.begin() + val_count, starts.end());
+}
+
+std::string TokenFile::describe() const {
+  return fmt::format("byte-level text '{}': {} tokens, {} train / {} validation windows of {} tokens", path_,
+                     tokens_.size(), train_windows_.size(), val_windows_.size(), seq_len() + 1);
+}
+
+void TokenFile::fill_window(Split split, int64_t sample, int64_t* tokens, bool*) const {
+  int64_t start;
+  if (split == Split::validation) {
+    start = val_windows_[sample % int64_t(val_windows_.size())];
+  } else {
+    const int64_t count = int64_t(train_windows_.size());
+    const int64_t epoch = sample / count;
+    if (epoch != cached_epoch_) {
+      epoch_order_ = train_windows_;
+      SplitMix rng(stream_seed(seed_, Stream::epoch_order, uint64_t(epoch)));
+      shuffle(epoch_order_, rng);
+      cached_epoch_ = epoch;
+    }
+    start = epoch_order_[sample % count];
+  }
+  std::copy_n(tokens_.begin() + start, seq_len() + 1, tokens);
+}
+
+std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
+                                             torch::Device device) {
+  if (cfg.data_path.empty()) {
+    SyntheticSpec spec;
+    if (cfg.vocab_size > 0) spec.vocab_size = cfg.vocab_size;
+    return std::make_unique<SyntheticCorpus>(spec, cfg.seed, cfg.batch_size, cfg.seq_len, rank, world_size, device);
+  }
+  if (cfg.vocab_size > 0 && cfg.vocab_size < byte_tokens::vocab_size)
+    throw ConfigError(fmt::format("invalid vocab_size={}: the byte-level tokenizer needs >= {} (0 = take it from the data)",
+                                  cfg.vocab_size, byte_tokens::vocab_size));
+  return std::make_unique<TokenFile>(cfg.data_path, cfg.val_fraction, cfg.seed, cfg.batch_size, cfg.seq_len, rank,
+                                     world_size, device);
+}
+
+}  // namespace rcl

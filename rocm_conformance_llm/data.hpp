@@ -1,0 +1,148 @@
+// Training data: a seeded synthetic corpus whose ideal loss is known exactly (the default:
+// no files needed, and a run can be judged against its floor), or a plain-text / JSONL file
+// through a byte-level tokenizer. Every batch is a pure function of (seed, rank, world size,
+// batch index), so ranks read disjoint shards and a replay re-reads the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/config.hpp"
+
+namespace rcl {
+
+struct Batch {
+  torch::Tensor inputs;     // [B, T] int64, on the run's device
+  torch::Tensor targets;    // [B, T] int64: inputs shifted by one token
+  torch::Tensor copy_mask;  // [B, T] bool: the target repeats an earlier span (synthetic only)
+};
+
+enum class Split { train, validation };
+
+class DataSource {
+ public:
+  DataSource(int64_t batch_size, int64_t seq_len, int rank, int world_size, torch::Device device);
+  virtual ~DataSource() = default;
+
+  virtual int64_t vocab_size() const = 0;
+  virtual std::string describe() const = 0;
+  // Expected loss of the ideal predictor on seq_len windows (nats/token), when known.
+  virtual std::optional<double> loss_floor() const { return std::nullopt; }
+  virtual bool has_validation() const { return true; }
+
+  // Micro-batch `index` of this rank's shard. Rows of rank r are the samples
+  // (index * batch_size + row) * world_size + r: disjoint across ranks.
+  Batch train_batch(int64_t index) const;
+  // Validation batch `index`: the same on every rank, so every rank reports the same loss.
+  Batch val_batch(int64_t index) const;
+
+  int64_t batch_size() const { return batch_size_; }
+  int64_t seq_len() const { return seq_len_; }
+
+ protected:
+  // Writes sample `sample` of `split` (seq_len + 1 tokens) into `tokens`; when `copied` is
+  // non-null, also marks which of those tokens repeat an earlier span.
+  virtual void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const = 0;
+  virtual bool marks_copies() const { return false; }
+
+ private:
+  Batch assemble(Split split, int64_t first_sample, int64_t sample_stride) const;
+
+  int64_t batch_size_;
+  int64_t seq_len_;
+  int rank_;
+  int world_size_;
+  torch::Device device_;
+};
+
+// Shape of the synthetic corpus. An order-1 Markov chain over vocab_size - 1 states, each with
+// `successors` random next states, interrupted by copy segments: after at least copy_length
+// Markov tokens, with probability copy_probability a marker token is emitted and followed by
+// a verbatim repeat of the copy_length tokens before it. Only attention can predict those.
+struct SyntheticSpec {
+  int64_t vocab_size = 64;  // states + the copy marker
+  int64_t successors = 4;
+  int64_t copy_length = 8;
+  double copy_probability = 0.1;
+};
+
+class SyntheticCorpus final : public DataSource {
+ public:
+  SyntheticCorpus(SyntheticSpec spec, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank,
+                  int world_size, torch::Device device);
+
+  int64_t vocab_size() const override { return spec_.vocab_size; }
+  std::string describe() const override;
+  std::optional<double> loss_floor() const override { return loss_floor_; }
+
+  // Entropy rate of the Markov chain (nats per Markov transition), exact from its
+  // stationary distribution.
+  double entropy_rate() const { return entropy_rate_; }
+  // Expected fraction of targets that are copied tokens.
+  double copy_fraction() const { return copy_fraction_; }
+  double transition_probability(int64_t from, int64_t to) const;
+  const SyntheticSpec& spec() const { return spec_; }
+  int64_t marker_token() const { return spec_.vocab_size - 1; }
+
+ protected:
+  void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const override;
+  bool marks_copies() const override { return true; }
+
+ private:
+  SyntheticSpec spec_;
+  uint64_t seed_;
+  int64_t states_;
+  std::vector<int64_t> next_state_;   // [states * successors]
+  std::vector<double> next_cumprob_;  // [states * successors], cumulative per row
+  std::vector<double> stationary_cum_;
+  double entropy_rate_ = 0;
+  double loss_floor_ = 0;
+  double copy_fraction_ = 0;
+};
+
+// Byte-level tokenizer: bytes 0..255, then the specials.
+namespace byte_tokens {
+inline constexpr int64_t bos = 256;
+inline constexpr int64_t eos = 257;
+inline constexpr int64_t pad = 258;
+inline constexpr int64_t vocab_size = 259;
+}  // namespace byte_tokens
+
+// A UTF-8/binary plain-text file (one document) or JSONL (one document per line, in the
+// "text" field), tokenized as BOS bytes EOS per document and cut into seq_len + 1 windows.
+// Windows are split train/validation by a seeded shuffle and reshuffled every epoch.
+class TokenFile final : public DataSource {
+ public:
+  TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
+            int rank, int world_size, torch::Device device);
+
+  int64_t vocab_size() const override { return byte_tokens::vocab_size; }
+  std::string describe() const override;
+  bool has_validation() const override { return !val_windows_.empty(); }
+  int64_t token_count() const { return int64_t(tokens_.size()); }
+
+ protected:
+  void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const override;
+
+ private:
+  std::string path_;
+  uint64_t seed_;
+  std::vector<int64_t> tokens_;
+  std::vector<int64_t> train_windows_;  // window start offsets into tokens_
+  std::vector<int64_t> val_windows_;
+  mutable int64_t cached_epoch_ = -1;   // the train order of one epoch, computed on demand
+  mutable std::vector<int64_t> epoch_order_;
+};
+
+// The source cfg asks for: the synthetic corpus when cfg.data_path is empty (cfg.vocab_size,
+// when set, sizes it), else the file. Bad files and a vocab_size too small for the data are
+// ConfigErrors.
+std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
+                                             torch::Device device);
+
+}  // namespace rcl

@@ -1,0 +1,328 @@
+#include "rocm_conformance_llm/model.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <torch/version.h>
+
+#include "rocm_conformance_llm/checkpointing.hpp"
+
+// at::scaled_dot_product_attention and its backend switches are public from libtorch 2.0;
+// on 1.13 the explicit "math" path is the only attention.
+#if TORCH_VERSION_MAJOR >= 2
+#define RCL_HAVE_SDPA 1
+#endif
+
+namespace rcl {
+namespace F = torch::nn::functional;
+namespace {
+
+constexpr double kInitStd = 0.02;  // GPT-2
+constexpr double kNormEps = 1e-5;
+
+// float64 stays float64 (gradient checks); bf16/fp16 compute in float32.
+c10::ScalarType at_least_float(c10::ScalarType t) { return at::promote_types(t, torch::kFloat); }
+
+int64_t norm_params(const std::string& kind, int64_t dim) { return kind == "rmsnorm" ? dim : 2 * dim; }
+
+void init_linear(torch::nn::Linear& layer, double std) {
+  torch::NoGradGuard no_grad;
+  layer->weight.normal_(0.0, std);
+  if (layer->bias.defined()) layer->bias.zero_();
+}
+
+// Rotary position embedding (GPT-NeoX "rotate half" form) on x [B, heads, T, head_dim].
+torch::Tensor apply_rotary(const torch::Tensor& x) {
+  const int64_t seq = x.size(2);
+  const int64_t head_dim = x.size(3);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble).device(x.device());
+  const auto inv_freq = torch::pow(10000.0, -torch::arange(0, head_dim, 2, opts) / double(head_dim));
+  const auto angles = torch::outer(torch::arange(seq, opts), inv_freq);
+  const auto full = torch::cat({angles, angles}, -1);  // [T, head_dim]
+  const auto compute = at_least_float(x.scalar_type());
+  const auto xc = x.to(compute);
+  const auto cos = full.cos().to(compute);
+  const auto sin = full.sin().to(compute);
+  const auto x1 = xc.slice(-1, 0, head_dim / 2);
+  const auto x2 = xc.slice(-1, head_dim / 2);
+  const auto rotated = torch::cat({-x2, x1}, -1);
+  return (xc * cos + rotated * sin).to(x.scalar_type());
+}
+
+void require_attention_backend(const std::string& backend) {
+#ifndef RCL_HAVE_SDPA
+  if (backend != "math")
+    throw ConfigError("invalid attention_backend='" + backend + "': needs libtorch >= 2.0 (this build has " +
+                      std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
+                      "); allowed here: math");
+#else
+  // The SDPA kernel choice is process-global in libtorch. Restricting it to one kernel family
+  // pins which GPU implementation (AOTriton flash / memory-efficient on ROCm, or the math
+  // fallback) the run validates.
+  auto& ctx = at::globalContext();
+  if (backend == "sdpa_math" || backend == "sdpa_flash" || backend == "sdpa_mem_efficient") {
+    ctx.setSDPUseMath(backend == "sdpa_math");
+    ctx.setSDPUseFlash(backend == "sdpa_flash");
+    ctx.setSDPUseMemEfficient(backend == "sdpa_mem_efficient");
+  }
+#endif
+}
+
+}  // namespace
+
+int64_t ffn_hidden_size(const TrainingConfig& cfg) {
+  const double width = cfg.ffn_multiplier * double(cfg.hidden_size);
+  if (cfg.activation != "swiglu") return int64_t(std::llround(width));
+  const auto two_thirds = int64_t(std::llround(2.0 * width / 3.0));
+  return (two_thirds + 7) / 8 * 8;
+}
+
+int64_t parameter_count(const TrainingConfig& cfg) {
+  const int64_t c = cfg.hidden_size;
+  const int64_t head_dim = c / cfg.num_heads;
+  const int64_t ffn = ffn_hidden_size(cfg);
+  const int64_t up_width = cfg.activation == "swiglu" ? 2 * ffn : ffn;
+  int64_t block = 0;
+  block += (cfg.norm_layout == "sandwich" ? 4 : 2) * norm_params(cfg.norm, c);
+  block += 3 * c * c + 3 * c;                          // qkv
+  block += 3 * c * cfg.qkv_conv_kernel;                // depthwise conv, no bias
+  if (cfg.qk_norm) block += 2 * norm_params(cfg.norm, head_dim);
+  block += c * c + c;                                  // attention output projection
+  block += c * up_width + up_width + ffn * c + c;      // MLP
+  int64_t total = cfg.vocab_size * c + cfg.num_layers * block + norm_params(cfg.norm, c);
+  if (cfg.position == "learned") total += cfg.seq_len * c;
+  return total;
+}
+
+double flops_per_token(const TrainingConfig& cfg) {
+  int64_t matmul_params = parameter_count(cfg);
+  if (cfg.position == "learned") matmul_params -= cfg.seq_len * cfg.hidden_size;
+  return 6.0 * double(matmul_params) +
+         12.0 * double(cfg.num_layers) * double(cfg.hidden_size) * double(cfg.seq_len);
+}
+
+torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& targets) {
+  const auto vocab = logits.size(-1);
+  const auto flat = logits.reshape({-1, vocab}).to(at_least_float(logits.scalar_type()));
+  return F::cross_entropy(flat, targets.reshape({-1}), F::CrossEntropyFuncOptions().reduction(torch::kNone))
+      .view(targets.sizes());
+}
+
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return token_losses(logits, targets).mean();
+}
+
+// --- Norm ---
+
+NormImpl::NormImpl(const std::string& kind, int64_t dim) : rms_(kind == "rmsnorm"), dim_(dim) {
+  weight_ = register_parameter("weight", torch::ones({dim}));
+  if (!rms_) bias_ = register_parameter("bias", torch::zeros({dim}));
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  if (!rms_) return at::layer_norm(x, {dim_}, weight_, bias_, kNormEps);
+  // RMSNorm has no fused op in libtorch 1.13: compute the statistic in >= float32.
+  const auto xc = x.to(at_least_float(x.scalar_type()));
+  const auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);
+  return (normed * weight_).to(x.scalar_type());
+}
+
+// --- attention ---
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, const ModelOptions& options)
+    : num_heads_(cfg.num_heads),
+      head_dim_(cfg.hidden_size / cfg.num_heads),
+      dropout_(cfg.dropout),
+      rotary_(cfg.position == "rotary"),
+      backend_(cfg.attention_backend),
+      self_only_(options.attention_self_only),
+      conv_kernel_(cfg.qkv_conv_kernel) {
+  const int64_t c = cfg.hidden_size;
+  qkv = register_module("qkv", torch::nn::Linear(c, 3 * c));
+  proj = register_module("proj", torch::nn::Linear(c, c));
+  if (conv_kernel_ > 0) {
+    // Primer's depthwise causal convolution on each Q/K/V channel. On ROCm a Conv1d goes
+    // through MIOpen, so this knob puts MIOpen kernels (and their fusion/tuning choices)
+    // inside every attention layer of the fusion stress mode.
+    qkv_conv_ = register_module(
+        "qkv_conv", torch::nn::Conv1d(torch::nn::Conv1dOptions(3 * c, 3 * c, conv_kernel_).groups(3 * c).bias(false)));
+    // Start as the identity (weight 1 on the current position) so turning the knob on does
+    // not change what the model computes at initialisation.
+    torch::NoGradGuard no_grad;
+    qkv_conv_->weight.zero_();
+    qkv_conv_->weight.select(2, conv_kernel_ - 1).fill_(1.0);
+  }
+  if (cfg.qk_norm) {
+    q_norm_ = register_module("q_norm", Norm(cfg.norm, head_dim_));
+    k_norm_ = register_module("k_norm", Norm(cfg.norm, head_dim_));
+  }
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t batch = x.size(0), seq = x.size(1), width = x.size(2);
+  auto qkv_out = qkv(x);  // [B, T, 3C]
+  if (conv_kernel_ > 0) {
+    // Left padding only: position t sees t-k+1..t, never the future.
+    const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
+    qkv_out = qkv_conv_(channels_first).transpose(1, 2);
+  }
+  const auto parts = qkv_out.split(width, -1);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.reshape({batch, seq, num_heads_, head_dim_}).transpose(1, 2);  // [B, H, T, D]
+  };
+  auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  if (!q_norm_.is_empty()) {
+    q = q_norm_(q);
+    k = k_norm_(k);
+  }
+  if (rotary_) {
+    q = apply_rotary(q);
+    k = apply_rotary(k);
+  }
+  const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
+  return proj(y);
+}
+
+torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k,
+                                              const torch::Tensor& v) {
+  const double dropout = is_training() ? dropout_ : 0.0;
+#ifdef RCL_HAVE_SDPA
+  if (backend_ != "math" && !self_only_)
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
+#endif
+  // The reference path: softmax(Q K^T / sqrt(d) + causal mask) V, two batched GEMMs.
+  const int64_t seq = q.size(2);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
+  const auto ones = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device()));
+  const auto masked = self_only_ ? ones.logical_xor(torch::eye(seq, ones.options())) : ones.triu(1);
+  scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
+  auto probs = scores.softmax(-1, at_least_float(scores.scalar_type())).to(v.scalar_type());
+  probs = torch::dropout(probs, dropout, is_training());
+  return torch::matmul(probs, v);
+}
+
+// --- MLP ---
+
+MlpImpl::MlpImpl(const TrainingConfig& cfg) : swiglu_(cfg.activation == "swiglu") {
+  const int64_t ffn = ffn_hidden_size(cfg);
+  up = register_module("up", torch::nn::Linear(cfg.hidden_size, swiglu_ ? 2 * ffn : ffn));
+  down = register_module("down", torch::nn::Linear(ffn, cfg.hidden_size));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  const auto h = up(x);
+  if (!swiglu_) return down(torch::gelu(h));
+  const auto gate_value = h.chunk(2, -1);
+  return down(torch::silu(gate_value[0]) * gate_value[1]);
+}
+
+// --- block ---
+
+BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOptions& options)
+    : dropout_(cfg.dropout), drop_path_(cfg.drop_path * double(index + 1) / double(cfg.num_layers)) {
+  norm_attn_ = register_module("norm_attn", Norm(cfg.norm, cfg.hidden_size));
+  attn = register_module("attn", CausalSelfAttention(cfg, options));
+  norm_mlp_ = register_module("norm_mlp", Norm(cfg.norm, cfg.hidden_size));
+  mlp = register_module("mlp", Mlp(cfg));
+  if (cfg.norm_layout == "sandwich") {
+    post_norm_attn_ = register_module("post_norm_attn", Norm(cfg.norm, cfg.hidden_size));
+    post_norm_mlp_ = register_module("post_norm_mlp", Norm(cfg.norm, cfg.hidden_size));
+  }
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  auto a = attn(norm_attn_(x));
+  if (!post_norm_attn_.is_empty()) a = post_norm_attn_(a);
+  const auto h = x + residual_branch(a);
+  auto m = mlp(norm_mlp_(h));
+  if (!post_norm_mlp_.is_empty()) m = post_norm_mlp_(m);
+  return h + residual_branch(m);
+}
+
+torch::Tensor BlockImpl::residual_branch(const torch::Tensor& branch_out) {
+  auto out = torch::dropout(branch_out, dropout_, is_training());
+  if (!is_training() || drop_path_ == 0.0) return out;
+  // Stochastic depth: drop the whole branch for a sample, rescale the survivors.
+  const auto keep = torch::empty({out.size(0), 1, 1}, out.options().dtype(at_least_float(out.scalar_type())))
+                        .bernoulli_(1.0 - drop_path_)
+                        .div_(1.0 - drop_path_);
+  return out * keep.to(out.scalar_type());
+}
+
+// --- GPT ---
+
+GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
+  if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
+  require_attention_backend(cfg.attention_backend);
+  wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+  if (cfg.position == "learned") wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden_size));
+  for (int64_t i = 0; i < cfg.num_layers; ++i)
+    blocks_.push_back(register_module("block" + std::to_string(i), Block(cfg, i, options)));
+  final_norm_ = register_module("final_norm", Norm(cfg.norm, cfg.hidden_size));
+
+  // GPT-2 initialisation; the projections that write into the residual stream are scaled by
+  // 1/sqrt(2L) so the residual's variance does not grow with depth.
+  const double residual_std = kInitStd / std::sqrt(2.0 * double(cfg.num_layers));
+  torch::NoGradGuard no_grad;
+  wte_->weight.normal_(0.0, kInitStd);
+  if (!wpe_.is_empty()) wpe_->weight.normal_(0.0, kInitStd);
+  for (auto& block : blocks_) {
+    init_linear(block->attn->qkv, kInitStd);
+    init_linear(block->attn->proj, residual_std);
+    init_linear(block->mlp->up, kInitStd);
+    init_linear(block->mlp->down, residual_std);
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
+  const int64_t seq = tokens.size(1);
+  TORCH_CHECK(wpe_.is_empty() || seq <= cfg_.seq_len, "sequence of ", seq,
+              " tokens is longer than the learned position table (seq_len=", cfg_.seq_len, ")");
+  auto x = wte_(tokens);
+  if (!wpe_.is_empty()) x = x + wpe_(torch::arange(seq, tokens.options()));
+  x = torch::dropout(x, cfg_.dropout, is_training());
+  if (block_outputs) block_outputs->push_back(x);
+
+  const bool recompute = cfg_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
+  for (auto& block : blocks_) {
+    x = recompute ? checkpoint([block](const torch::Tensor& in) mutable { return block->forward(in); }, x)
+                  : block->forward(x);
+    if (block_outputs) block_outputs->push_back(x);
+  }
+  return F::linear(final_norm_(x), wte_->weight);  // LM head tied to the token embedding
+}
+
+std::vector<GemmShape> GPTImpl::gemm_shapes(int64_t batch, int64_t seq_len) const {
+  const int64_t rows = batch * seq_len;
+  const int64_t c = cfg_.hidden_size;
+  const int64_t head_dim = c / cfg_.num_heads;
+  const int64_t ffn = ffn_hidden_size(cfg_);
+  const int64_t up_width = cfg_.activation == "swiglu" ? 2 * ffn : ffn;
+  // Forward GEMMs; every block has the same shapes, so each appears once.
+  return {
+      {"attn.qkv", rows, 3 * c, c, 1},
+      {"attn.scores", seq_len, seq_len, head_dim, batch * cfg_.num_heads},
+      {"attn.values", seq_len, head_dim, seq_len, batch * cfg_.num_heads},
+      {"attn.proj", rows, c, c, 1},
+      {"mlp.up", rows, up_width, c, 1},
+      {"mlp.down", rows, c, ffn, 1},
+      {"lm_head", rows, cfg_.vocab_size, c, 1},
+  };
+}
+
+std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : named_parameters()) {
+    const bool embedding = item.key().rfind("wte.", 0) == 0 || item.key().rfind("wpe.", 0) == 0;
+    if ((item.value().dim() == 2 && !embedding) == decayed) out.push_back(item.value());
+  }
+  return out;
+}
+
+int64_t first_nonfinite_output(const std::vector<torch::Tensor>& block_outputs) {
+  for (size_t i = 0; i < block_outputs.size(); ++i)
+    if (!torch::isfinite(block_outputs[i]).all().item<bool>()) return int64_t(i);
+  return -1;
+}
+
+}  // namespace rcl

@@ -1,0 +1,167 @@
+// The decoder-only Transformer every stress mode trains: a GPT-style stack whose knobs
+// (width, depth, norms, activation, layout, positions, attention backend, Q/K/V convolution,
+// dropout, stochastic depth, activation checkpointing) come from TrainingConfig, so the
+// stress modes reshape the GPU work by editing configuration only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/config.hpp"
+
+namespace rcl {
+
+// Switches for tests only: never reachable from the CLI or a config file.
+struct ModelOptions {
+  // Every position attends only to itself, so no information moves between tokens: the
+  // copy segments of the synthetic corpus become unlearnable (proves the copy-task test
+  // really measures attention).
+  bool attention_self_only = false;
+};
+
+// One GEMM a Linear layer (or the attention core) runs for a given batch and sequence:
+// C[M,N] = A[M,K] B[K,N], `batch` times (1 for Linear layers). The diagnostics replay these
+// exact shapes in float64 to catch shape-specific rocBLAS/hipBLASLt errors.
+struct GemmShape {
+  std::string name;  // e.g. "block0.attn.qkv", "lm_head"
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t batch = 1;
+};
+
+// Width of the MLP's hidden layer: ffn_multiplier * hidden for GELU; for SwiGLU 2/3 of that
+// rounded up to a multiple of 8 (as LLaMA does) so the three SwiGLU matrices cost about what
+// GELU's two do.
+int64_t ffn_hidden_size(const TrainingConfig& cfg);
+
+// Trainable parameters of the model `cfg` describes (cfg.vocab_size must be resolved).
+int64_t parameter_count(const TrainingConfig& cfg);
+
+// Training FLOPs per token (forward + backward), PaLM appendix B:
+//   6 * N + 12 * L * hidden * T
+// N = parameters that take part in a matrix multiply (everything except the learned position
+// table, which is only a lookup; the token table counts because the tied LM head multiplies
+// by it), L = layers, T = seq_len. The second term is attention's QK^T and AV products.
+// Activation recomputation (checkpointing) is not counted: this is model FLOPs, not hardware.
+double flops_per_token(const TrainingConfig& cfg);
+
+// Per-token cross entropy [B,T] in at least float32 (autocast leaves bf16/fp16 logits).
+torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& targets);
+// Mean of token_losses.
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// LayerNorm or RMSNorm over the last dimension.
+class NormImpl : public torch::nn::Module {
+ public:
+  NormImpl(const std::string& kind, int64_t dim);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  bool rms_;
+  int64_t dim_;
+  torch::Tensor weight_;
+  torch::Tensor bias_;  // LayerNorm only
+};
+TORCH_MODULE(Norm);
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  CausalSelfAttentionImpl(const TrainingConfig& cfg, const ModelOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);  // [B,T,C] -> [B,T,C]
+
+  torch::nn::Linear qkv{nullptr};
+  torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
+
+ private:
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+  int64_t num_heads_;
+  int64_t head_dim_;
+  double dropout_;
+  bool rotary_;
+  std::string backend_;
+  bool self_only_;
+  int64_t conv_kernel_;
+  torch::nn::Conv1d qkv_conv_{nullptr};
+  Norm q_norm_{nullptr};
+  Norm k_norm_{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const TrainingConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear up{nullptr};    // SwiGLU: gate and up projections fused in one GEMM
+  torch::nn::Linear down{nullptr};  // residual projection (scaled init)
+
+ private:
+  bool swiglu_;
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  // `index` is 0-based; the stochastic-depth rate grows linearly to cfg.drop_path at the
+  // last block: drop_path * (index + 1) / num_layers.
+  BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+
+ private:
+  torch::Tensor residual_branch(const torch::Tensor& branch_out);
+
+  Norm norm_attn_{nullptr};
+  Norm norm_mlp_{nullptr};
+  Norm post_norm_attn_{nullptr};  // sandwich layout only
+  Norm post_norm_mlp_{nullptr};
+  double dropout_;
+  double drop_path_;
+};
+TORCH_MODULE(Block);
+
+class GPTImpl : public torch::nn::Module {
+ public:
+  // cfg.vocab_size must be resolved (> 0). A non-math attention backend on libtorch < 2.0 is
+  // a ConfigError.
+  explicit GPTImpl(const TrainingConfig& cfg, ModelOptions options = {});
+
+  // tokens [B,T] int64 -> logits [B,T,vocab]. With `block_outputs`, the hidden state after
+  // the embedding and after each block is appended (size num_layers + 1), so a detector can
+  // name the first block whose output turned non-finite.
+  torch::Tensor forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs = nullptr);
+
+  // The GEMMs the Linear layers and the attention core run for this batch and sequence.
+  std::vector<GemmShape> gemm_shapes(int64_t batch, int64_t seq_len) const;
+
+  // AdamW groups: weight decay applies to the Linear weight matrices only (not to norms,
+  // biases, embeddings, nor the identity-initialised Q/K/V convolution).
+  std::vector<torch::Tensor> decay_parameters() { return parameters_with_decay(true); }
+  std::vector<torch::Tensor> no_decay_parameters() { return parameters_with_decay(false); }
+
+  const TrainingConfig& config() const { return cfg_; }
+  std::vector<Block>& blocks() { return blocks_; }
+
+ private:
+  std::vector<torch::Tensor> parameters_with_decay(bool decayed);
+
+  TrainingConfig cfg_;
+  torch::nn::Embedding wte_{nullptr};
+  torch::nn::Embedding wpe_{nullptr};  // learned positions only
+  std::vector<Block> blocks_;
+  Norm final_norm_{nullptr};
+};
+TORCH_MODULE(GPT);
+
+// Index of the first tensor holding a NaN or Inf in GPTImpl::forward's `block_outputs`
+// (0 = the embedding, i = block i-1), or -1 when all are finite.
+int64_t first_nonfinite_output(const std::vector<torch::Tensor>& block_outputs);
+
+}  // namespace rcl

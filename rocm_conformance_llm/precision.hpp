@@ -1,0 +1,68 @@
+// Mixed precision: the autocast region the forward pass runs in, and the fp16 dynamic loss
+// scaler. bf16/fp16 move the model's GEMMs onto rocBLAS/hipBLASLt's reduced-precision
+// kernels, where precision-specific failures (NaN/Inf only under fp16/bf16) show up.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace rcl {
+
+// Autocast on or off for one device type, and the dtype it casts to.
+struct AutocastState {
+  bool enabled = false;
+  c10::ScalarType dtype = c10::ScalarType::BFloat16;
+};
+
+// "fp32" -> off, "bf16" / "fp16" -> on with that dtype; anything else is a ConfigError.
+AutocastState autocast_for(const std::string& mixed_precision);
+// The state currently in force for `device_type` (kCPU or kCUDA, the HIP device on ROCm).
+AutocastState current_autocast(torch::DeviceType device_type);
+
+// Puts `state` in force for `device_type` for the guard's lifetime, then restores the
+// previous state; leaving the outermost region clears the autocast weight-cast cache, as
+// Python's torch.autocast does. Run backward outside the region.
+class AutocastGuard {
+ public:
+  AutocastGuard(torch::DeviceType device_type, AutocastState state);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  torch::DeviceType device_type_;
+  AutocastState previous_;
+};
+
+// fp16 dynamic loss scaling with plain tensor ops (libtorch 1.13 has no GradScaler and no
+// CPU kernels for the _amp_* ops). The loss is multiplied by the scale before backward; the
+// gradients are divided by it before clipping. A step whose gradients hold Inf/NaN is skipped
+// and the scale halves; after `growth_interval` clean steps in a row the scale doubles.
+class DynamicLossScaler {
+ public:
+  DynamicLossScaler(double initial_scale, int64_t growth_interval, double backoff_factor = 0.5,
+                    double growth_factor = 2.0);
+
+  torch::Tensor scale(const torch::Tensor& loss) const;
+  // Divides every defined .grad by the scale in place; true when any of them is non-finite.
+  // One host-device sync: the skip decision needs the answer on the host.
+  bool unscale_and_check(const std::vector<torch::Tensor>& params) const;
+  // Record the step's outcome: back off (and log) on overflow, grow after a clean streak.
+  void update(bool found_nonfinite, int64_t step);
+
+  double current_scale() const { return scale_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+
+ private:
+  double scale_;
+  int64_t growth_interval_;
+  double backoff_factor_;
+  double growth_factor_;
+  int64_t clean_streak_ = 0;
+  int64_t skipped_steps_ = 0;
+};
+
+}  // namespace rcl

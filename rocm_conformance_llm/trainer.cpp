@@ -1,0 +1,294 @@
+#include "rocm_conformance_llm/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <spdlog/spdlog.h>
+
+#include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/utils/reproducibility.hpp"
+
+namespace rcl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+c10::Stream current_stream(const torch::Device& device) {
+  return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+}
+
+// Blocks until the device has run everything queued so far (no-op on CPU, which is synchronous).
+void wait_for_device(const torch::Device& device) {
+  if (device.type() != torch::kCPU) current_stream(device).synchronize();
+}
+
+// Per-phase wall time. Only with cfg.phase_timing: each phase boundary then waits for the
+// device so a phase is charged for its own kernels, which serialises host and GPU.
+class PhaseTimer {
+ public:
+  class Scope {
+   public:
+    Scope(const PhaseTimer* timer, const char* phase) : timer_(timer), phase_(phase) {
+      if (timer_) wait_for_device(timer_->device_);
+      start_ = Clock::now();
+    }
+    ~Scope() {
+      if (!timer_) return;
+      wait_for_device(timer_->device_);
+      (*timer_->out_)[phase_] += seconds_since(start_);
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    const PhaseTimer* timer_;
+    const char* phase_;
+    Clock::time_point start_;
+  };
+
+  PhaseTimer(bool enabled, torch::Device device, std::map<std::string, double>& out)
+      : enabled_(enabled), device_(device), out_(&out) {}
+  Scope measure(const char* phase) const { return Scope(enabled_ ? this : nullptr, phase); }
+
+ private:
+  bool enabled_;
+  torch::Device device_;
+  std::map<std::string, double>* out_;
+};
+
+// Device scalars on their way to the host. The copy is queued behind the step's kernels into
+// pinned memory and read one step later, by which time it has landed: logging never drains
+// the GPU queue. On CPU the copy is immediate.
+class DeferredScalars {
+ public:
+  explicit DeferredScalars(const std::vector<torch::Tensor>& scalars) {
+    const auto stacked = torch::stack(scalars).to(torch::kDouble);
+    if (stacked.device().is_cpu()) {
+      host_ = stacked;
+      return;
+    }
+    host_ = torch::empty(stacked.sizes(), torch::TensorOptions().dtype(torch::kDouble).pinned_memory(true));
+    host_.copy_(stacked, /*non_blocking=*/true);
+    ready_.emplace(stacked.device().type());
+    ready_->record(current_stream(stacked.device()));
+  }
+
+  std::vector<double> get() const {
+    // c10::Event has no blocking wait in libtorch 1.13; by now it has almost always fired.
+    while (ready_ && !ready_->query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const auto* data = host_.data_ptr<double>();
+    return {data, data + host_.numel()};
+  }
+
+ private:
+  torch::Tensor host_;
+  std::optional<c10::Event> ready_;
+};
+
+torch::Tensor zero_scalar(const torch::Device& device) {
+  return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+}
+
+}  // namespace
+
+struct Trainer::PendingStep {
+  StepRecord record;
+  DeferredScalars scalars;  // {mean loss, grad norm}
+};
+
+double learning_rate_at(const TrainingConfig& cfg, int64_t step) {
+  if (step <= cfg.warmup_steps) return cfg.learning_rate * double(step) / double(cfg.warmup_steps);
+  const double min_lr = cfg.learning_rate * cfg.min_lr_ratio;
+  const double progress =
+      std::min(1.0, double(step - cfg.warmup_steps) / double(std::max<int64_t>(1, cfg.steps - cfg.warmup_steps)));
+  return min_lr + 0.5 * (cfg.learning_rate - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    norms.push_back(p.grad().norm());
+  }
+  if (grads.empty()) return zero_scalar(params.empty() ? torch::Device(torch::kCPU) : params[0].device());
+  const auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm();
+  if (max_norm > 0) {
+    // The same arithmetic as torch::nn::utils::clip_grad_norm_.
+    const auto coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOptions model_options)
+    : ctx_(std::move(ctx)), sync_(std::move(sync)) {
+  auto& cfg = ctx_.cfg;
+  validate(cfg);
+  const auto& device = ctx_.device;
+  set_deterministic(cfg.deterministic);
+
+  data_ = make_data_source(cfg, sync_->rank(), sync_->world_size(), device);
+  if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
+
+  // Every rank draws the initial weights from the same seed: replicas must start identical.
+  // Then each rank continues from its own seed, so dropout masks differ across ranks.
+  seed_everything(cfg.seed, device);
+  model_ = GPT(cfg, model_options);
+  model_->to(device);
+  seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
+  params_ = model_->parameters();
+
+  const auto adamw = torch::optim::AdamWOptions(cfg.learning_rate).betas({0.9, 0.95}).eps(1e-8);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(model_->decay_parameters(), std::make_unique<torch::optim::AdamWOptions>(
+                                                      torch::optim::AdamWOptions(adamw).weight_decay(cfg.weight_decay)));
+  groups.emplace_back(model_->no_decay_parameters(),
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(adamw).weight_decay(0.0)));
+  optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups), adamw);
+
+  autocast_ = autocast_for(cfg.mixed_precision);
+  if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
+
+  if (cfg.memory_pressure_bytes > 0) {
+    // Held for the whole run: the ROCr allocator serves every step from what is left.
+    ballast_ = torch::zeros({cfg.memory_pressure_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+    spdlog::info("memory pressure: holding {} MiB of ballast on {}", cfg.memory_pressure_bytes >> 20, device.str());
+  }
+  spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(cfg),
+               flops_per_token(cfg), data_->describe());
+}
+
+void Trainer::add_observer(StepObserver* observer) { observers_.push_back(observer); }
+
+std::optional<double> Trainer::evaluate() {
+  if (!data_->has_validation()) return std::nullopt;
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  auto total = zero_scalar(ctx_.device);
+  for (int64_t i = 0; i < ctx_.cfg.eval_batches; ++i) {
+    const Batch batch = data_->val_batch(i);
+    AutocastGuard autocast(ctx_.device.type(), autocast_);
+    total += lm_loss(model_->forward(batch.inputs), batch.targets);
+  }
+  model_->train();
+  return total.item<double>() / double(ctx_.cfg.eval_batches);
+}
+
+// One optimizer step, in the order the work happens.
+Trainer::PendingStep Trainer::train_step() {
+  const auto& cfg = ctx_.cfg;
+  const auto& device = ctx_.device;
+  const auto start = Clock::now();
+  StepRecord rec;
+  rec.step = ++step_;
+  rec.rank = sync_->rank();
+  rec.world_size = sync_->world_size();
+  rec.lr = learning_rate_at(cfg, rec.step);
+  for (auto& group : optimizer_->param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rec.lr);
+  const PhaseTimer phases(cfg.phase_timing, device, rec.phase_s);
+
+  optimizer_->zero_grad();
+  auto loss_sum = zero_scalar(device);
+  for (int64_t micro = 0; micro < cfg.grad_accum_steps; ++micro) {
+    Batch batch;
+    {
+      auto timing = phases.measure("data");
+      batch = data_->train_batch(micro_batches_++);
+    }
+    torch::Tensor loss;
+    {
+      auto timing = phases.measure("forward");
+      AutocastGuard autocast(device.type(), autocast_);
+      loss = lm_loss(model_->forward(batch.inputs), batch.targets);
+    }
+    // The micro-batch's loss is known here (mean cross-entropy, float32).
+    loss_sum += loss.detach();
+    {
+      auto timing = phases.measure("backward");  // outside autocast, as autograd expects
+      auto objective = loss / double(cfg.grad_accum_steps);
+      (scaler_ ? scaler_->scale(objective) : objective).backward();
+    }
+    // Averaging is linear, so syncing every grad_sync_interval micro-steps and once more at
+    // the end of the window yields the same gradient as one sync at the end; only the
+    // number of all-reduces (the comm stress) changes.
+    if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
+      auto timing = phases.measure("grad_sync");
+      sync_->average_gradients(params_, rec.collectives);
+    }
+  }
+
+  // Gradients are final here: averaged across ranks, still loss-scaled under fp16.
+  torch::Tensor grad_norm;
+  {
+    auto timing = phases.measure("optimizer");
+    rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
+    rec.skipped = scaler_ && scaler_->unscale_and_check(params_);
+    grad_norm = clip_grad_norm(params_, cfg.grad_clip);
+    if (!rec.skipped) optimizer_->step();
+    if (scaler_) scaler_->update(rec.skipped, rec.step);
+  }
+
+  rec.tokens = cfg.grad_accum_steps * cfg.batch_size * cfg.seq_len;
+  rec.step_time_s = seconds_since(start);
+  rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
+  rec.memory = sample_memory(device);
+  // Validation is outside step_time_s: eval steps must not look like slow steps.
+  if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0) rec.val_loss = evaluate();
+  return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
+}
+
+void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
+  auto& rec = pending.record;
+  const auto values = pending.scalars.get();
+  rec.loss = sync_->mean_across_ranks(values[0]);
+  rec.grad_norm = values[1];
+  summary.losses.push_back(rec.loss);
+  if (rec.val_loss) summary.final_val_loss = rec.val_loss;
+  for (auto* observer : observers_) observer->on_step(rec);
+}
+
+TrainSummary Trainer::run() {
+  const auto& cfg = ctx_.cfg;
+  TrainSummary summary;
+  summary.loss_floor = data_->loss_floor();
+  const auto start = Clock::now();
+  double timed_s = 0;
+  int64_t timed_tokens = 0;
+
+  // Step N's record is published after step N+1 has been queued, when its loss has reached
+  // the host without stalling the device.
+  std::optional<PendingStep> pending;
+  while (step_ < cfg.steps) {
+    PendingStep current = train_step();
+    if (current.record.step > 1 || cfg.steps == 1) {
+      timed_s += current.record.step_time_s;
+      timed_tokens += current.record.tokens;
+    }
+    if (pending) publish(*pending, summary);
+    pending.emplace(std::move(current));
+    if (cfg.max_duration_s > 0 && seconds_since(start) >= cfg.max_duration_s && step_ < cfg.steps) {
+      summary.stopped_by_time = true;
+      spdlog::info("max_duration_s={} reached after {} of {} steps", cfg.max_duration_s, step_, cfg.steps);
+      break;
+    }
+  }
+  publish(*pending, summary);
+  if (!pending->record.val_loss) summary.final_val_loss = evaluate();
+
+  summary.steps_done = step_;
+  summary.skipped_steps = scaler_ ? scaler_->skipped_steps() : 0;
+  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : 0.0;
+  summary.wall_s = seconds_since(start);
+  return summary;
+}
+
+}  // namespace rcl
