@@ -82,6 +82,19 @@ std::vector<GemmShape> known_issue_gemm_shapes() {
   return {{"rocm-libraries#9055", 546, 9728, 2560, true, false, torch::kBFloat16}};
 }
 
+GemmCanaryResult judge_gemm_output(const GemmShape& shape, const torch::Tensor& output,
+                                   const torch::Tensor& reference) {
+  GemmCanaryResult r{.shape = shape, .tolerance = gemm_tolerance(shape.dtype, shape.k)};
+  const auto got = output.detach().to(torch::kCPU, torch::kDouble);
+  r.nonfinite_output = !got.isfinite().all().item<bool>();
+  const double ref_norm = std::max(reference.norm().item<double>(), 1e-300);
+  const double ref_rms = ref_norm / std::sqrt(static_cast<double>(std::max<int64_t>(reference.numel(), 1)));
+  const auto diff = got - reference;
+  r.relative_fro_error = diff.norm().item<double>() / ref_norm;
+  r.max_elementwise_error = diff.abs().max().item<double>() / ref_rms;
+  return r;
+}
+
 bool GemmCanaryResult::passed() const {
   return !supported || (!nonfinite_output && relative_fro_error <= tolerance.relative_fro &&
                         max_elementwise_error <= tolerance.max_elementwise);
@@ -98,8 +111,6 @@ GemmCanary::GemmCanary(std::vector<GemmShape> shapes, const torch::Device& devic
     const auto b = torch::randn({shape.k, shape.n}, gen, f64).to(shape.dtype).to(torch::kDouble);
     Case c;
     c.reference = torch::mm(a, b);
-    c.reference_norm = c.reference.norm().item<double>();
-    c.reference_rms = c.reference_norm / std::sqrt(static_cast<double>(c.reference.numel()));
     const auto stored_a = shape.transpose_a ? a.t().contiguous() : a;
     const auto stored_b = shape.transpose_b ? b.t().contiguous() : b;
     c.a = stored_a.to(device_, shape.dtype);
@@ -114,24 +125,20 @@ std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog
   std::vector<GemmCanaryResult> results;
   for (size_t i = 0; i < cases_.size(); ++i) {
     const Case& c = cases_[i];
-    GemmCanaryResult r{.shape = c.shape, .tolerance = gemm_tolerance(c.shape.dtype, c.shape.k)};
     torch::Tensor out;
     try {
       out = torch::mm(c.shape.transpose_a ? c.a.t() : c.a, c.shape.transpose_b ? c.b.t() : c.b);
     } catch (const c10::Error&) {
       // e.g. "addmm_impl_cpu_" not implemented for 'Half': nothing to validate on this device.
-      r.supported = false;
-      results.push_back(std::move(r));
+      GemmCanaryResult unsupported;
+      unsupported.shape = c.shape;
+      unsupported.supported = false;
+      results.push_back(std::move(unsupported));
       continue;
     }
     const bool injected = corrupt && i == 0;
     if (injected) out.narrow(0, c.shape.m - 1, 1).zero_();
-
-    const auto got = out.to(torch::kCPU, torch::kDouble);
-    r.nonfinite_output = !got.isfinite().all().item<bool>();
-    const auto diff = got - c.reference;
-    r.relative_fro_error = diff.norm().item<double>() / std::max(c.reference_norm, 1e-300);
-    r.max_elementwise_error = diff.abs().max().item<double>() / std::max(c.reference_rms, 1e-300);
+    GemmCanaryResult r = judge_gemm_output(c.shape, out, c.reference);
 
     if (!r.passed()) {
       const std::string signature = r.nonfinite_output ? "gemm_nonfinite_output" : "gemm_wrong_result";

@@ -66,6 +66,10 @@ struct GemmCanaryResult {
   bool passed() const;
 };
 
+// Judges one GEMM output (any device, any dtype) against its float64 reference.
+GemmCanaryResult judge_gemm_output(const GemmShape& shape, const torch::Tensor& output,
+                                   const torch::Tensor& reference);
+
 class GemmCanary {
  public:
   // Draws the inputs and computes the float64 references once.
@@ -82,8 +86,6 @@ class GemmCanary {
     GemmShape shape;
     torch::Tensor a, b;       // on the device, in the dtype, stored as the shape says
     torch::Tensor reference;  // CPU float64, M x N
-    double reference_norm = 0.0;
-    double reference_rms = 0.0;
   };
   torch::Device device_;
   std::vector<Case> cases_;

@@ -1,0 +1,120 @@
+#include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/utils/reproducibility.hpp"
+
+namespace rcl {
+
+namespace {
+constexpr int64_t kMaskCheckElements = 1 << 16;
+constexpr double kMaskCheckDropout = 0.1;
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
+}  // namespace
+
+uint64_t tensor_hash(const torch::Tensor& t) {
+  const auto host = t.detach().to(torch::kCPU).contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+uint64_t dropout_mask_hash(const torch::Device& device, int64_t numel, double p) {
+  torch::NoGradGuard no_grad;
+  const auto ones = torch::ones({numel}, torch::TensorOptions().device(device));
+  return tensor_hash(torch::dropout(ones, p, /*train=*/true).ne(0));
+}
+
+uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step,
+                               int rank, bool skew) {
+  const RngSnapshot saved = capture_rng(device);
+  seed_everything(shared_seed + static_cast<uint64_t>(step), device);
+  if (skew) dropout_mask_hash(device, 1 + rank, kMaskCheckDropout);
+  const uint64_t h = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
+  restore_rng(saved, device);
+  return h;
+}
+
+std::optional<Finding> compare_replay(const std::vector<double>& original,
+                                      const std::vector<double>& replayed, int64_t first_step,
+                                      bool deterministic, double rel_tol, int rank) {
+  if (original.size() != replayed.size())
+    throw std::invalid_argument(fmt::format("compare_replay: {} original vs {} replayed losses",
+                                            original.size(), replayed.size()));
+  for (size_t i = 0; i < original.size(); ++i) {
+    const double a = original[i], b = replayed[i];
+    const double rel = std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-30});
+    const bool equal = deterministic ? same_bits(a, b) : rel <= rel_tol;
+    if (equal) continue;
+    const int64_t step = first_step + static_cast<int64_t>(i);
+    return Finding{
+        .component = component::rocrand, .signature = "replay_mismatch", .severity = Severity::fail,
+        .step = step, .rank = rank,
+        .message = fmt::format("replay of step {} gave loss {:.17g}, the original run {:.17g} ({})",
+                               step, b, a,
+                               deterministic ? "deterministic mode: must be bitwise equal"
+                                             : fmt::format("relative difference {:.3g} > {:.3g}", rel, rel_tol)),
+        .evidence = {{"first_differing_step", step}, {"original_loss", json_number(a)},
+                     {"replayed_loss", json_number(b)}, {"relative_difference", json_number(rel)},
+                     {"deterministic", deterministic}, {"rel_tolerance", rel_tol},
+                     {"steps_compared", original.size()}}};
+  }
+  return std::nullopt;
+}
+
+std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank,
+                                                      int64_t step) {
+  std::map<uint64_t, int> votes;
+  for (uint64_t h : hash_per_rank) ++votes[h];
+  if (votes.size() <= 1) return std::nullopt;
+  uint64_t majority = hash_per_rank.front();
+  for (const auto& [h, n] : votes)
+    if (n > votes[majority]) majority = h;
+  std::vector<int> differing;
+  auto hashes = nlohmann::json::array();
+  for (size_t r = 0; r < hash_per_rank.size(); ++r) {
+    hashes.push_back(hex(hash_per_rank[r]));
+    if (hash_per_rank[r] != majority) differing.push_back(static_cast<int>(r));
+  }
+  return Finding{
+      .component = component::rocrand, .signature = "dropout_mask_rank_mismatch",
+      .severity = Severity::fail, .step = step, .rank = differing.front(),
+      .message = fmt::format("dropout masks drawn from a shared seed differ on rank(s) {} of {}",
+                             nlohmann::json(differing).dump(), hash_per_rank.size()),
+      .evidence = {{"hash_per_rank", hashes}, {"differing_ranks", differing},
+                   {"majority_hash", hex(majority)}}};
+}
+
+std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated,
+                                                const std::string& context, int64_t step, int rank) {
+  if (first == regenerated) return std::nullopt;
+  return Finding{
+      .component = component::rocrand, .signature = "dropout_mask_not_reproducible",
+      .severity = Severity::fail, .step = step, .rank = rank,
+      .message = fmt::format("the dropout mask regenerated from the restored RNG state differs "
+                             "({} boundary)",
+                             context),
+      .evidence = {{"context", context}, {"first_hash", hex(first)},
+                   {"regenerated_hash", hex(regenerated)}}};
+}
+
+std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank, bool skew) {
+  const RngSnapshot before = capture_rng(device);
+  const uint64_t first = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
+  restore_rng(before, device);
+  if (skew) dropout_mask_hash(device, 1 + rank, kMaskCheckDropout);  // consume a few draws
+  const uint64_t again = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
+  restore_rng(before, device);
+  return compare_mask_generations(first, again, "rng_state_restore", step, rank);
+}
+
+}  // namespace rcl

@@ -1,0 +1,57 @@
+// rocRAND checks: replays that must reproduce the original losses, dropout masks that must be
+// identical across ranks when drawn from a shared seed, and masks that must regenerate
+// identically once the RNG state is restored (gradient-accumulation and activation-checkpoint
+// recomputation boundaries depend on exactly that).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/diagnostics/finding.hpp"
+
+namespace rcl {
+
+// FNV-1a over the tensor's bytes (copied to the host, contiguous). Equal tensors of the same
+// dtype and shape hash equal; any flipped bit changes the hash.
+uint64_t tensor_hash(const torch::Tensor& t);
+
+// Hash of a dropout keep-mask of `numel` elements with drop probability `p`, drawn on `device`
+// from its current default generator (advances it like a real dropout call would).
+uint64_t dropout_mask_hash(const torch::Device& device, int64_t numel, double p);
+
+// The hash of a dropout mask drawn from `shared_seed` + `step`: identical on every healthy rank.
+// The RNG state is saved and restored around it, so training is unaffected. `skew` (the
+// rng-skew fault) consumes 1 + rank extra draws first, as a rank whose generator drifted would.
+// Gather the hashes of all ranks and pass them to check_mask_hashes_across_ranks.
+uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step,
+                               int rank, bool skew = false);
+
+// replay_mismatch (rocRAND, fail): the replayed losses of steps first_step.. must equal the
+// original ones bitwise when `deterministic`, else within relative tolerance `rel_tol`.
+// Reported at the first differing step. Throws std::invalid_argument if the lengths differ.
+std::optional<Finding> compare_replay(const std::vector<double>& original,
+                                      const std::vector<double>& replayed, int64_t first_step,
+                                      bool deterministic, double rel_tol, int rank);
+
+// dropout_mask_rank_mismatch (rocRAND, fail): masks drawn from one shared seed, hashed per rank
+// (index = rank), must all agree. Lists the ranks that differ from the majority hash.
+std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank,
+                                                      int64_t step);
+
+// dropout_mask_not_reproducible (rocRAND, fail): a mask drawn twice from the same restored RNG
+// state (`context`: "grad_accumulation", "activation_checkpoint", "checkpoint_reload", ...)
+// must hash the same.
+std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated,
+                                                const std::string& context, int64_t step, int rank);
+
+// Active check: captures the RNG state, draws a dropout mask, restores the state, draws again
+// and compares; the RNG state is left exactly as it was, so training is unaffected. `skew`
+// (the rng-skew fault) offsets the restored state the way a lost or stale restore would.
+std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank,
+                                         bool skew = false);
+
+}  // namespace rcl
