@@ -36,9 +36,12 @@ void CommMonitor::preflight() {
   sync_->broadcast_parameters(params_);
   report_all(sync_->run_canary());
   report_all(sync_->compare_parameters(params_));
+  sync_->take_collective_seconds();  // not part of step 1
 }
 
 void CommMonitor::on_step(const StepRecord& record) {
+  // Collectives since the previous on_step are this step's (gradient all-reduces, loss mean).
+  const double in_collectives = sync_->take_collective_seconds();
   const bool check = options_.check_interval > 0 && record.step % options_.check_interval == 0;
   if (check) {
     std::vector<Finding> desync = sync_->compare_collective_sequences();
@@ -49,7 +52,7 @@ void CommMonitor::on_step(const StepRecord& record) {
     }
   }
 
-  const RankStepTimes times = sync_->gather_step_times(record.step_time_s);
+  const RankStepTimes times = sync_->gather_step_times(record.step_time_s, in_collectives);
   if (!in_warmup(record)) {
     if (const auto verdict = stragglers_.add(times.busy_s)) {
       report(Finding{component::rccl, "straggler_rank", Severity::warn, record.step, sync_->rank(),
@@ -77,6 +80,7 @@ void CommMonitor::on_step(const StepRecord& record) {
                    busy.median_s, busy.max_s, busy.slowest_rank);
     }
   }
+  sync_->take_collective_seconds();  // the monitor's own collectives belong to no step
   sync_->begin_step(record.step + 1);
 }
 

@@ -124,6 +124,8 @@ std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::
 
 void ProcessGroupSync::begin_step(int64_t step) { comm_->set_step(step); }
 
+double ProcessGroupSync::take_collective_seconds() { return comm_->take_collective_seconds(); }
+
 Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,
                                   nlohmann::json evidence) const {
   evidence["backend"] = comm_->backend();
@@ -213,10 +215,8 @@ std::vector<Finding> ProcessGroupSync::compare_collective_sequences() {
                   {{"sequences", sequences}, {"desynchronised_ranks", odd}})};
 }
 
-RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s) {
-  const double in_collectives = comm_->take_collective_seconds();
-  const auto all = all_gather_values({step_time_s, in_collectives}, "step_times");
-  comm_->take_collective_seconds();  // the gather itself belongs to no step
+RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s, double collective_s) {
+  const auto all = all_gather_values({step_time_s, collective_s}, "step_times");
   RankStepTimes times;
   for (const auto& row : all) {
     times.step_s.push_back(row[0]);
