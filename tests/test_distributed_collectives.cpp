@@ -291,6 +291,7 @@ TEST(CommChecksTest, SkippedCollectiveIsNamedBySequenceCheck) {
     CommMonitorOptions options;
     options.check_interval = 1;
     CommMonitor monitor(diag, log, sync, {}, options);
+    sync->begin_step(1);
     std::vector<CollectiveSample> samples;
     auto params = parameters_with_grads(r);
     if (r != skipper) {
@@ -322,6 +323,7 @@ TEST(CommChecksTest, SkippedCollectiveIsNamedBySequenceCheck) {
     ASSERT_TRUE(desyncs[r].has_value()) << "rank " << r;
     const Finding& f = desyncs[r]->finding();
     EXPECT_EQ(f.signature, "collective_desync");
+    EXPECT_EQ(f.step, 1);
     EXPECT_EQ(f.evidence["desynchronised_ranks"], nlohmann::json({skipper}));
     EXPECT_EQ(f.evidence["sequences"], nlohmann::json({1, 1, 0, 1}));
     EXPECT_NE(f.message.find("rank 2 entered 0"), std::string::npos) << f.message;
@@ -363,6 +365,7 @@ MonitoredRun run_monitored(int world, int steps, int slow_rank, double sleep_s) 
     CommMonitor monitor(diag, log, sync, params, options);
     monitor.preflight();
     for (int step = 1; step <= steps; ++step) {
+      sync->begin_step(step);
       const auto start = Clock::now();
       auto grads = parameters_with_grads(r);
       if (r == slow_rank) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
@@ -374,6 +377,7 @@ MonitoredRun run_monitored(int world, int steps, int slow_rank, double sleep_s) 
       record.rank = r;
       record.world_size = world;
       record.step_time_s = seconds_since(start);
+      record.collectives = samples;
       monitor.on_step(record);
     }
     run.findings[r] = log.snapshot();

@@ -24,9 +24,7 @@ CommMonitor::CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::sh
       sync_(std::move(sync)),
       params_(std::move(params)),
       options_(options),
-      stragglers_(sync_->world_size(), options.straggler) {
-  sync_->begin_step(1);
-}
+      stragglers_(sync_->world_size(), options.straggler) {}
 
 void CommMonitor::report_all(std::vector<Finding> findings) {
   for (auto& f : findings) report(std::move(f), kMaxFindingsPerSignature);
@@ -36,12 +34,9 @@ void CommMonitor::preflight() {
   sync_->broadcast_parameters(params_);
   report_all(sync_->run_canary());
   report_all(sync_->compare_parameters(params_));
-  sync_->take_collective_seconds();  // not part of step 1
 }
 
 void CommMonitor::on_step(const StepRecord& record) {
-  // Collectives since the previous on_step are this step's (gradient all-reduces, loss mean).
-  const double in_collectives = sync_->take_collective_seconds();
   const bool check = options_.check_interval > 0 && record.step % options_.check_interval == 0;
   if (check) {
     std::vector<Finding> desync = sync_->compare_collective_sequences();
@@ -52,6 +47,8 @@ void CommMonitor::on_step(const StepRecord& record) {
     }
   }
 
+  double in_collectives = 0.0;
+  for (const auto& c : record.collectives) in_collectives += c.seconds;
   const RankStepTimes times = sync_->gather_step_times(record.step_time_s, in_collectives);
   if (!in_warmup(record)) {
     if (const auto verdict = stragglers_.add(times.busy_s)) {
@@ -80,8 +77,6 @@ void CommMonitor::on_step(const StepRecord& record) {
                    busy.median_s, busy.max_s, busy.slowest_rank);
     }
   }
-  sync_->take_collective_seconds();  // the monitor's own collectives belong to no step
-  sync_->begin_step(record.step + 1);
 }
 
 std::unique_ptr<CommMonitor> make_comm_monitor(const std::shared_ptr<GradientSync>& sync,

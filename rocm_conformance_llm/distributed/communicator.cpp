@@ -95,7 +95,6 @@ struct Communicator::Impl {
   c10::intrusive_ptr<C10dGroup> group;
   int64_t sequence = 0;
   int64_t step = 0;
-  double collective_seconds = 0.0;
 
   double timeout_s() const { return std::chrono::duration<double>(timeout).count(); }
 
@@ -182,7 +181,6 @@ struct Communicator::Impl {
       throw CollectiveError(diagnose(seq, op, seconds_since(started), e.what()));
     }
     const double seconds = seconds_since(started);
-    collective_seconds += seconds;
     return CollectiveSample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
   }
 };
@@ -259,10 +257,6 @@ std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout;
 int64_t Communicator::sequence() const { return impl_->sequence; }
 int64_t Communicator::step() const { return impl_->step; }
 void Communicator::set_step(int64_t step) { impl_->step = step; }
-
-double Communicator::take_collective_seconds() {
-  return std::exchange(impl_->collective_seconds, 0.0);
-}
 
 CollectiveSample Communicator::all_reduce_sum(torch::Tensor& tensor, const std::string& op) {
   std::vector<at::Tensor> tensors{tensor};

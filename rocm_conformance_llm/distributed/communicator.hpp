@@ -77,8 +77,6 @@ class Communicator {
   // The optimizer step now running: quoted by heartbeats and errors.
   void set_step(int64_t step);
   int64_t step() const;
-  // Seconds spent inside collectives since the previous call (wait for peers included).
-  double take_collective_seconds();
 
   // Each rank's `value`, exchanged through the store rather than the collective transport, so
   // it still works when the ranks' collectives no longer line up. `name` must be new for each

@@ -3,6 +3,7 @@
 // implements the same interface in distributed/.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include <torch/torch.h>
@@ -22,6 +23,9 @@ class GradientSync {
                                  std::vector<CollectiveSample>& out) = 0;
   // Mean of a scalar across ranks (loss, for identical logs on every rank).
   virtual double mean_across_ranks(double value) = 0;
+  // The 1-based optimizer step about to run. A group quotes it in its heartbeat, so a
+  // collective that times out on one rank names the step every other rank was at.
+  virtual void begin_step(int64_t /*step*/) {}
 };
 
 // World of one: nothing to synchronise.

@@ -124,8 +124,6 @@ std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::
 
 void ProcessGroupSync::begin_step(int64_t step) { comm_->set_step(step); }
 
-double ProcessGroupSync::take_collective_seconds() { return comm_->take_collective_seconds(); }
-
 Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,
                                   nlohmann::json evidence) const {
   evidence["backend"] = comm_->backend();

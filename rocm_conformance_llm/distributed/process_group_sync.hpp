@@ -34,16 +34,13 @@ class ProcessGroupSync final : public GradientSync {
   void average_gradients(const std::vector<torch::Tensor>& params,
                          std::vector<CollectiveSample>& out) override;
   double mean_across_ranks(double value) override;
+  void begin_step(int64_t step) override;
 
   // Every rank starts from rank 0's parameters (in buckets, like the gradients).
   void broadcast_parameters(const std::vector<torch::Tensor>& params);
   // Each rank's `values` (same length everywhere), indexed [rank][i], exact in float64.
   std::vector<std::vector<double>> all_gather_values(const std::vector<double>& values, const std::string& op);
 
-  // The step now running (1-based), quoted by the heartbeat that names a rank that stops.
-  void begin_step(int64_t step);
-  // Seconds this rank spent inside collectives (waiting for peers included) since the last call.
-  double take_collective_seconds();
 
   // --- checks: each returns the findings (component RCCL) every rank agrees on ------------
   // All-reduce of exact integers at sizes that take RCCL's different protocols (LL for small
@@ -55,8 +52,8 @@ class ProcessGroupSync final : public GradientSync {
   // Compares, through the store (not the transport, which is what desynchronises), how many
   // collectives each rank has entered; names a rank that skipped or added one.
   std::vector<Finding> compare_collective_sequences();
-  // This rank's step time and the part of it spent in collectives in; every rank's step and
-  // busy times out.
+  // This rank's step time and the part of it spent inside collectives (waiting for peers
+  // included) in; every rank's step and busy times out.
   RankStepTimes gather_step_times(double step_time_s, double collective_s);
 
   // Self-test of the canary: this rank adds `offset` to its contribution (0 = healthy).
