@@ -33,7 +33,6 @@ constexpr std::array<FaultTraits, 8> kFaults = {{
     {FaultKind::hang, "hang", true, FaultValue::none},
     {FaultKind::gemm_corrupt, "gemm-corrupt", false, FaultValue::none},
 }};
-constexpr double kDefaultSlowStepSeconds = 0.2;
 constexpr int64_t kDefaultLeakBytesPerStep = int64_t{8} << 20;
 
 const FaultTraits& traits(FaultKind kind) { return kFaults[static_cast<size_t>(kind)]; }
@@ -143,7 +142,6 @@ FaultSpec parse_one(std::string_view spec) {
   }
 
   if (t.needs_step && !out.step) bad_spec(spec, fmt::format("'{}' needs @step=N", t.name));
-  if (t.value == FaultValue::seconds && !value_seen) out.seconds = kDefaultSlowStepSeconds;
   if (t.value == FaultValue::bytes && !value_seen) out.bytes_per_step = kDefaultLeakBytesPerStep;
   return out;
 }
@@ -168,7 +166,9 @@ std::string FaultSpec::to_string() const {
   std::string s = fault_name(kind);
   switch (traits(kind).value) {
     case FaultValue::none: break;
-    case FaultValue::seconds: s += fmt::format("={:g}", seconds); break;
+    case FaultValue::seconds:
+      if (seconds > 0) s += fmt::format("={:g}", seconds);
+      break;
     case FaultValue::bytes:
       s += bytes_per_step % (1 << 20) == 0 ? fmt::format("={}MiB/step", bytes_per_step >> 20)
                                            : fmt::format("={}B/step", bytes_per_step);

@@ -7,8 +7,9 @@
 //   nan@step=N             the loss is NaN at step N (NaN written into the first block's output)
 //   grad-bitflip@step=N    one gradient element gets its top exponent bit flipped at step N
 //   loss-spike@step=N      the loss jumps at step N (logits scaled up for that step)
-//   slow-step[=SECONDS][@step=N]   every step from N (default 1) sleeps SECONDS more (default
-//                          0.2): a performance cliff
+//   slow-step[=SECONDS][@step=N]   every step from N (default 1) sleeps SECONDS more; without
+//                          SECONDS it sleeps twice the step's own time (3x slower whatever the
+//                          hardware): a performance cliff
 //   memory-leak[=SIZE[/step]][@step=N]  every step from N (default 1) keeps SIZE more device
 //                          memory alive (default 8MiB; units B, KiB, MiB, GiB)
 //   rng-skew[@step=N]      from step N, the RNG state a replay or mask check restores is skewed
@@ -43,7 +44,7 @@ struct FaultSpec {
   FaultKind kind = FaultKind::nan;
   std::optional<int64_t> step;  // exact step (one-shot kinds) or first step (persistent kinds)
   std::optional<int> rank;      // nullopt: every rank
-  double seconds = 0.0;         // slow-step
+  double seconds = 0.0;         // slow-step; 0: relative, sleep 2x the step's own time
   int64_t bytes_per_step = 0;   // memory-leak
 
   bool operator==(const FaultSpec&) const = default;

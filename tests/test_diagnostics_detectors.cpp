@@ -102,6 +102,23 @@ TEST(NumericsDetector, InfiniteGradNormFailsUnlessTheScalerSkippedTheStep) {
   EXPECT_TRUE(run_detectors(stream).empty());
 }
 
+TEST(NumericsDetector, FiniteGradNormBlowUpWarns) {
+  // A flipped exponent bit in one gradient element that still leaves the norm finite.
+  auto stream = clean_stream();
+  stream[29].grad_norm = 3.2e12;  // step 30
+  const auto findings = run_detectors(stream);
+  const auto spikes = with_signature(findings, "grad_norm_spike");
+  ASSERT_EQ(spikes.size(), 1u) << describe(findings);
+  EXPECT_EQ(spikes[0].step, 30);
+  EXPECT_EQ(spikes[0].component, component::rocblas);
+  EXPECT_EQ(spikes[0].severity, Severity::warn);
+
+  // Healthy swings of a few x are not spikes.
+  auto healthy = clean_stream();
+  for (size_t i = 5; i < healthy.size(); i += 3) healthy[i].grad_norm *= 8.0;
+  EXPECT_TRUE(run_detectors(healthy).empty()) << describe(run_detectors(healthy));
+}
+
 TEST(NumericsDetector, PersistentOverflowSkipsWarn) {
   auto stream = clean_stream();
   for (size_t i = 30; i < 40; ++i) {

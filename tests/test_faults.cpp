@@ -49,7 +49,8 @@ TEST(FaultPlan, ValueCanPrecedeTheSelectors) {
 
 TEST(FaultPlan, DefaultsAndSizeUnits) {
   const auto plan = FaultPlan::parse("slow-step,memory-leak");
-  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_step, 1, 0)->seconds, 0.2);
+  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_step, 1, 0)->seconds, 0.0);  // relative to the step
+  EXPECT_EQ(plan.to_string(), "slow-step,memory-leak=8MiB/step");
   EXPECT_EQ(plan.active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 8 << 20);
   EXPECT_EQ(FaultPlan::parse("memory-leak=512KiB").active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 512 << 10);
   EXPECT_EQ(FaultPlan::parse("memory-leak=1GiB/step").active(FaultKind::memory_leak, 1, 0)->bytes_per_step,

@@ -12,6 +12,8 @@ namespace {
 // A perfectly flat loss (same batch, tiny model) has a MAD of zero: floor the scale at 1% of
 // the loss so only a jump of several percent can count as a spike.
 constexpr double kLossScaleFloor = 0.01;
+// Gradient norms swing by several x in healthy training: judge them in decades.
+constexpr double kLogGradNormScaleFloor = 0.25;
 
 Finding numerics_finding(const std::string& signature, Severity severity, const StepRecord& r,
                          std::string message, nlohmann::json evidence) {
@@ -45,6 +47,28 @@ void NumericsDetector::on_step(const StepRecord& r) {
         values));
 
   if (std::isfinite(r.loss) && !in_warmup(r)) check_spike(r);
+  if (std::isfinite(r.grad_norm) && r.grad_norm > 0 && !r.skipped && !in_warmup(r)) check_grad_norm(r);
+}
+
+void NumericsDetector::check_grad_norm(const StepRecord& r) {
+  const double log_norm = std::log10(r.grad_norm);
+  const auto min_samples = static_cast<size_t>(std::max<int64_t>(3, cfg_.window_steps / 2));
+  if (log_grad_norms_.size() >= min_samples) {
+    const std::vector<double> baseline(log_grad_norms_.begin(), log_grad_norms_.end());
+    const double median = stats::median(baseline);
+    const double z = (log_norm - median) / std::max(stats::scaled_mad(baseline), kLogGradNormScaleFloor);
+    if (z >= cfg_.loss_spike_zscore) {
+      report(numerics_finding("grad_norm_spike", Severity::warn, r,
+                              fmt::format("gradient norm {:.4g} is {:.0f}x the recent median {:.4g}", r.grad_norm,
+                                          std::pow(10.0, log_norm - median), std::pow(10.0, median)),
+                              {{"grad_norm", r.grad_norm}, {"baseline_median", std::pow(10.0, median)},
+                               {"log10_zscore", z}, {"threshold", cfg_.loss_spike_zscore}}),
+             /*max_per_signature=*/5);
+      return;  // a corrupted norm never enters the baseline
+    }
+  }
+  log_grad_norms_.push_back(log_norm);
+  if (static_cast<int64_t>(log_grad_norms_.size()) > cfg_.window_steps) log_grad_norms_.pop_front();
 }
 
 void NumericsDetector::check_spike(const StepRecord& r) {

@@ -21,7 +21,9 @@ namespace rcl {
 //   row), loss_spike (warn: robust z of the loss against the median/MAD of the last
 //   `window_steps` accepted post-warm-up losses >= loss_spike_zscore), loss_divergence (fail:
 //   the spike has not come back under the threshold within `window_steps` steps; reported at
-//   the spike's step).
+//   the spike's step), grad_norm_spike (warn, up to 5: a finite gradient norm at least
+//   loss_spike_zscore robust deviations above the recent median in log10 space, the scale
+//   floored at 0.25 decades, so >= ~30x: a flipped exponent bit or a corrupted reduction).
 class NumericsDetector final : public Detector {
  public:
   using Detector::Detector;
@@ -35,8 +37,10 @@ class NumericsDetector final : public Detector {
     int64_t steps_after = 0;
   };
   void check_spike(const StepRecord& r);
+  void check_grad_norm(const StepRecord& r);
 
   std::deque<double> baseline_;
+  std::deque<double> log_grad_norms_;
   std::optional<PendingSpike> pending_;
   int64_t consecutive_skips_ = 0;
 };
