@@ -39,7 +39,8 @@ void StepTimeDetector::on_step(const StepRecord& r) {
   if (slow_run_length_ != cliff_run_length()) return;
   const auto run_begin = steady_s_.end() - slow_run_length_;
   const std::vector<double> run(run_begin, steady_s_.end());
-  const std::vector<double> before(run_begin - std::min<std::ptrdiff_t>(cfg_.window_steps, run_begin - steady_s_.begin()), run_begin);
+  const auto preceding = std::min<std::ptrdiff_t>(cfg_.window_steps, run_begin - steady_s_.begin());
+  const std::vector<double> before(run_begin - preceding, run_begin);
   const double ratio = stats::median(run) / *reference_median_;
   const double jump = stats::median(run) / stats::median(before);
   if (jump < cfg_.slowdown_ratio_warn) return;
