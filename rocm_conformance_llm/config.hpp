@@ -142,6 +142,7 @@ struct DiagnosticsConfig {
   double reload_memory_growth_warn_bytes = 64 << 20;  // memory kept after a checkpoint reload
   double baseline_loss_rel_tolerance = 1e-2;   // --baseline loss compare when not deterministic
   double baseline_memory_growth_ratio = 0.10;  // --baseline peak memory growth
+  int64_t fingerprint_interval = 10;   // steps between ATen op-count fingerprints (0 = off)
   bool operator==(const DiagnosticsConfig&) const = default;
 };
 
@@ -169,7 +170,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     slowdown_ratio_warn, first_step_ratio_warn, memory_slope_bytes_per_step_warn,
     fragmentation_ratio_warn, gemm_canary_interval, collective_latency_zscore, watchdog_timeout_s,
     window_steps, replay_rel_tolerance, reload_memory_growth_warn_bytes,
-    baseline_loss_rel_tolerance, baseline_memory_growth_ratio)
+    baseline_loss_rel_tolerance, baseline_memory_growth_ratio, fingerprint_interval)
 
 // A preset: a base training config and the stress intensities that fit its scale.
 struct Preset {
