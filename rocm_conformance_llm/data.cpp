@@ -230,7 +230,7 @@ void SyntheticCorpus::fill_window(Split split, int64_t sample, int64_t* tokens, 
 
 namespace {
 
-std::vector<int64_t> tokenize_file(const std::string& path) {
+std::vector<uint16_t> tokenize_file(const std::string& path) {
   auto fail = [&](const std::string& what) { return ConfigError("invalid data_path '" + path + "': " + what); };
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw fail("not a readable regular file");
@@ -238,7 +238,7 @@ std::vector<int64_t> tokenize_file(const std::string& path) {
   if (!in) throw fail("cannot be opened");
   const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
-  std::vector<int64_t> tokens;
+  std::vector<uint16_t> tokens;
   auto add_document = [&](const std::string& text) {
     tokens.push_back(byte_tokens::bos);
     for (unsigned char byte : text) tokens.push_back(byte);

@@ -132,7 +132,7 @@ class TokenFile final : public DataSource {
  private:
   std::string path_;
   uint64_t seed_;
-  std::vector<int64_t> tokens_;
+  std::vector<uint16_t> tokens_;        // 2 bytes per token: the whole file stays in memory
   std::vector<int64_t> train_windows_;  // window start offsets into tokens_
   std::vector<int64_t> val_windows_;
   mutable int64_t cached_epoch_ = -1;   // the train order of one epoch, computed on demand

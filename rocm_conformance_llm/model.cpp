@@ -49,7 +49,7 @@ torch::Tensor apply_rotary(const torch::Tensor& x) {
   return (xc * cos + rotated * sin).to(x.scalar_type());
 }
 
-void require_attention_backend(const std::string& backend) {
+void configure_attention_backend(const std::string& backend) {
 #ifndef RCL_HAVE_SDPA
   if (backend != "math")
     throw ConfigError("invalid attention_backend='" + backend + "': needs libtorch >= 2.0 (this build has " +
@@ -58,13 +58,13 @@ void require_attention_backend(const std::string& backend) {
 #else
   // The SDPA kernel choice is process-global in libtorch. Restricting it to one kernel family
   // pins which GPU implementation (AOTriton flash / memory-efficient on ROCm, or the math
-  // fallback) the run validates.
+  // fallback) the run validates; plain "sdpa" lets libtorch choose among all of them.
+  if (backend == "math") return;
   auto& ctx = at::globalContext();
-  if (backend == "sdpa_math" || backend == "sdpa_flash" || backend == "sdpa_mem_efficient") {
-    ctx.setSDPUseMath(backend == "sdpa_math");
-    ctx.setSDPUseFlash(backend == "sdpa_flash");
-    ctx.setSDPUseMemEfficient(backend == "sdpa_mem_efficient");
-  }
+  const bool any = backend == "sdpa";
+  ctx.setSDPUseMath(any || backend == "sdpa_math");
+  ctx.setSDPUseFlash(any || backend == "sdpa_flash");
+  ctx.setSDPUseMemEfficient(any || backend == "sdpa_mem_efficient");
 #endif
 }
 
@@ -253,7 +253,7 @@ torch::Tensor BlockImpl::residual_branch(const torch::Tensor& branch_out) {
 
 GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
-  require_attention_backend(cfg.attention_backend);
+  configure_attention_backend(cfg.attention_backend);
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
   if (cfg.position == "learned") wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden_size));
   for (int64_t i = 0; i < cfg.num_layers; ++i)

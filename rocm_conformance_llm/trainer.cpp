@@ -122,7 +122,7 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
   const auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm();
   if (max_norm > 0) {
     // The same arithmetic as torch::nn::utils::clip_grad_norm_.
-    const auto coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+    const auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
     for (auto& g : grads) g.mul_(coef);
   }
   return total;
