@@ -31,6 +31,7 @@ TEST(Watchdog, FiresOnAStalledStepWithWhatTheRunWasDoing) {
   }
   const auto stalled_at = Clock::now();
   dog.set_phase(phase::backward, 7);  // ...and step 7 never finishes
+  EXPECT_EQ(dog.current_phase(), "backward");
 
   auto future = fired.get_future();
   ASSERT_EQ(future.wait_for(3s), std::future_status::ready) << "the watchdog never fired";

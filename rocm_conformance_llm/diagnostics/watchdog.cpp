@@ -44,6 +44,11 @@ bool Watchdog::fired() const {
   return fired_;
 }
 
+std::string Watchdog::current_phase() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return phase_;
+}
+
 Finding Watchdog::hang_finding(std::chrono::steady_clock::time_point now) const {
   const bool collective = is_collective_phase(phase_);
   const double stalled_s = std::chrono::duration<double>(now - last_progress_).count();

@@ -50,6 +50,7 @@ class Watchdog {
   // What the run is doing now; does not restart the timeout.
   void set_phase(std::string phase, int64_t step, std::string last_collective = {});
   bool fired() const;
+  std::string current_phase() const;  // for a crash report's "phase"
   void stop();
 
  private:
