@@ -237,6 +237,14 @@ void validate(const DiagnosticsConfig& d) {
   require_min(d.gemm_canary_interval, 0, "diagnostics.gemm_canary_interval");
   require_positive(d.collective_latency_zscore, "diagnostics.collective_latency_zscore");
   require_positive(d.watchdog_timeout_s, "diagnostics.watchdog_timeout_s");
+  require_min(d.window_steps, 3, "diagnostics.window_steps");
+  require_range(d.replay_rel_tolerance, 0.0, 1.0, true, "diagnostics.replay_rel_tolerance");
+  require(std::isfinite(d.reload_memory_growth_warn_bytes) && d.reload_memory_growth_warn_bytes >= 0,
+          "diagnostics.reload_memory_growth_warn_bytes", show(d.reload_memory_growth_warn_bytes), "must be >= 0");
+  require_range(d.baseline_loss_rel_tolerance, 0.0, 1.0, true, "diagnostics.baseline_loss_rel_tolerance");
+  require(std::isfinite(d.baseline_memory_growth_ratio) && d.baseline_memory_growth_ratio >= 0,
+          "diagnostics.baseline_memory_growth_ratio", show(d.baseline_memory_growth_ratio), "must be >= 0");
+  require_min(d.fingerprint_interval, 0, "diagnostics.fingerprint_interval");
 }
 
 void merge_json_strict(nlohmann::json& target, const nlohmann::json& patch, const std::string& where) {
