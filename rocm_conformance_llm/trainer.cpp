@@ -261,7 +261,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.loss_floor = data_->loss_floor();
   const auto start = Clock::now();
-  double timed_s = 0;
+  double timed_s = 0;  // steps after the first, which pays for kernel selection and warm-up
   int64_t timed_tokens = 0;
 
   // Step N's record is published after step N+1 has been queued, when its loss has reached
@@ -269,13 +269,17 @@ TrainSummary Trainer::run() {
   std::optional<PendingStep> pending;
   while (step_ < cfg.steps) {
     PendingStep current = train_step();
-    if (current.record.step > 1 || cfg.steps == 1) {
+    if (current.record.step > 1) {
       timed_s += current.record.step_time_s;
       timed_tokens += current.record.tokens;
     }
     if (pending) publish(*pending, summary);
     pending.emplace(std::move(current));
-    if (cfg.max_duration_s > 0 && seconds_since(start) >= cfg.max_duration_s && step_ < cfg.steps) {
+    // Ranks' clocks differ: stop when any rank's time is up, all at the same step, or the
+    // others would wait forever in the next collective.
+    const bool time_up = cfg.max_duration_s > 0 && step_ < cfg.steps &&
+                         sync_->mean_across_ranks(seconds_since(start) >= cfg.max_duration_s ? 1.0 : 0.0) > 0;
+    if (time_up) {
       summary.stopped_by_time = true;
       spdlog::info("max_duration_s={} reached after {} of {} steps", cfg.max_duration_s, step_, cfg.steps);
       break;
@@ -286,7 +290,7 @@ TrainSummary Trainer::run() {
 
   summary.steps_done = step_;
   summary.skipped_steps = scaler_ ? scaler_->skipped_steps() : 0;
-  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : 0.0;
+  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : pending->record.tokens_per_s;
   summary.wall_s = seconds_since(start);
   return summary;
 }

@@ -4,8 +4,9 @@
 // in-process ranks), bf16 trains, and every step reaches the observers with its record.
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -167,12 +168,36 @@ TEST(Training, GradientAccumulationEqualsTheLargerBatch) {
   expect_all_close(gradients_of(a), gradients_of(b), 1e-4, 1e-7);
 }
 
+// Both ranks must reach each collective; a rank that never comes is a desync, reported as
+// an error (instead of a hang) after a generous timeout.
+class Rendezvous {
+ public:
+  void arrive() {
+    std::unique_lock lock(mutex_);
+    const int64_t generation = generation_;
+    if (++arrived_ == 2) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    if (!cv_.wait_for(lock, std::chrono::seconds(20), [&] { return generation_ != generation; }))
+      throw std::runtime_error("rank desync: the other rank never reached this collective");
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
 // An in-process world of two ranks, one thread each: averages gradients through shared
-// buffers, like an all-reduce, and counts the collectives.
+// buffers, like an all-reduce, and records each collective.
 class ThreadPairSync final : public GradientSync {
  public:
   struct Shared {
-    std::barrier<> barrier{2};
+    Rendezvous rendezvous;
     std::array<std::vector<torch::Tensor>, 2> grads;
     std::array<double, 2> scalars{};
   };
@@ -183,48 +208,58 @@ class ThreadPairSync final : public GradientSync {
     auto& mine = shared_->grads[rank_];
     mine.clear();
     for (const auto& p : params) mine.push_back(p.grad().clone());
-    shared_->barrier.arrive_and_wait();
+    shared_->rendezvous.arrive();
     for (size_t i = 0; i < params.size(); ++i)
       params[i].grad().copy_((shared_->grads[0][i] + shared_->grads[1][i]) / 2);  // same order on both ranks
-    shared_->barrier.arrive_and_wait();
-    out.push_back({"allreduce", 0, 0.0, 0.0, ++calls});
+    shared_->rendezvous.arrive();
+    out.push_back({"allreduce", 0, 0.0, 0.0, ++sequence_});
   }
   double mean_across_ranks(double value) override {
     shared_->scalars[rank_] = value;
-    shared_->barrier.arrive_and_wait();
+    shared_->rendezvous.arrive();
     const double mean = (shared_->scalars[0] + shared_->scalars[1]) / 2;
-    shared_->barrier.arrive_and_wait();
+    shared_->rendezvous.arrive();
     return mean;
   }
-  int64_t calls = 0;
 
  private:
   std::shared_ptr<Shared> shared_;
   int rank_;
+  int64_t sequence_ = 0;
 };
 
 struct TwoRankResult {
   std::array<std::vector<torch::Tensor>, 2> grads;
   std::array<std::vector<torch::Tensor>, 2> params;
   std::array<std::vector<StepRecord>, 2> records;
+  std::array<TrainSummary, 2> summaries;
 };
 
-TwoRankResult run_two_ranks(const RunContext& ctx) {
+// `slow_rank1` sees rank 1's steps too, e.g. to make that rank slower.
+TwoRankResult run_two_ranks(const RunContext& ctx, StepObserver* slow_rank1 = nullptr) {
   auto shared = std::make_shared<ThreadPairSync::Shared>();
-  std::array<std::shared_ptr<ThreadPairSync>, 2> syncs{std::make_shared<ThreadPairSync>(shared, 0),
-                                                       std::make_shared<ThreadPairSync>(shared, 1)};
   // Built one after the other: weight init uses the process-wide generator.
-  std::array<std::unique_ptr<Trainer>, 2> trainers{std::make_unique<Trainer>(ctx, syncs[0]),
-                                                   std::make_unique<Trainer>(ctx, syncs[1])};
+  std::array<std::unique_ptr<Trainer>, 2> trainers{
+      std::make_unique<Trainer>(ctx, std::make_shared<ThreadPairSync>(shared, 0)),
+      std::make_unique<Trainer>(ctx, std::make_shared<ThreadPairSync>(shared, 1))};
   std::array<Recorder, 2> recorders;
+  if (slow_rank1) trainers[1]->add_observer(slow_rank1);
+  TwoRankResult out;
+  std::array<std::string, 2> errors;
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     trainers[r]->add_observer(&recorders[r]);
-    threads.emplace_back([&, r] { trainers[r]->run(); });
+    threads.emplace_back([&, r] {
+      try {
+        out.summaries[r] = trainers[r]->run();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
   }
   for (auto& t : threads) t.join();
-  TwoRankResult out;
   for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
     out.grads[r] = gradients_of(*trainers[r]);
     for (const auto& p : trainers[r]->model()->parameters()) out.params[r].push_back(p.detach().clone());
     out.records[r] = recorders[r].records;
@@ -345,6 +380,19 @@ TEST(Training, ObserversGetEveryStepInOrderWithItsRecord) {
   std::ifstream lines(metrics.path());
   EXPECT_EQ(std::count(std::istreambuf_iterator<char>(lines), std::istreambuf_iterator<char>(), '\n'), 4);
   std::filesystem::remove_all(ctx.output_dir);
+}
+
+// Rank 1 checks the clock later than rank 0 every step; if each decided alone, one would
+// leave while the other waits in the next collective.
+TEST(Training, MaxDurationStopsAllRanksAtTheSameStep) {
+  auto ctx = tiny_run(100000);
+  ctx.cfg.max_duration_s = 0.6;
+  struct Slow final : StepObserver {
+    void on_step(const StepRecord&) override { std::this_thread::sleep_for(std::chrono::milliseconds(150)); }
+  } slow;
+  const auto run = run_two_ranks(ctx, &slow);
+  EXPECT_TRUE(run.summaries[0].stopped_by_time);
+  EXPECT_EQ(run.summaries[0].steps_done, run.summaries[1].steps_done);
 }
 
 TEST(Training, MaxDurationStopsTheRunEarly) {
