@@ -1,11 +1,6 @@
 // Real c10d groups on loopback: N threads in this process, each a rank with its own
 // ProcessGroupGloo on one TCPStore. Gradient averaging, and every cross-rank check both firing
 // on an injected fault and silent on a clean run; timeouts name the rank that never came.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <barrier>
 #include <chrono>
 #include <thread>
@@ -15,33 +10,19 @@
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
+#include "test_distributed_support.hpp"
 
 namespace rcl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using test::free_port;
 using std::chrono::milliseconds;
 
 // Short enough to keep the suite fast, long enough for 4 ranks on 2 busy cores.
 constexpr double kTimeoutS = 2.0;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// A loopback port nobody holds right now (the kernel picks it; closed again at once).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw std::runtime_error("no free loopback port");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 LaunchInfo loopback_launch(int rank, int world, int port) {
   LaunchInfo launch;
