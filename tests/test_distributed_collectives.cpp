@@ -313,6 +313,26 @@ TEST(CommChecksTest, SkippedCollectiveIsNamedBySequenceCheck) {
   }
 }
 
+TEST(CommChecksTest, SequenceCheckNamesARankThatNeverComes) {
+  const int world = 3;
+  const int absent = 2;
+  std::vector<std::optional<CollectiveError>> errors(world);
+  run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
+    if (r == absent) return;
+    try {
+      sync->compare_collective_sequences();
+    } catch (const CollectiveError& e) {
+      errors[r] = e;
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    if (r == absent) continue;
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->finding().signature, "exchange_timeout");
+    EXPECT_EQ(errors[r]->finding().evidence["missing_ranks"], nlohmann::json({absent})) << errors[r]->what();
+  }
+}
+
 TEST(CommChecksTest, RendezvousNamesTheRankThatNeverJoined) {
   const int port = free_port();
   const auto start = Clock::now();

@@ -290,23 +290,37 @@ CollectiveSample Communicator::broadcast(torch::Tensor& tensor, int root, const 
   });
 }
 
+// Rank 0 gathers the values and publishes them under one key: O(world) store requests per
+// exchange rather than O(world^2), which matters with hundreds of ranks on one store server.
 std::vector<int64_t> Communicator::exchange_through_store(const std::string& name, int64_t value) {
   Impl& d = *impl_;
   const std::string prefix = "exchange/" + name + "/";
   std::vector<std::string> keys;
   for (int r = 0; r < d.world_size; ++r) keys.push_back(prefix + std::to_string(r));
+  const std::string combined_key = prefix + "all";
   const auto started = Clock::now();
+  std::string combined;
   try {
     d.store->set(keys[d.rank], to_bytes(std::to_string(value)));
-    d.store->wait(keys, d.timeout);
+    if (d.rank == 0) {
+      d.store->wait(keys, d.timeout);
+      for (const auto& key : keys) combined += from_bytes(d.store->get(key)) + " ";
+      d.store->set(combined_key, to_bytes(combined));
+      for (const auto& key : keys) d.store->deleteKey(key);
+    } else {
+      d.store->wait({combined_key}, d.timeout);
+      combined = from_bytes(d.store->get(combined_key));
+    }
   } catch (const std::exception& e) {
+    // Whose value never came; with every value in, rank 0 itself stopped before publishing.
     std::vector<int> missing;
     try {
       for (int r = 0; r < d.world_size; ++r) {
         if (!d.store->check({keys[r]})) missing.push_back(r);
       }
+      if (missing.empty()) missing.push_back(0);
     } catch (const std::exception&) {
-      // The store itself is gone: the message below says so through `error`.
+      // The store itself is gone: `error` below says so.
     }
     throw CollectiveError(d.failure(
         "exchange_timeout",
@@ -317,11 +331,12 @@ std::vector<int64_t> Communicator::exchange_through_store(const std::string& nam
         {{"exchange", name}, {"missing_ranks", missing}, {"error", e.what()}}));
   }
   std::vector<int64_t> values;
-  for (const auto& key : keys) values.push_back(std::stoll(from_bytes(d.store->get(key))));
-  // The last rank to finish reading removes the keys, so long runs do not grow the store.
+  std::istringstream in(combined);
+  for (int64_t v = 0; in >> v;) values.push_back(v);
+  // The last rank to read removes the combined key, so long runs do not grow the store.
   try {
     if (d.store->add(prefix + "done", 1) == d.world_size) {
-      for (const auto& key : keys) d.store->deleteKey(key);
+      d.store->deleteKey(combined_key);
       d.store->deleteKey(prefix + "done");
     }
   } catch (const std::exception&) {
