@@ -253,7 +253,6 @@ int Communicator::rank() const { return impl_->rank; }
 int Communicator::world_size() const { return impl_->world_size; }
 const torch::Device& Communicator::device() const { return impl_->device; }
 const std::string& Communicator::backend() const { return impl_->backend; }
-std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout; }
 int64_t Communicator::sequence() const { return impl_->sequence; }
 int64_t Communicator::step() const { return impl_->step; }
 void Communicator::set_step(int64_t step) { impl_->step = step; }

@@ -62,7 +62,6 @@ class Communicator {
   int world_size() const;
   const torch::Device& device() const;
   const std::string& backend() const;  // "gloo" | "rccl"
-  std::chrono::milliseconds timeout() const;
 
   // In place, SUM across ranks. `op` labels the sample, the heartbeat and any error.
   CollectiveSample all_reduce_sum(torch::Tensor& tensor, const std::string& op);

@@ -41,7 +41,6 @@ class ProcessGroupSync final : public GradientSync {
   // Each rank's `values` (same length everywhere), indexed [rank][i], exact in float64.
   std::vector<std::vector<double>> all_gather_values(const std::vector<double>& values, const std::string& op);
 
-
   // --- checks: each returns the findings (component RCCL) every rank agrees on ------------
   // All-reduce of exact integers at sizes that take RCCL's different protocols (LL for small
   // messages, LL128, Simple for large); every rank's mismatch count is gathered so a wrong
@@ -58,8 +57,6 @@ class ProcessGroupSync final : public GradientSync {
 
   // Self-test of the canary: this rank adds `offset` to its contribution (0 = healthy).
   void inject_canary_fault(double offset) { canary_fault_offset_ = offset; }
-
-  Communicator& communicator() { return *comm_; }
 
  private:
   Finding finding(const std::string& signature, Severity severity, std::string message,
