@@ -141,6 +141,13 @@ int run_job(const RunConfig& run, bool overwrite) {
   HeartbeatObserver heartbeat(watchdog);
   trainer.add_observer(&heartbeat);
 
+  TrainerDiagnostics trainer_diagnostics{&findings, &watchdog, &faults, {}};
+  if (auto group = std::dynamic_pointer_cast<ProcessGroupSync>(sync))
+    trainer_diagnostics.all_gather = [group](const std::vector<double>& values) {
+      return group->all_gather_values(values, "rng_mask_hash");
+    };
+  trainer.attach_diagnostics(std::move(trainer_diagnostics));
+
   try {
     const TrainSummary result = trainer.run();
     spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tok/s{}", result.steps_done,
@@ -153,7 +160,7 @@ int run_job(const RunConfig& run, bool overwrite) {
   } catch (const std::exception& e) {
     watchdog.stop();
     spdlog::error("run crashed: {}", e.what());
-    return report.write_crash(e.what(), "training");
+    return report.write_crash(e.what(), watchdog.current_phase());
   }
   watchdog.stop();
 

@@ -6,8 +6,11 @@
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "rocm_conformance_llm/diagnostics/op_counter.hpp"
+#include "rocm_conformance_llm/diagnostics/watchdog.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
@@ -96,6 +99,13 @@ torch::Tensor zero_scalar(const torch::Device& device) {
   return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }
 
+// The watchdog's "last collective": the step's final gradient all-reduce.
+std::string describe_last_collective(const std::vector<CollectiveSample>& collectives) {
+  if (collectives.empty()) return {};
+  const auto& c = collectives.back();
+  return fmt::format("{} of {} bytes (sequence {})", c.op, c.bytes, c.sequence);
+}
+
 }  // namespace
 
 struct Trainer::PendingStep {
@@ -129,7 +139,7 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
 }
 
 Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOptions model_options)
-    : ctx_(std::move(ctx)), sync_(std::move(sync)) {
+    : ctx_(std::move(ctx)), sync_(std::move(sync)), diag_(make_inert_diagnostics()) {
   auto& cfg = ctx_.cfg;
   validate(cfg);
   const auto& device = ctx_.device;
@@ -172,6 +182,7 @@ std::optional<double> Trainer::evaluate() {
   if (!data_->has_validation()) return std::nullopt;
   torch::NoGradGuard no_grad;
   model_->eval();
+  enter_phase(phase::eval, step_);
   auto total = zero_scalar(ctx_.device);
   for (int64_t i = 0; i < ctx_.cfg.eval_batches; ++i) {
     const Batch batch = data_->val_batch(i);
@@ -194,25 +205,35 @@ Trainer::PendingStep Trainer::train_step() {
   rec.lr = learning_rate_at(cfg, rec.step);
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rec.lr);
+  sync_->begin_step(rec.step);
   const PhaseTimer phases(cfg.phase_timing, device, rec.phase_s);
+  // Op fingerprint of the step's own work (not eval, not the checks): a changed count between
+  // runs of one config is a changed kernel path. Costs a lock per op, so only every N steps.
+  std::optional<OpCounter> op_counter;
+  if (checking() && ctx_.diag.fingerprint_interval > 0 && rec.step % ctx_.diag.fingerprint_interval == 0)
+    op_counter.emplace();
 
   optimizer_->zero_grad();
   auto loss_sum = zero_scalar(device);
+  const int64_t first_micro_batch = micro_batches_;
   for (int64_t micro = 0; micro < cfg.grad_accum_steps; ++micro) {
     Batch batch;
     {
+      enter_phase(phase::data, rec.step);
       auto timing = phases.measure("data");
       batch = data_->train_batch(micro_batches_++);
     }
     torch::Tensor loss;
     {
+      enter_phase(phase::forward, rec.step);
       auto timing = phases.measure("forward");
       AutocastGuard autocast(device.type(), autocast_);
-      loss = lm_loss(model_->forward(batch.inputs), batch.targets);
+      loss = forward_loss(batch, rec.step, micro == 0);
     }
     // The micro-batch's loss is known here (mean cross-entropy, float32).
     loss_sum += loss.detach();
     {
+      enter_phase(phase::backward, rec.step);
       auto timing = phases.measure("backward");  // outside autocast, as autograd expects
       auto objective = loss / double(cfg.grad_accum_steps);
       (scaler_ ? scaler_->scale(objective) : objective).backward();
@@ -221,14 +242,18 @@ Trainer::PendingStep Trainer::train_step() {
     // the end of the window yields the same gradient as one sync at the end; only the
     // number of all-reduces (the comm stress) changes.
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
+      enter_phase(phase::grad_sync, rec.step);
       auto timing = phases.measure("grad_sync");
       sync_->average_gradients(params_, rec.collectives);
     }
   }
 
   // Gradients are final here: averaged across ranks, still loss-scaled under fp16.
+  inject_after_grad_sync(rec.step);
+  diagnose_nonfinite_loss(loss_sum, rec.step, first_micro_batch);
   torch::Tensor grad_norm;
   {
+    enter_phase(phase::optimizer, rec.step, describe_last_collective(rec.collectives));
     auto timing = phases.measure("optimizer");
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(params_);
@@ -236,19 +261,30 @@ Trainer::PendingStep Trainer::train_step() {
     if (!rec.skipped) optimizer_->step();
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
+  if (op_counter) {
+    op_counter->stop();
+    rec.op_counts = op_counter->counts();
+  }
 
   rec.tokens = cfg.grad_accum_steps * cfg.batch_size * cfg.seq_len;
+  inject_slow_step(rec.step, seconds_since(start));
   rec.step_time_s = seconds_since(start);
   rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
+  inject_memory_leak(rec.step);
   rec.memory = sample_memory(device);
-  // Validation is outside step_time_s: eval steps must not look like slow steps.
-  if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0) rec.val_loss = evaluate();
+  // Validation and the checks are outside step_time_s: those steps must not look slow.
+  if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0 && !replaying()) rec.val_loss = evaluate();
+  after_step_checks(rec.step);
   return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
 }
+
+double Trainer::run_unpublished_step() { return train_step().scalars.get()[0]; }
 
 void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   auto& rec = pending.record;
   const auto values = pending.scalars.get();
+  record_replayed_loss(rec.step, values[0]);
+  enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);
   rec.grad_norm = values[1];
   summary.losses.push_back(rec.loss);
@@ -275,6 +311,7 @@ TrainSummary Trainer::run() {
     }
     if (pending) publish(*pending, summary);
     pending.emplace(std::move(current));
+    replay_check(step_);
     // Ranks' clocks differ: stop when any rank's time is up, all at the same step, or the
     // others would wait forever in the next collective.
     const bool time_up = cfg.max_duration_s > 0 && step_ < cfg.steps &&

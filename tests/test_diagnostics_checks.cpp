@@ -3,12 +3,14 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/diagnostics/error_classifier.hpp"
 #include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
 #include "rocm_conformance_llm/diagnostics/numerics.hpp"
 #include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
+#include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
 namespace rcl {
@@ -16,7 +18,7 @@ namespace {
 
 const torch::Device kCpu(torch::kCPU);
 
-std::vector<GemmShape> canary_shapes(torch::ScalarType dtype) {
+std::vector<CanaryShape> canary_shapes(torch::ScalarType dtype) {
   TrainingConfig cfg;
   cfg.hidden_size = 64;
   cfg.batch_size = 4;
@@ -41,7 +43,8 @@ TEST(GemmCanary, ModelShapesFollowTheConfig) {
   ASSERT_EQ(shapes.size(), 6u);
   for (const auto& s : shapes) EXPECT_EQ(s.dtype, torch::kBFloat16) << s.to_string();
   EXPECT_EQ(shapes[0].to_string(), "qkv_proj 1024x384x128 NT bf16");  // tokens capped at 1024
-  EXPECT_EQ(shapes[2].n, 2 * 512);                                     // SwiGLU: gate + value
+  EXPECT_EQ(shapes[2].n, 2 * ffn_hidden_size(cfg));                    // SwiGLU: gate + value
+  EXPECT_EQ(shapes[3].k, ffn_hidden_size(cfg));                        // the model's width, not 4x
   EXPECT_EQ(shapes[5].n, 8192);                                        // LM head capped
   EXPECT_THROW(precision_dtype("fp8"), ConfigError);
 }
@@ -89,7 +92,7 @@ TEST_P(GemmCanaryDtypes, CleanDeviceIsSilentAndCorruptionFires) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GemmCanaryDtypes, ::testing::Values(torch::kFloat, torch::kBFloat16));
 
 TEST(GemmCanary, FiniteInNonFiniteOutFails) {
-  const GemmShape shape{"split_k", 8, 8, 64, false, false, torch::kBFloat16};
+  const CanaryShape shape{"split_k", 8, 8, 64, false, false, torch::kBFloat16};
   const auto reference = torch::randn({8, 8}, torch::kDouble);
   auto output = reference.to(torch::kBFloat16);
   EXPECT_TRUE(judge_gemm_output(shape, output, reference).passed());
@@ -100,7 +103,7 @@ TEST(GemmCanary, FiniteInNonFiniteOutFails) {
 }
 
 TEST(GemmCanary, SlightlyWrongOutputFails) {
-  const GemmShape shape{"wrong", 64, 64, 64, false, true, torch::kFloat};
+  const CanaryShape shape{"wrong", 64, 64, 64, false, true, torch::kFloat};
   const auto reference = torch::randn({64, 64}, torch::kDouble);
   auto output = reference.to(torch::kFloat);
   output[10][10] += 2.0 * output.pow(2).mean().sqrt().item<float>();  // one element 2 rms off
@@ -227,6 +230,24 @@ TEST(RngChecks, SharedSeedMasksAgreeUnlessARankIsSkewed) {
   const auto f = check_mask_hashes_across_ranks(hashes, 10);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->evidence["differing_ranks"], nlohmann::json({1}));
+}
+
+TEST(RngChecks, SharedSeedMaskCheckCarriesFullHashesThroughTheGather) {
+  // The gather of a two-rank group, with rank 1's hash drawn in this process too. The halves
+  // must carry all 64 bits: a hash squeezed into one double would lose the low 11.
+  const auto group_of_two = [](bool skew_rank1) -> GatherValues {
+    return [skew_rank1](const std::vector<double>& mine) {
+      const uint64_t other = shared_seed_mask_hash(kCpu, 1234, 10, 1, skew_rank1);
+      return std::vector<std::vector<double>>{mine, {double(other >> 32), double(other & 0xffffffffULL)}};
+    };
+  };
+  EXPECT_FALSE(check_shared_seed_masks(kCpu, 1234, 10, 0, false, group_of_two(false)));
+  const auto f = check_shared_seed_masks(kCpu, 1234, 10, 0, false, group_of_two(true));
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->signature, "dropout_mask_rank_mismatch");
+  EXPECT_EQ(f->evidence["differing_ranks"], nlohmann::json({1}));
+  EXPECT_EQ(f->evidence["hash_per_rank"][1],
+            fmt::format("{:016x}", shared_seed_mask_hash(kCpu, 1234, 10, 1, /*skew=*/true)));
 }
 
 TEST(RngChecks, RestoreCheckIsSilentLeavesTheStreamAloneAndCatchesSkew) {

@@ -6,6 +6,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/model.hpp"
+
 namespace rcl {
 
 namespace {
@@ -32,14 +34,14 @@ std::string dtype_name(torch::ScalarType dtype) {
   }
 }
 
-nlohmann::json shape_json(const GemmShape& s) {
+nlohmann::json shape_json(const CanaryShape& s) {
   return {{"label", s.label}, {"m", s.m}, {"n", s.n}, {"k", s.k},
           {"transpose_a", s.transpose_a}, {"transpose_b", s.transpose_b},
           {"dtype", dtype_name(s.dtype)}};
 }
 }  // namespace
 
-std::string GemmShape::to_string() const {
+std::string CanaryShape::to_string() const {
   return fmt::format("{} {}x{}x{} {}{} {}", label, m, n, k, transpose_a ? 'T' : 'N',
                      transpose_b ? 'T' : 'N', dtype_name(dtype));
 }
@@ -58,14 +60,14 @@ torch::ScalarType precision_dtype(const std::string& mixed_precision) {
   throw ConfigError("mixed_precision '" + mixed_precision + "' is not one of fp32, bf16, fp16");
 }
 
-std::vector<GemmShape> model_gemm_shapes(const TrainingConfig& cfg) {
+std::vector<CanaryShape> model_gemm_shapes(const TrainingConfig& cfg) {
   const auto dtype = precision_dtype(cfg.mixed_precision);
   const int64_t tokens = std::min(cfg.batch_size * cfg.seq_len, kMaxCanaryRows);
   const int64_t h = cfg.hidden_size;
-  const int64_t ffn = static_cast<int64_t>(std::llround(cfg.ffn_multiplier * static_cast<double>(h)));
+  const int64_t ffn = ffn_hidden_size(cfg);  // the model's own width (SwiGLU: 2/3, rounded to 8)
   // SwiGLU's up projection produces the gate and the value in one GEMM.
   const int64_t ffn_up_out = cfg.activation == "swiglu" ? 2 * ffn : ffn;
-  std::vector<GemmShape> shapes = {
+  std::vector<CanaryShape> shapes = {
       {"qkv_proj", tokens, 3 * h, h, false, true, dtype},
       {"attn_out_proj", tokens, h, h, false, true, dtype},
       {"ffn_up", tokens, ffn_up_out, h, false, true, dtype},
@@ -78,11 +80,11 @@ std::vector<GemmShape> model_gemm_shapes(const TrainingConfig& cfg) {
   return shapes;
 }
 
-std::vector<GemmShape> known_issue_gemm_shapes() {
+std::vector<CanaryShape> known_issue_gemm_shapes() {
   return {{"rocm-libraries#9055", 546, 9728, 2560, true, false, torch::kBFloat16}};
 }
 
-GemmCanaryResult judge_gemm_output(const GemmShape& shape, const torch::Tensor& output,
+GemmCanaryResult judge_gemm_output(const CanaryShape& shape, const torch::Tensor& output,
                                    const torch::Tensor& reference) {
   GemmCanaryResult r{.shape = shape, .tolerance = gemm_tolerance(shape.dtype, shape.k)};
   const auto got = output.detach().to(torch::kCPU, torch::kDouble);
@@ -100,7 +102,7 @@ bool GemmCanaryResult::passed() const {
                         max_elementwise_error <= tolerance.max_elementwise);
 }
 
-GemmCanary::GemmCanary(std::vector<GemmShape> shapes, const torch::Device& device, uint64_t seed)
+GemmCanary::GemmCanary(std::vector<CanaryShape> shapes, const torch::Device& device, uint64_t seed)
     : device_(device) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);

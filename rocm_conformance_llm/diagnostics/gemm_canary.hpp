@@ -30,7 +30,7 @@ namespace rcl {
 
 // C (M x N) = op(A) (M x K) * op(B) (K x N). transpose_a: A is stored K x M and used through a
 // transposed view (a BLAS "T" operand); likewise B, stored N x K, which is what nn::Linear does.
-struct GemmShape {
+struct CanaryShape {
   std::string label;
   int64_t m = 0, n = 0, k = 0;
   bool transpose_a = false;
@@ -51,13 +51,13 @@ torch::ScalarType precision_dtype(const std::string& mixed_precision);
 // The forward and weight-gradient GEMMs of the configured model (QKV, attention output, FFN
 // up/down, LM head, FFN weight gradient) in the training dtype. M (tokens) is capped at 1024 and
 // the LM head's N at 8192 so the float64 reference stays cheap on the host.
-std::vector<GemmShape> model_gemm_shapes(const TrainingConfig& cfg);
+std::vector<CanaryShape> model_gemm_shapes(const TrainingConfig& cfg);
 // Shapes from public bug reports (rocm-libraries#9055: bf16 546x9728x2560 TN returned NaN).
 // About 27 GFLOP of float64 reference each: meant for GPU runs.
-std::vector<GemmShape> known_issue_gemm_shapes();
+std::vector<CanaryShape> known_issue_gemm_shapes();
 
 struct GemmCanaryResult {
-  GemmShape shape;
+  CanaryShape shape;
   bool supported = true;  // false: the device has no kernel for this dtype (fp16 GEMM on CPU)
   bool nonfinite_output = false;
   double relative_fro_error = 0.0;
@@ -67,13 +67,13 @@ struct GemmCanaryResult {
 };
 
 // Judges one GEMM output (any device, any dtype) against its float64 reference.
-GemmCanaryResult judge_gemm_output(const GemmShape& shape, const torch::Tensor& output,
+GemmCanaryResult judge_gemm_output(const CanaryShape& shape, const torch::Tensor& output,
                                    const torch::Tensor& reference);
 
 class GemmCanary {
  public:
   // Draws the inputs and computes the float64 references once.
-  GemmCanary(std::vector<GemmShape> shapes, const torch::Device& device, uint64_t seed = 0xC0FFEE);
+  GemmCanary(std::vector<CanaryShape> shapes, const torch::Device& device, uint64_t seed = 0xC0FFEE);
 
   // Runs every shape on the device. A bad shape adds a fail finding (component rocBLAS/
   // hipBLASLt): gemm_nonfinite_output or gemm_wrong_result, once per shape per run of the
@@ -83,7 +83,7 @@ class GemmCanary {
 
  private:
   struct Case {
-    GemmShape shape;
+    CanaryShape shape;
     torch::Tensor a, b;       // on the device, in the dtype, stored as the shape says
     torch::Tensor reference;  // CPU float64, M x N
   };

@@ -34,11 +34,15 @@ uint64_t dropout_mask_hash(const torch::Device& device, int64_t numel, double p)
   return tensor_hash(torch::dropout(ones, p, /*train=*/true).ne(0));
 }
 
+void skew_rng(const torch::Device& device, int rank) {
+  dropout_mask_hash(device, 1 + rank, kMaskCheckDropout);
+}
+
 uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step,
                                int rank, bool skew) {
   const RngSnapshot saved = capture_rng(device);
   seed_everything(shared_seed + static_cast<uint64_t>(step), device);
-  if (skew) dropout_mask_hash(device, 1 + rank, kMaskCheckDropout);
+  if (skew) skew_rng(device, rank);
   const uint64_t h = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
   restore_rng(saved, device);
   return h;
@@ -94,6 +98,17 @@ std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t
                    {"majority_hash", hex(majority)}}};
 }
 
+std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint64_t shared_seed,
+                                               int64_t step, int rank, bool skew,
+                                               const GatherValues& gather) {
+  const uint64_t mine = shared_seed_mask_hash(device, shared_seed, step, rank, skew);
+  const auto halves = gather({static_cast<double>(mine >> 32), static_cast<double>(mine & 0xffffffffULL)});
+  std::vector<uint64_t> per_rank;
+  for (const auto& h : halves)
+    per_rank.push_back((static_cast<uint64_t>(h.at(0)) << 32) | static_cast<uint64_t>(h.at(1)));
+  return check_mask_hashes_across_ranks(per_rank, step);
+}
+
 std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated,
                                                 const std::string& context, int64_t step, int rank) {
   if (first == regenerated) return std::nullopt;
@@ -111,7 +126,7 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
   const RngSnapshot before = capture_rng(device);
   const uint64_t first = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
   restore_rng(before, device);
-  if (skew) dropout_mask_hash(device, 1 + rank, kMaskCheckDropout);  // consume a few draws
+  if (skew) skew_rng(device, rank);
   const uint64_t again = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
   restore_rng(before, device);
   return compare_mask_generations(first, again, "rng_state_restore", step, rank);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@ uint64_t tensor_hash(const torch::Tensor& t);
 // Hash of a dropout keep-mask of `numel` elements with drop probability `p`, drawn on `device`
 // from its current default generator (advances it like a real dropout call would).
 uint64_t dropout_mask_hash(const torch::Device& device, int64_t numel, double p);
+
+// The rng-skew fault: consumes 1 + rank draws from the device's generator, as a rank whose
+// generator drifted (or whose state restore went stale) would have.
+void skew_rng(const torch::Device& device, int rank);
 
 // The hash of a dropout mask drawn from `shared_seed` + `step`: identical on every healthy rank.
 // The RNG state is saved and restored around it, so training is unaffected. `skew` (the
@@ -41,6 +46,16 @@ std::optional<Finding> compare_replay(const std::vector<double>& original,
 // (index = rank), must all agree. Lists the ranks that differ from the majority hash.
 std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank,
                                                       int64_t step);
+
+// Every rank's `values` ([rank][i], exact in float64): an all-gather over the process group.
+using GatherValues = std::function<std::vector<std::vector<double>>(const std::vector<double>&)>;
+
+// The whole cross-rank check: this rank's shared-seed mask hash, gathered from every rank (as
+// two 32-bit halves: a double holds 53 bits exactly), then check_mask_hashes_across_ranks.
+// Every rank must call it at the same step; every rank gets the same verdict.
+std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint64_t shared_seed,
+                                               int64_t step, int rank, bool skew,
+                                               const GatherValues& gather);
 
 // dropout_mask_not_reproducible (rocRAND, fail): a mask drawn twice from the same restored RNG
 // state (`context`: "grad_accumulation", "activation_checkpoint", "checkpoint_reload", ...)

@@ -28,6 +28,8 @@ inline constexpr const char* optimizer = "optimizer";
 inline constexpr const char* eval = "eval";
 inline constexpr const char* checkpoint = "checkpoint";
 inline constexpr const char* canary = "canary";
+inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
+inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
 }  // namespace phase
 
 // grad_sync, checksum, and anything named "collective..." / "allreduce..." / "barrier...":

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Fault matrix: injects every --inject fault once into a short smoke run of the real binary
+# and checks that the detector meant for it fired, attributed to the expected ROCm component at
+# the expected step, and that the exit code is the documented one. Two-rank rows launch two
+# processes on this host (Gloo on CPU), as torchrun would.
+#   scripts/fault_matrix.sh                  # build/rocm-conformance-llm
+#   RCL_BINARY=path/to/rocm-conformance-llm scripts/fault_matrix.sh
+# Prints a markdown table and "N passed, M failed"; exits 1 when any row failed.
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+binary="${RCL_BINARY:-$repo/build/rocm-conformance-llm}"
+[[ -x "$binary" ]] || { echo "no binary at $binary (build first, or set RCL_BINARY)" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# One intra-op thread: timing detectors judge step times, which a 2-core machine's own
+# oversubscription would blur.
+common=(--preset smoke --device cpu --set num_threads=1 --set eval_interval=0)
+rng_replay=(--stress rng --set replay_check_interval=10)
+
+# ranks | --inject | extra arguments | expected component | signature | step | exit code
+# (rows with the same ranks, --inject and arguments share one run)
+cases=(
+  "1|nan@step=12|--steps 13|rocBLAS/hipBLASLt|nonfinite_loss|12|1"
+  "1|nan@step=12|--steps 13|rocBLAS/hipBLASLt|nonfinite_also_fp32|12|1"
+  "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|loss_spike|25|0"
+  "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|grad_norm_spike|25|0"
+  "1|grad-bitflip@step=20|--steps 21|rocBLAS/hipBLASLt|nonfinite_grad_norm|20|1"
+  "1|slow-step@step=16=0.25|--steps 20|rocBLAS/hipBLASLt|step_time_cliff|16|0"
+  "1|memory-leak=8MiB/step|--steps 25|ROCr allocator|memory_growth|25|0"
+  "1|memory-leak=48MiB/step@step=11|${rng_replay[*]} --steps 12|ROCr allocator|memory_not_recovered_after_reload|10|0"
+  "1|hang@step=8|--steps 20 --watchdog-timeout 2|HIP runtime|hang|8|3"
+  "1|rng-skew@step=10|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_not_reproducible|10|1"
+  "1|rng-skew@step=10|${rng_replay[*]} --steps 12|rocRAND|replay_mismatch|11|1"
+  "1|gemm-corrupt|--steps 5 --set diagnostics.gemm_canary_interval=5|rocBLAS/hipBLASLt|gemm_wrong_result|5|1"
+  "2|rng-skew@step=10@rank=1|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_rank_mismatch|10|1"
+  "2|hang@step=8@rank=1|--steps 20 --watchdog-timeout 3|RCCL|collective_hang|8|3"
+)
+
+# Runs one case; prints "exit_code" and leaves the reports in $1.
+run_case() {
+  local dir="$1" ranks="$2" inject="$3" extra="$4"
+  # shellcheck disable=SC2206  # extra holds several words on purpose
+  local args=("${common[@]}" $extra --inject "$inject" --output-dir "$dir")
+  if [[ "$ranks" == 1 ]]; then
+    "$binary" "${args[@]}" >"$dir.log" 2>&1
+    echo $?
+    return
+  fi
+  local port=$((20000 + RANDOM % 20000)) pids=() codes=() r
+  for ((r = 0; r < ranks; r++)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$binary" "${args[@]}" >"$dir.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}"; codes+=($?); done
+  echo "${codes[0]}"  # rank 0's verdict; every rank's report is read below
+}
+
+# Reads every rank's report: "detected attributed" for the signature.
+judge() {
+  python3 - "$@" <<'EOF'
+import glob, json, sys
+dir_, component, signature, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+found = []
+for path in sorted(glob.glob(dir_ + "/report*.json")):
+    found += [f for f in json.load(open(path))["findings"] if f["signature"] == signature]
+detected = bool(found)
+attributed = any(f["component"] == component and f["step"] == step for f in found)
+print("yes" if detected else "no", "yes" if attributed else "no")
+EOF
+}
+
+echo "| fault (\`--inject\`) | ranks | expected component / signature @ step | detected? | attributed correctly? | exit code (expected) |"
+echo "|---|---|---|---|---|---|"
+passed=0
+failed=0
+declare -A run_dir run_exit
+for i in "${!cases[@]}"; do
+  IFS='|' read -r ranks inject extra component signature step expected_exit <<<"${cases[$i]}"
+  key="$ranks|$inject|$extra"
+  if [[ -z "${run_dir[$key]:-}" ]]; then
+    run_dir[$key]="$work/run$i"
+    mkdir -p "${run_dir[$key]}"
+    run_exit[$key]="$(run_case "${run_dir[$key]}" "$ranks" "$inject" "$extra")"
+  fi
+  dir="${run_dir[$key]}"
+  exit_code="${run_exit[$key]}"
+  read -r detected attributed <<<"$(judge "$dir" "$component" "$signature" "$step")"
+  if [[ "$detected" == yes && "$attributed" == yes && "$exit_code" == "$expected_exit" ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+  echo "| \`$inject\` | $ranks | $component / \`$signature\` @ $step | $detected | $attributed | $exit_code ($expected_exit) |"
+done
+echo
+echo "$passed passed, $failed failed"
+[[ "$failed" == 0 ]]
