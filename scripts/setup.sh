@@ -38,6 +38,6 @@ if [[ "$blas" != *openblas* ]]; then
 fi
 echo "setup: libblas.so.3 -> $blas"
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRCL_BUILD_TESTS=$with_tests >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DRCL_BUILD_TESTS=$with_tests >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/rocm-conformance-llm"

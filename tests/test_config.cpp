@@ -51,7 +51,7 @@ TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
   expect_invalid(with([](auto& c) { c.grad_accum_steps = 2; c.grad_sync_interval = 4; }),
                  "grad_sync_interval=4: must be <= grad_accum_steps=2");
   expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "dropout=1");
-  expect_invalid(with([](auto& c) { c.position = "rotary"; c.num_heads = 128; }), "even head dimension");
+  expect_invalid(with([](auto& c) { c.position = "rotary"; c.num_heads = 64; }), "even head dimension");
   expect_invalid(with([](auto& c) { c.attention_backend = "flash"; }), "allowed: math, sdpa");
   expect_invalid(with([](auto& c) { c.device = "tpu"; }), "allowed: auto, cpu, gpu");
   expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
