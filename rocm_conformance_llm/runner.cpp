@@ -128,7 +128,12 @@ int run_job(const RunConfig& run, bool overwrite) {
   }
   auto comm_monitor = make_comm_monitor(sync, trainer.model()->parameters(), cfg, run.diagnostics, findings);
   if (comm_monitor) {
-    comm_monitor->preflight();
+    try {
+      comm_monitor->preflight();
+    } catch (const CollectiveError& e) {
+      findings.add(e.finding());
+      return report.write(RunOutcome::crashed, e.what());
+    }
     trainer.add_observer(comm_monitor.get());
   }
 
