@@ -8,7 +8,7 @@ the ATen calls differs, so tokens/s C++ vs Python measures the host-side overhea
 
 Shapes come from the C++ tool itself (`rocm-conformance-llm --print-config` output or a run's
 config.json), so there is no second copy of the presets to drift. Configurations using knobs
-this peer does not replicate (rotary, RMSNorm, SwiGLU, ...) are refused, not approximated.
+this peer does not replicate (RMSNorm, SwiGLU, Q/K/V conv, ...) are refused, not approximated.
 
 Prints one JSON object: median tokens/s over the timed steps, FLOPs/token, MFU.
 Run with /usr/bin/python3 (Debian's python3-torch 1.13).
@@ -35,7 +35,7 @@ def resolved_training(config_doc):
     """The training section of a --print-config / config.json document, vocab resolved."""
     cfg = dict(config_doc.get("training", config_doc))
     unsupported = {
-        "position": ("learned",), "norm": ("layernorm",), "norm_layout": ("pre",),
+        "position": ("learned", "rotary"), "norm": ("layernorm",), "norm_layout": ("pre",),
         "activation": ("gelu",), "attention_backend": ("math",), "qk_norm": (False,),
         "qkv_conv_kernel": (0,), "drop_path": (0.0, 0), "activation_checkpointing": (False,),
         "mixed_precision": ("fp32", "bf16"), "data_path": ("",),
@@ -50,8 +50,23 @@ def resolved_training(config_doc):
 
 def flops_per_token(cfg, params):
     """model.cpp flops_per_token: 6 * matmul parameters + 12 * L * hidden * T (PaLM app. B)."""
-    matmul_params = params - cfg["seq_len"] * cfg["hidden_size"]  # learned positions: a lookup
+    matmul_params = params
+    if cfg["position"] == "learned":
+        matmul_params -= cfg["seq_len"] * cfg["hidden_size"]  # the position table is a lookup
     return 6.0 * matmul_params + 12.0 * cfg["num_layers"] * cfg["hidden_size"] * cfg["seq_len"]
+
+
+def apply_rotary(x):
+    """model.cpp apply_rotary: GPT-NeoX "rotate half" on x [B, heads, T, head_dim]."""
+    seq, head_dim = x.shape[2], x.shape[3]
+    inv_freq = torch.pow(10000.0, -torch.arange(0, head_dim, 2, dtype=torch.double) / head_dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.double), inv_freq)
+    full = torch.cat([angles, angles], -1)  # [T, head_dim]
+    compute = torch.promote_types(x.dtype, torch.float32)
+    xc = x.to(compute)
+    x1, x2 = xc[..., :head_dim // 2], xc[..., head_dim // 2:]
+    rotated = torch.cat([-x2, x1], -1)
+    return (xc * full.cos().to(compute) + rotated * full.sin().to(compute)).to(x.dtype)
 
 
 class CausalSelfAttention(nn.Module):
@@ -61,6 +76,7 @@ class CausalSelfAttention(nn.Module):
         self.heads = cfg["num_heads"]
         self.head_dim = c // self.heads
         self.dropout = cfg["dropout"]
+        self.rotary = cfg["position"] == "rotary"
         self.qkv = nn.Linear(c, 3 * c)
         self.proj = nn.Linear(c, c)
 
@@ -68,6 +84,8 @@ class CausalSelfAttention(nn.Module):
         batch, seq, width = x.shape
         q, k, v = (t.reshape(batch, seq, self.heads, self.head_dim).transpose(1, 2)
                    for t in self.qkv(x).split(width, -1))
+        if self.rotary:
+            q, k = apply_rotary(q), apply_rotary(k)
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         masked = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(masked, -math.inf)
@@ -110,13 +128,14 @@ class GPT(nn.Module):
         c = cfg["hidden_size"]
         self.dropout = cfg["dropout"]
         self.wte = nn.Embedding(cfg["vocab_size"], c)
-        self.wpe = nn.Embedding(cfg["seq_len"], c)
+        self.wpe = nn.Embedding(cfg["seq_len"], c) if cfg["position"] == "learned" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg["num_layers"]))
         self.final_norm = nn.LayerNorm(c, eps=NORM_EPS)
         residual_std = INIT_STD / math.sqrt(2.0 * cfg["num_layers"])
         with torch.no_grad():
             self.wte.weight.normal_(0.0, INIT_STD)
-            self.wpe.weight.normal_(0.0, INIT_STD)
+            if self.wpe is not None:
+                self.wpe.weight.normal_(0.0, INIT_STD)
             for block in self.blocks:
                 for layer, std in ((block.attn.qkv, INIT_STD), (block.attn.proj, residual_std),
                                    (block.mlp.up, INIT_STD), (block.mlp.down, residual_std)):
@@ -125,7 +144,9 @@ class GPT(nn.Module):
 
     def forward(self, tokens):
         seq = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(seq, device=tokens.device))
+        x = self.wte(tokens)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(seq, device=tokens.device))
         x = F.dropout(x, self.dropout, self.training)
         for block in self.blocks:
             x = block(x)
@@ -222,7 +243,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True,
                         help="JSON from `rocm-conformance-llm --print-config ...` or a run's config.json")
-    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--steps", type=int, default=0, help="optimizer steps (0: the config's)")
     parser.add_argument("--warmup", type=int, default=3, help="leading steps left out of the median")
     parser.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
     parser.add_argument("--peak-gflops", type=float, default=0.0,
@@ -231,6 +252,7 @@ def main():
 
     with open(args.config) as f:
         cfg = resolved_training(json.load(f))
+    args.steps = args.steps or cfg["steps"]
     if args.steps <= args.warmup:
         sys.exit("python_peer: --steps must exceed --warmup")
     dtype = torch.bfloat16 if cfg["mixed_precision"] == "bf16" else torch.float32

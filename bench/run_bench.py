@@ -2,17 +2,19 @@
 """Throughput of the C++ trainer against its Python peer, MFU, and the detectors' overhead.
 
 For each (preset, precision) the C++ binary and bench/python_peer.py train the same model with
-the same shapes and thread count, alternately, `--repeats` times. Leading steps are discarded;
-each run contributes its median tokens/s and the table shows the median over runs (and the
-spread, so noise is visible). MFU = flops_per_token * tokens/s / peak, with peak = the best
-GFLOP/s of a 2048^3 torch.mm in that precision at the same thread count on this machine.
+the same shapes and thread count, alternately, `--repeats` times. Leading steps are discarded
+and each run is summarised by its median tokens/s. Across runs the table gives the best run
+(the one least disturbed by other processes: on 2 shared cores a single competing compiler
+slows a 2-thread run several-fold) and the median run. MFU = flops_per_token * tokens/s /
+peak, peak = the best GFLOP/s of a 2048^3 torch.mm in that precision and thread count.
 
 Detector overhead: the C++ smoke run with diagnostics on vs off. Detectors observe each step
-after its timer stopped, so besides step_time_s the driver measures wall time per step from
-the console log's timestamps, which includes everything that runs between steps.
+after the trainer's step timer stopped, so besides step_time_s the driver measures wall time
+per step from the console log's timestamps, which covers everything that runs between steps.
 
-Writes a markdown report to stdout and bench/results.md. Run with /usr/bin/python3 on an idle
-machine: on 2 cores, one competing process can slow a 2-thread run several-fold.
+Every run also records how much CPU other processes used while it ran (/proc/stat minus this
+run's own CPU time), so a reader can tell a quiet measurement from a contended one.
+Writes a markdown report to stdout and bench/results.md. Run with /usr/bin/python3.
 """
 import argparse
 import datetime
@@ -20,6 +22,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,43 +35,48 @@ import torch
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
-from python_peer import flops_per_token, measure_peak_gflops  # noqa: E402
+from python_peer import measure_peak_gflops  # noqa: E402
 
 # (steps, leading steps discarded) per preset: long enough for a stable median, short enough
 # that the whole benchmark stays within ~10 minutes on 2 cores.
 RUN_LENGTH = {"smoke": (40, 5), "cpu-medium": (16, 3)}
-PRECISIONS = ("fp32", "bf16")
 GOALS = {"smoke": 1.2, "cpu-medium": 1.0}  # minimum C++/Python tokens/s ratio
 OVERHEAD_GOAL_PCT = 3.0
+CONTENDED = 0.10  # other processes' CPU share above which a run is flagged as contended
 # Console step lines: "HH:MM:SS.mmm info step    12 | loss ..." (utils/logging.cpp pattern).
 LOG_STEP = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) .*?\bstep\s+(\d+) \|")
 LOG_MODEL = re.compile(r"model: (\d+) parameters, ([\d.e+]+) training FLOPs/token")
 
 
-def cpu_busy_fraction(seconds=1.0):
-    """Share of all CPUs busy over `seconds` (from /proc/stat): is anyone else competing?"""
-    def sample():
-        fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
-        idle = fields[3] + fields[4]  # idle + iowait
-        return sum(fields), idle
-    total0, idle0 = sample()
-    time.sleep(seconds)
-    total1, idle1 = sample()
-    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+def cpu_jiffies():
+    """(busy, total) jiffies over all CPUs since boot, from /proc/stat."""
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait are not busy
+
+
+def others_busy_while(fn):
+    """Runs fn(); returns (its result, CPU share other processes used meanwhile)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    usage0, (busy0, total0) = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_jiffies()
+    result = fn()
+    usage1, (busy1, total1) = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_jiffies()
+    own = (usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime) * ticks
+    return result, max(0.0, (busy1 - busy0 - own) / max(1, total1 - total0))
 
 
 def wait_until_quiet(max_wait_s, threshold=0.15):
-    """Waits (up to max_wait_s) for the machine to go idle; returns the last busy fraction."""
+    """Waits (up to max_wait_s) for the machine to go idle; returns the last busy share."""
     deadline = time.time() + max_wait_s
-    busy = cpu_busy_fraction()
-    while busy > threshold and time.time() < deadline:
-        busy = cpu_busy_fraction(2.0)
-    return busy
+    while True:
+        _, busy = others_busy_while(lambda: time.sleep(2.0))
+        if busy <= threshold or time.time() >= deadline:
+            return busy
 
 
 def cpp_command(args, preset, precision, extra=()):
     return [str(args.binary), "--preset", preset, "--precision", precision, "--device", "cpu",
-            "--set", "eval_interval=0", "--set", f"num_threads={args.threads}", *extra]
+            "--steps", str(RUN_LENGTH[preset][0]), "--set", "eval_interval=0",
+            "--set", f"num_threads={args.threads}", *extra]
 
 
 def resolved_config(args, preset, precision, workdir):
@@ -101,47 +109,88 @@ def wall_per_step(log_text, warmup):
 
 
 def run_cpp(args, preset, precision, workdir, tag, extra=()):
-    steps, warmup = RUN_LENGTH[preset]
+    warmup = RUN_LENGTH[preset][1]
     out_dir = Path(tempfile.mkdtemp(prefix=f"{preset}-{precision}-{tag}-", dir=workdir))
-    cmd = cpp_command(args, preset, precision, ["--steps", str(steps), "--output-dir", str(out_dir),
-                                                "--overwrite", *extra])
-    busy = cpu_busy_fraction(0.5)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = cpp_command(args, preset, precision, ["--output-dir", str(out_dir), "--overwrite", *extra])
+    proc, busy = others_busy_while(lambda: subprocess.run(cmd, capture_output=True, text=True))
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         sys.exit(f"C++ run failed ({proc.returncode}): {' '.join(cmd)}\n{log[-3000:]}")
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line]
     timed = [r for r in records if r["step"] > warmup]
     model = LOG_MODEL.search(log)
-    env = json.loads((out_dir / "config.json").read_text()).get("environment", {})
     return {
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
         "step_time_s": statistics.median(r["step_time_s"] for r in timed),
         "wall_per_step_s": wall_per_step(log, warmup),
         "parameters": int(model.group(1)) if model else None,
         "flops_per_token": float(model.group(2)) if model else None,
-        "last_loss": records[-1].get("loss"),
-        "environment": env,
-        "busy_before": busy,
+        "environment": json.loads((out_dir / "config.json").read_text()).get("environment", {}),
+        "others_busy": busy,
     }
 
 
 def run_python(args, preset, config_path, peak):
-    steps, warmup = RUN_LENGTH[preset]
     cmd = [sys.executable, str(BENCH_DIR / "python_peer.py"), "--config", str(config_path),
-           "--steps", str(steps), "--warmup", str(warmup), "--threads", str(args.threads),
+           "--warmup", str(RUN_LENGTH[preset][1]), "--threads", str(args.threads),
            "--peak-gflops", str(peak)]
-    busy = cpu_busy_fraction(0.5)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc, busy = others_busy_while(lambda: subprocess.run(cmd, capture_output=True, text=True))
     if proc.returncode != 0:
         sys.exit(f"Python peer failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["busy_before"] = busy
+    result["others_busy"] = busy
     return result
 
 
-def spread(values, fmt):
-    return f"{fmt.format(min(values))}–{fmt.format(max(values))}"
+def summarise(runs):
+    """Best run (highest tokens/s), median run, and the contention the best run saw."""
+    best = max(runs, key=lambda r: r["tokens_per_s"])
+    return {"best": best["tokens_per_s"], "median": statistics.median(r["tokens_per_s"] for r in runs),
+            "best_busy": best["others_busy"]}
+
+
+def compare(args, preset, precision, peaks, workdir):
+    """Alternating C++ and Python runs of one (preset, precision); one table row."""
+    config_path, training = resolved_config(args, preset, precision, workdir)
+    cpp_runs, py_runs = [], []
+    for rep in range(args.repeats):
+        # Alternate who goes first so drifting machine load hits both sides alike.
+        for impl in (("cpp", "py") if rep % 2 == 0 else ("py", "cpp")):
+            if impl == "cpp":
+                cpp_runs.append(run_cpp(args, preset, precision, workdir, f"r{rep}"))
+            else:
+                py_runs.append(run_python(args, preset, config_path, peaks[precision]))
+    cpp, py = cpp_runs[0], py_runs[0]
+    if cpp["parameters"] != py["parameters"]:
+        sys.exit(f"{preset}: C++ logs {cpp['parameters']} parameters, the Python peer has "
+                 f"{py['parameters']}: python_peer.py no longer matches model.cpp")
+    row = {"preset": preset, "precision": precision, "training": training,
+           "parameters": py["parameters"], "fpt": cpp["flops_per_token"] or py["flops_per_token"],
+           "cpp": summarise(cpp_runs), "py": summarise(py_runs), "goal": GOALS.get(preset, 1.0),
+           "environment": cpp["environment"]}
+    row["ratio"] = row["cpp"]["best"] / row["py"]["best"]
+    row["median_ratio"] = row["cpp"]["median"] / row["py"]["median"]
+    for side in ("cpp", "py"):
+        row[side]["mfu"] = row["fpt"] * row[side]["best"] / (peaks[precision] * 1e9)
+    print(f"# {preset} {precision}: C++ {row['cpp']['best']:.0f} tok/s, Python {row['py']['best']:.0f} "
+          f"tok/s (best runs)", file=sys.stderr)
+    return row
+
+
+def detector_overhead(args, workdir):
+    """Smoke fp32 with diagnostics on and off, alternating: best and median per measure."""
+    runs = {"on": [], "off": []}
+    for rep in range(args.overhead_repeats):
+        for state in (("on", "off") if rep % 2 == 0 else ("off", "on")):
+            extra = () if state == "on" else ("--set", "diagnostics.enabled=false")
+            runs[state].append(run_cpp(args, "smoke", "fp32", workdir, f"diag-{state}{rep}", extra))
+    out = {}
+    for key in ("step_time_s", "wall_per_step_s"):
+        for state in ("on", "off"):
+            values = [r[key] for r in runs[state] if r[key] is not None]
+            out[key, state] = (min(values), statistics.median(values)) if values else (None, None)
+    out["busy"] = [r["others_busy"] for state in runs for r in runs[state]]
+    return out
 
 
 def machine_facts(env):
@@ -161,13 +210,84 @@ def machine_facts(env):
     }
 
 
+def render(facts, args, peaks, rows, overhead, elapsed_s):
+    busy = [r[side]["best_busy"] for r in rows for side in ("cpp", "py")] + overhead["busy"]
+    lines = [
+        "# rocm-conformance-llm CPU benchmark: C++ trainer vs Python peer",
+        "",
+        f"- date: {facts['date']}; `bench/run_bench.py` took {elapsed_s / 60:.1f} min",
+        f"- machine: nproc {facts['nproc']}, CPU {facts['cpu']}, kernel {facts['kernel']}",
+        f"- libtorch {facts['libtorch']} (C++) and torch {facts['python_torch']} (Python peer) load the same "
+        f"shared libraries; BLAS: {facts['blas']} (fp32 GEMMs), oneDNN (bf16 GEMMs)",
+        f"- threads: {args.threads} on both sides (`num_threads` / `torch.set_num_threads`; the C++ run "
+        f"reported at::get_num_threads() = {facts['cpp_threads']})",
+        f"- peak = best 2048³ `torch.mm` at {args.threads} threads: fp32 {peaks['fp32']:.0f} GFLOP/s, "
+        f"bf16 {peaks['bf16']:.0f} GFLOP/s",
+        f"- CPU used by other processes during the runs reported: up to {max(busy):.0%}"
+        + (" (**contended: treat the figures as noisy**)" if max(busy) > CONTENDED else " (quiet)"),
+        "",
+        f"## Throughput ({args.repeats} alternating runs per side; a run's figure is its median over "
+        "steps after warm-up)",
+        "",
+        "| preset | precision | params | FLOPs/token | C++ tok/s best (median) | Python tok/s best (median) "
+        "| C++/Python best (median) | goal | C++ MFU | Python MFU | others' CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        t, cpp, py = r["training"], r["cpp"], r["py"]
+        verdict = "met" if r["ratio"] >= r["goal"] else "**missed**"
+        lines.append(
+            f"| {r['preset']} (h{t['hidden_size']} L{t['num_layers']} B{t['batch_size']} T{t['seq_len']} "
+            f"{t['position']}) | {r['precision']} | {r['parameters']:,} | {r['fpt'] / 1e6:.2f} M "
+            f"| {cpp['best']:.0f} ({cpp['median']:.0f}) | {py['best']:.0f} ({py['median']:.0f}) "
+            f"| {r['ratio']:.2f}x ({r['median_ratio']:.2f}x) | ≥ {r['goal']:.1f}x {verdict} "
+            f"| {cpp['mfu']:.1%} | {py['mfu']:.1%} | {max(cpp['best_busy'], py['best_busy']):.0%} |")
+    lines += [
+        "",
+        "Steps per run (discarded): " + ", ".join(f"{p} {s} ({w})" for p, (s, w) in RUN_LENGTH.items())
+        + ". FLOPs/token: model.cpp `flops_per_token` = 6·N + 12·L·h·T as the C++ run logs it. MFU uses "
+        "the best run. \"others' CPU\": share of the machine other processes used during the best runs.",
+    ]
+
+    def pct(key, pick):
+        on, off = overhead[key, "on"][pick], overhead[key, "off"][pick]
+        return (100 * (on - off) / off) if on and off else None
+
+    def cell(key, state):
+        best, median = overhead[key, state]
+        return f"{1e3 * best:.2f} ({1e3 * median:.2f})" if best else "n/a"
+
+    def pct_cell(key):
+        best, median = pct(key, 0), pct(key, 1)
+        return f"{best:+.1f}% ({median:+.1f}%)" if best is not None else "n/a"
+
+    wall = pct("wall_per_step_s", 0)
+    verdict = "" if wall is None else ("met" if wall < OVERHEAD_GOAL_PCT else "**missed**")
+    lines += [
+        "",
+        f"## Detector overhead (smoke, fp32, {args.overhead_repeats} alternating runs each; best (median))",
+        "",
+        "| measure (ms per step) | diagnostics on | diagnostics off | overhead | goal |",
+        "|---|---:|---:|---:|---|",
+        f"| step_time_s, the trainer's own timer (median over steps) | {cell('step_time_s', 'on')} "
+        f"| {cell('step_time_s', 'off')} | {pct_cell('step_time_s')} | |",
+        f"| wall time per step from console timestamps (includes the observers) "
+        f"| {cell('wall_per_step_s', 'on')} | {cell('wall_per_step_s', 'off')} | {pct_cell('wall_per_step_s')} "
+        f"| < {OVERHEAD_GOAL_PCT:.0f}% {verdict} |",
+        "",
+        f"Other processes used up to {max(overhead['busy']):.0%} of the machine during these runs.",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--binary", type=Path, default=REPO / "build" / "rocm-conformance-llm")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads, both sides")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per implementation")
-    parser.add_argument("--presets", default="smoke,cpu-medium")
-    parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument("--presets", default=",".join(RUN_LENGTH))
+    parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--overhead-repeats", type=int, default=5)
     parser.add_argument("--wait-quiet", type=float, default=120.0,
                         help="seconds to wait for an idle machine before starting")
@@ -177,128 +297,16 @@ def main():
         sys.exit(f"no C++ binary at {args.binary}: build the rocm-conformance-llm target first")
 
     started = time.time()
-    busy_at_start = wait_until_quiet(args.wait_quiet)
+    wait_until_quiet(args.wait_quiet)
     peaks = {"fp32": measure_peak_gflops(torch.float32, args.threads),
              "bf16": measure_peak_gflops(torch.bfloat16, args.threads)}
-    workdir = tempfile.mkdtemp(prefix="rcl-bench-")
-    rows, env, busy_samples = [], {}, [busy_at_start]
-
-    for preset in args.presets.split(","):
-        for precision in args.precisions.split(","):
-            config_path, training = resolved_config(args, preset, precision, workdir)
-            cpp_runs, py_runs = [], []
-            for rep in range(args.repeats):
-                # Alternate who goes first so slow drift in machine load hits both sides.
-                order = ("cpp", "py") if rep % 2 == 0 else ("py", "cpp")
-                for impl in order:
-                    if impl == "cpp":
-                        cpp_runs.append(run_cpp(args, preset, precision, workdir, f"r{rep}"))
-                    else:
-                        py_runs.append(run_python(args, preset, config_path, peaks[precision]))
-            env = cpp_runs[0]["environment"] or env
-            busy_samples += [r["busy_before"] for r in cpp_runs + py_runs]
-            cpp_tps = statistics.median(r["tokens_per_s"] for r in cpp_runs)
-            py_tps = statistics.median(r["tokens_per_s"] for r in py_runs)
-            fpt = py_runs[0]["flops_per_token"]
-            cpp_fpt = cpp_runs[0]["flops_per_token"]
-            if cpp_runs[0]["parameters"] not in (None, py_runs[0]["parameters"]):
-                sys.exit(f"{preset}: parameter counts differ: C++ {cpp_runs[0]['parameters']} vs "
-                         f"Python {py_runs[0]['parameters']}; the peer no longer matches model.cpp")
-            rows.append({
-                "preset": preset, "precision": precision, "training": training,
-                "cpp_tps": cpp_tps, "py_tps": py_tps, "ratio": cpp_tps / py_tps,
-                "cpp_spread": spread([r["tokens_per_s"] for r in cpp_runs], "{:.0f}"),
-                "py_spread": spread([r["tokens_per_s"] for r in py_runs], "{:.0f}"),
-                "cpp_step_ms": 1e3 * statistics.median(r["step_time_s"] for r in cpp_runs),
-                "py_step_ms": 1e3 * statistics.median(r["median_step_time_s"] for r in py_runs),
-                "parameters": py_runs[0]["parameters"], "fpt": fpt, "cpp_fpt": cpp_fpt,
-                "cpp_mfu": fpt * cpp_tps / (peaks[precision] * 1e9),
-                "py_mfu": fpt * py_tps / (peaks[precision] * 1e9),
-                "goal": GOALS.get(preset, 1.0),
-            })
-            print(f"# {preset} {precision}: C++ {cpp_tps:.0f} tok/s, Python {py_tps:.0f} tok/s", file=sys.stderr)
-
-    # Detector overhead: smoke fp32, diagnostics on vs off, alternating.
-    overhead = {"on": [], "off": []}
-    for rep in range(args.overhead_repeats):
-        for state in (("on", "off") if rep % 2 == 0 else ("off", "on")):
-            extra = () if state == "on" else ("--set", "diagnostics.enabled=false")
-            overhead[state].append(run_cpp(args, "smoke", "fp32", workdir, f"diag-{state}{rep}", extra))
-    busy_samples += [r["busy_before"] for runs in overhead.values() for r in runs]
-
-    def median_of(state, key):
-        values = [r[key] for r in overhead[state] if r[key] is not None]
-        return statistics.median(values) if values else None
-
-    report = render(machine_facts(env), args, peaks, rows, overhead, median_of, busy_samples,
-                    time.time() - started)
+    with tempfile.TemporaryDirectory(prefix="rcl-bench-") as workdir:
+        rows = [compare(args, preset, precision, peaks, workdir)
+                for preset in args.presets.split(",") for precision in args.precisions.split(",")]
+        overhead = detector_overhead(args, workdir)
+    report = render(machine_facts(rows[0]["environment"]), args, peaks, rows, overhead, time.time() - started)
     print(report)
     args.output.write_text(report)
-
-
-def render(facts, args, peaks, rows, overhead, median_of, busy_samples, elapsed_s):
-    lines = [
-        "# rocm-conformance-llm CPU benchmark: C++ trainer vs Python peer",
-        "",
-        f"- date: {facts['date']}; generated by `bench/run_bench.py` in {elapsed_s / 60:.1f} min",
-        f"- machine: nproc {facts['nproc']}, CPU {facts['cpu']}, kernel {facts['kernel']}",
-        f"- libtorch {facts['libtorch']} (C++), torch {facts['python_torch']} (Python peer, same "
-        f"shared libraries), BLAS: {facts['blas']}",
-        f"- threads: {args.threads} on both sides (`num_threads` / `torch.set_num_threads`; the C++ run "
-        f"reported at::get_num_threads() = {facts['cpp_threads']})",
-        f"- peak (best 2048³ `torch.mm`, {args.threads} threads): fp32 {peaks['fp32']:.0f} GFLOP/s, "
-        f"bf16 {peaks['bf16']:.0f} GFLOP/s",
-        f"- CPU busy before each run (other processes): median {statistics.median(busy_samples):.0%}, "
-        f"max {max(busy_samples):.0%}" + ("  **machine was not idle: figures are pessimistic and noisy**"
-                                          if max(busy_samples) > 0.25 else ""),
-        "",
-        "## Throughput (median tokens/s over runs; each run's median over steps after warm-up)",
-        "",
-        "| preset | precision | params | FLOPs/token | C++ tok/s (range) | Python tok/s (range) | C++/Python "
-        "| goal | C++ step ms | Python step ms | C++ MFU | Python MFU |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        steps, warmup = RUN_LENGTH[r["preset"]]
-        t = r["training"]
-        verdict = "met" if r["ratio"] >= r["goal"] else "**missed**"
-        lines.append(
-            f"| {r['preset']} (h{t['hidden_size']} L{t['num_layers']} B{t['batch_size']} T{t['seq_len']}) "
-            f"| {r['precision']} | {r['parameters']:,} | {r['fpt'] / 1e6:.2f} M "
-            f"| {r['cpp_tps']:.0f} ({r['cpp_spread']}) | {r['py_tps']:.0f} ({r['py_spread']}) "
-            f"| {r['ratio']:.2f}x | ≥ {r['goal']:.1f}x {verdict} | {r['cpp_step_ms']:.1f} | {r['py_step_ms']:.1f} "
-            f"| {r['cpp_mfu']:.1%} | {r['py_mfu']:.1%} |")
-    lines += ["", f"Runs: {args.repeats} per implementation, alternating; steps (discarded) per run: "
-              + ", ".join(f"{p} {s} ({w})" for p, (s, w) in RUN_LENGTH.items()) + ".",
-              "FLOPs/token: model.cpp `flops_per_token` (6·N + 12·L·h·T); C++ logged "
-              + ", ".join(f"{r['preset']} {r['cpp_fpt']:.3g}" for r in rows if r["precision"] == "fp32"
-                          and r["cpp_fpt"]) + "."]
-
-    on_step, off_step = median_of("on", "step_time_s"), median_of("off", "step_time_s")
-    on_wall, off_wall = median_of("on", "wall_per_step_s"), median_of("off", "wall_per_step_s")
-
-    def pct(on, off):
-        return f"{100 * (on - off) / off:+.1f}%" if on and off else "n/a"
-
-    def ms(value):
-        return f"{1e3 * value:.2f}" if value else "n/a"
-
-    wall_verdict = ""
-    if on_wall and off_wall:
-        wall_verdict = "met" if 100 * (on_wall - off_wall) / off_wall < OVERHEAD_GOAL_PCT else "**missed**"
-    lines += [
-        "",
-        f"## Detector overhead (smoke, fp32, {args.overhead_repeats} runs each, alternating)",
-        "",
-        "| measure | diagnostics on | diagnostics off | overhead | goal |",
-        "|---|---:|---:|---:|---|",
-        f"| median step_time_s (ms, the trainer's own timer) | {ms(on_step)} | {ms(off_step)} "
-        f"| {pct(on_step, off_step)} | |",
-        f"| mean wall per step (ms, console timestamps, includes observers) | {ms(on_wall)} | {ms(off_wall)} "
-        f"| {pct(on_wall, off_wall)} | < {OVERHEAD_GOAL_PCT:.0f}% {wall_verdict} |",
-        "",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
