@@ -1,12 +1,15 @@
 // Fault injection: `--inject SPEC[,SPEC...]` turns on synthetic faults so every detector can be
 // shown to fire on a real run. Composable like stress modes: specs combine, identical ones
-// collapse, order does not matter.
+// collapse, order does not matter. The trainer injects each at the point of the loop where the
+// real failure strikes (trainer_diagnostics.cpp); scripts/fault_matrix.sh runs them all.
 //
 // Syntax:   NAME[=VALUE][@step=N][@rank=R]      (selectors in any order; `@step=N=VALUE` also
 //                                                 gives the value, e.g. slow-step@step=15=0.5)
-//   nan@step=N             the loss is NaN at step N (NaN written into the first block's output)
-//   grad-bitflip@step=N    one gradient element gets its top exponent bit flipped at step N
-//   loss-spike@step=N      the loss jumps at step N (logits scaled up for that step)
+//   nan@step=N             one weight of block 0's FFN reads NaN in the first micro-batch's
+//                          forward: block 0 writes NaN from finite inputs, the loss is NaN
+//   grad-bitflip@step=N    after the gradient all-reduce, one element of the first parameter's
+//                          gradient gets its top exponent bit flipped (x 2^128)
+//   loss-spike@step=N      the loss jumps at step N (logits scaled x20 for that step)
 //   slow-step[=SECONDS][@step=N]   every step from N (default 1) sleeps SECONDS more; without
 //                          SECONDS it sleeps twice the step's own time (3x slower whatever the
 //                          hardware): a performance cliff
@@ -14,8 +17,10 @@
 //                          memory alive (default 8MiB; units B, KiB, MiB, GiB)
 //   rng-skew[@step=N]      from step N, the RNG state a replay or mask check restores is skewed
 //                          by a rank-dependent offset: replays and cross-rank masks disagree
-//   hang@step=N            the rank stops making progress at step N (the watchdog must fire)
-//   gemm-corrupt[@step=N]  from step N, one GEMM canary shape's result is corrupted
+//                          (seen where replay checks run: replay_check_interval > 0, rng mode)
+//   hang@step=N            the rank stops in the forward of step N (the watchdog must fire)
+//   gemm-corrupt[@step=N]  from step N, one GEMM canary shape's result is corrupted (seen at
+//                          canary steps: every diagnostics.gemm_canary_interval)
 //   @rank=R                only rank R injects (default: every rank)
 #pragma once
 

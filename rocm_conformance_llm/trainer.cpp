@@ -274,7 +274,7 @@ Trainer::PendingStep Trainer::train_step() {
   rec.memory = sample_memory(device);
   // Validation and the checks are outside step_time_s: those steps must not look slow.
   if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0 && !replaying()) rec.val_loss = evaluate();
-  after_step_checks(rec.step);
+  gemm_canary_check(rec.step);
   return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
 }
 
@@ -289,6 +289,8 @@ void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   rec.grad_norm = values[1];
   summary.losses.push_back(rec.loss);
   if (rec.val_loss) summary.final_val_loss = rec.val_loss;
+  // With several ranks the observers include the comm monitor's cross-rank checks (RCCL).
+  if (rec.world_size > 1) enter_phase(phase::checksum, rec.step);
   for (auto* observer : observers_) observer->on_step(rec);
 }
 

@@ -115,7 +115,8 @@ class Trainer {
   bool checking() const;                           // active checks on, and not inside a replay
   bool replaying() const;
   void report(std::optional<Finding> finding);
-  // Micro-batch forward and loss under autocast, with the nan / hang / loss-spike faults.
+  // Micro-batch forward and loss (the caller sets autocast), with the nan / hang / loss-spike
+  // faults; `block_outputs` as in GPTImpl::forward.
   torch::Tensor forward_loss(const Batch& batch, int64_t step, bool first_micro_batch,
                              std::vector<torch::Tensor>* block_outputs = nullptr);
   void inject_after_grad_sync(int64_t step);             // grad-bitflip
@@ -123,7 +124,7 @@ class Trainer {
   void inject_memory_leak(int64_t step);
   // Once per run: where the first non-finite loss came from, before the update spreads it.
   void diagnose_nonfinite_loss(const torch::Tensor& loss_sum, int64_t step, int64_t first_micro_batch);
-  void after_step_checks(int64_t step);                        // GEMM canary, outside step time
+  void gemm_canary_check(int64_t step);                        // outside step time
   void replay_check(int64_t step);                              // rng mode, outside step time
   void record_replayed_loss(int64_t step, double local_loss);  // from publish()
   Snapshot snapshot();

@@ -199,7 +199,7 @@ void Trainer::diagnose_nonfinite_loss(const torch::Tensor& loss_sum, int64_t ste
   report(std::move(finding));
 }
 
-void Trainer::after_step_checks(int64_t step) {
+void Trainer::gemm_canary_check(int64_t step) {
   const int64_t interval = ctx_.diag.gemm_canary_interval;
   if (!checking() || !diag_->canary || interval <= 0 || step % interval != 0) return;
   enter_phase(phase::canary, step);
