@@ -120,9 +120,11 @@ NormImpl::NormImpl(const std::string& kind, int64_t dim) : rms_(kind == "rmsnorm
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
-  if (!rms_) return at::layer_norm(x, {dim_}, weight_, bias_, kNormEps);
-  // RMSNorm has no fused op in libtorch 1.13: compute the statistic in >= float32.
+  // Statistics in >= float32. A bf16/fp16 input (a GEMM output under autocast: QK-norm and
+  // sandwich norms) would otherwise meet float32 weights, which CPU autocast does not reconcile.
   const auto xc = x.to(at_least_float(x.scalar_type()));
+  if (!rms_) return at::layer_norm(xc, {dim_}, weight_, bias_, kNormEps).to(x.scalar_type());
+  // RMSNorm has no fused op in libtorch 1.13.
   const auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);
   return (normed * weight_).to(x.scalar_type());
 }
