@@ -70,8 +70,8 @@ print("yes" if detected else "no", "yes" if attributed else "no")
 EOF
 }
 
-echo "| fault (\`--inject\`) | ranks | expected component / signature @ step | detected? | attributed correctly? | exit code (expected) |"
-echo "|---|---|---|---|---|---|"
+echo "| fault (\`--inject\`) | ranks | run (smoke preset, plus) | expected component / signature @ step | detected? | attributed correctly? | exit code (expected) |"
+echo "|---|---|---|---|---|---|---|"
 passed=0
 failed=0
 declare -A run_dir run_exit
@@ -91,7 +91,7 @@ for i in "${!cases[@]}"; do
   else
     failed=$((failed + 1))
   fi
-  echo "| \`$inject\` | $ranks | $component / \`$signature\` @ $step | $detected | $attributed | $exit_code ($expected_exit) |"
+  echo "| \`$inject\` | $ranks | \`$extra\` | $component / \`$signature\` @ $step | $detected | $attributed | $exit_code ($expected_exit) |"
 done
 echo
 echo "$passed passed, $failed failed"
