@@ -53,6 +53,21 @@ TEST(LaunchTest, Torchrun) {
   EXPECT_TRUE(info.distributed());
 }
 
+TEST(LaunchTest, TorchrunAgentStoreMakesRankZeroAClient) {
+  const Env base = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"},
+                    {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  // Rank 0 serves the store itself (torchrun's c10d rendezvous before 2.4 says False).
+  Env own_store = base;
+  own_store["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(parse(own_store).launcher_store_prefix.has_value());
+  // The agent already listens on MASTER_PORT (static rendezvous): keys go under its attempt.
+  Env agent_store = base;
+  agent_store["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  EXPECT_EQ(parse(agent_store).launcher_store_prefix, "/worker/attempt_2");
+  agent_store.erase("TORCHELASTIC_RESTART_COUNT");
+  EXPECT_NE(error_of(agent_store).find("TORCHELASTIC_RESTART_COUNT"), std::string::npos);
+}
+
 TEST(LaunchTest, TorchrunWorldOfOneNeedsNoRendezvous) {
   const LaunchInfo info = parse({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}});
   EXPECT_EQ(info.launcher, "torchrun");

@@ -91,6 +91,7 @@ struct Communicator::Impl {
   std::string backend;
   std::chrono::milliseconds timeout{0};
   std::string store_address;  // "host:port", for messages
+  std::string store_server;   // who serves it, for messages: "rank 0" or the launcher
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<C10dGroup> group;
   int64_t sequence = 0;
@@ -131,8 +132,8 @@ struct Communicator::Impl {
   std::string absentees(int64_t seq, const std::string& verb, nlohmann::json& evidence) const {
     const auto beats = read_heartbeats();
     if (!beats) {
-      return fmt::format("the rendezvous store at {} (served by rank 0) is unreachable, so rank 0 is likely gone",
-                         store_address);
+      return fmt::format("the rendezvous store at {} (served by {}) is unreachable, so {} is likely gone",
+                         store_address, store_server, store_server);
     }
     std::vector<int> missing;
     std::vector<std::string> details;
@@ -197,6 +198,8 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->backend = device.is_cpu() ? "gloo" : "rccl";
   impl->timeout = timeout;
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
+  const bool serve_store = launch.rank == 0 && !launch.launcher_store_prefix;
+  impl->store_server = launch.launcher_store_prefix ? launch.launcher : "rank 0";
 #if !defined(RCL_HAVE_RCCL)
   if (!device.is_cpu()) {
     throw ConfigError(fmt::format(
@@ -208,18 +211,20 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(launch.master_port);
-  store_options.isServer = launch.rank == 0;
+  store_options.isServer = serve_store;
   store_options.numWorkers = static_cast<std::size_t>(launch.world_size);
   store_options.waitWorkers = false;  // the group's own rendezvous waits, and names who is missing
   store_options.timeout = timeout;
   try {
     impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, store_options);
+    if (launch.launcher_store_prefix)
+      impl->store = c10::make_intrusive<c10d::PrefixStore>(*launch.launcher_store_prefix, impl->store);
     impl->publish_heartbeat("join");
   } catch (const std::exception& e) {
     throw CollectiveError(impl->failure(
         "rendezvous_failed",
         fmt::format("rank {} ({}): cannot {} the rendezvous store at {} within {:.0f} s: {}", launch.rank,
-                    launch.launcher, launch.rank == 0 ? "serve" : "reach", impl->store_address,
+                    launch.launcher, serve_store ? "serve" : "reach", impl->store_address,
                     impl->timeout_s(), first_line(e.what())),
         {{"error", e.what()}}));
   }

@@ -48,10 +48,11 @@ double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, in
 
 class Communicator {
  public:
-  // Rendezvous at launch.master_addr:master_port (rank 0 serves the TCPStore), then a Gloo
-  // group for a CPU device or an RCCL group for a GPU device. A GPU device on a libtorch
-  // without RCCL is a ConfigError; a rank that never joins is a CollectiveError after
-  // `timeout` naming the ranks that did not arrive.
+  // Rendezvous at launch.master_addr:master_port (rank 0 serves the TCPStore, unless the
+  // launcher already does: launch.launcher_store_prefix), then a Gloo group for a CPU device or
+  // an RCCL group for a GPU device. A GPU device on a libtorch without RCCL is a ConfigError; a
+  // rank that never joins is a CollectiveError after `timeout` naming the ranks that did not
+  // arrive.
   static std::unique_ptr<Communicator> connect(const LaunchInfo& launch, const torch::Device& device,
                                                std::chrono::milliseconds timeout);
   ~Communicator();

@@ -91,6 +91,11 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
   }
   if (addr) info.master_addr = *addr;
   if (port) info.master_port = parse_port("MASTER_PORT", *port);
+  // The prefix torch.distributed's own workers use on the agent's store (rendezvous.py).
+  if (env("TORCHELASTIC_USE_AGENT_STORE") == "True") {
+    info.launcher_store_prefix =
+        "/worker/attempt_" + std::to_string(required_int(env, "TORCHELASTIC_RESTART_COUNT", info.launcher));
+  }
   return info;
 }
 

@@ -16,6 +16,10 @@ struct LaunchInfo {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string launcher = "none";  // "torchrun" | "slurm" | "mpirun" | "none"
+  // Set when the launcher itself serves the rendezvous store at master_port: torchrun's static
+  // rendezvous (and its c10d one since 2.4) says so with TORCHELASTIC_USE_AGENT_STORE=True.
+  // Then rank 0 is a client like the others, under this restart attempt's key prefix.
+  std::optional<std::string> launcher_store_prefix;
 
   bool distributed() const { return world_size > 1; }
 };
