@@ -75,7 +75,9 @@ int run_job(const RunConfig& run, bool overwrite) {
   std::optional<RunRecord> baseline;
   if (!run.baseline_dir.empty()) baseline = load_run_record(run.baseline_dir);
   const torch::Device device = resolve_device(cfg.device, launch.local_rank);
-  configure_cpu_threads(cfg.num_threads);
+  // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
+  // (world size is the upper bound of ranks per host).
+  configure_cpu_threads(cfg.num_threads, device.is_cuda() ? 1 : launch.world_size);
   set_deterministic(cfg.deterministic);
   const nlohmann::json environment = environment_report(device);
 

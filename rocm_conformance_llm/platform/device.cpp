@@ -71,9 +71,14 @@ std::string active_blas() {
   return "unknown";
 }
 
-void configure_cpu_threads(int64_t num_threads) {
+void configure_cpu_threads(int64_t num_threads, int ranks_on_host) {
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(static_cast<int>(num_threads > 0 ? num_threads : cores));
+  int64_t threads = num_threads;
+  if (threads <= 0) {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    threads = omp && std::atoi(omp) > 0 ? std::atoi(omp) : std::max<int64_t>(1, cores / std::max(1, ranks_on_host));
+  }
+  torch::set_num_threads(static_cast<int>(threads));
   const auto blas = active_blas();
   if (blas == "reference")
     spdlog::warn("libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "

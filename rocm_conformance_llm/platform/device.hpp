@@ -24,7 +24,9 @@ int64_t process_rss_bytes();
 nlohmann::json environment_report(const torch::Device& device);
 
 // Sets intra-op threads; warns when the BLAS libtorch calls is the slow reference one.
-void configure_cpu_threads(int64_t num_threads);
+// num_threads 0: OMP_NUM_THREADS when set, else the cores shared among `ranks_on_host`
+// processes (several CPU ranks each taking every core oversubscribe the host several-fold).
+void configure_cpu_threads(int64_t num_threads, int ranks_on_host);
 std::string active_blas();  // "openblas" | "mkl" | "reference" | "unknown"
 
 }  // namespace rcl
