@@ -46,13 +46,14 @@ OVERHEAD_GOAL_PCT = 3.0
 OVERHEAD_STEPS = 60  # covers the periodic checks: op fingerprint every 10 steps, GEMM canary every 25
 STALL_FACTOR = 3.0
 # The overhead runs remove two sources of run-to-run noise larger than the 3% being measured
-# (both measured with perf and strace on this machine): OpenMP workers spinning against OpenBLAS's own
-# threads on 2 cores (stalls of 50-200 ms in a quarter of the steps), and glibc returning the
-# heap top to the OS after every step (page faults whose count depends on heap layout, so
+# (both measured with perf and strace on this machine): OpenMP workers spinning against
+# OpenBLAS's own thread pool on 2 cores (stalls of 50-200 ms in a quarter of the steps; gone
+# with a single-threaded OpenBLAS, which costs the smoke model nothing), and glibc returning
+# the heap top to the OS after every step (page faults whose count depends on heap layout, so
 # merely allocating the detectors' state moves step time by several percent either way).
 # Values already in the environment win.
-OVERHEAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE",
-                "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432"}
+TUNED_MALLOC = "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432"
+OVERHEAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "GLIBC_TUNABLES": TUNED_MALLOC}
 # Environment that changes CPU threading or allocation under both implementations.
 THREADING_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
                  "GLIBC_TUNABLES")
@@ -276,7 +277,8 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
         f"- threads: {args.threads} on both sides (`num_threads` / `torch.set_num_threads`; the C++ run "
         f"reported at::get_num_threads() = {facts['cpp_threads']})",
         f"- environment (both sides): {facts['env']}",
-        f"- peak = best 2048³ `torch.mm` at {args.threads} threads: fp32 {peaks['fp32']:.0f} GFLOP/s, "
+        f"- peak = best 2048³ `torch.mm` at {args.threads} threads in this environment: "
+        f"fp32 {peaks['fp32']:.0f} GFLOP/s, "
         f"bf16 {peaks['bf16']:.0f} GFLOP/s",
         f"- CPU used by other processes during the runs reported: up to {max(busy):.0%}"
         + (" (**contended: treat the figures as noisy**)" if max(busy) > CONTENDED else " (quiet)"),
@@ -317,7 +319,8 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
         f"## Detector overhead (smoke, fp32, {OVERHEAD_STEPS} steps, {args.overhead_repeats} alternating runs "
         "per state)",
         "",
-        "Environment of these runs only: " + ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in OVERHEAD_ENV.items())
+        "Environment of these runs only: "
+        + ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in OVERHEAD_ENV.items())
         + " (removes thread-contention stalls and heap-trim page faults, both larger than the effect measured).",
         f"Per run: mean ms per step after warm-up, leaving out stalls (steps over {STALL_FACTOR:g}x the run's "
         "median; counted in brackets). Shown: median run (best run). The goal is judged on the attribution "
@@ -328,7 +331,8 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
         f"| step_time_s, the trainer's own timer (includes the op fingerprint) | {cell('step_times_s', 'on')} "
         f"| {cell('step_times_s', 'off')} | {pct('step_times_s', 1):+.1f}% ({pct('step_times_s', 0):+.1f}%) |",
         f"| wall time per step from console timestamps (adds the GEMM canary and the observers) "
-        f"| {cell('walls_s', 'on')} | {cell('walls_s', 'off')} | {pct('walls_s', 1):+.1f}% ({pct('walls_s', 0):+.1f}%) |",
+        f"| {cell('walls_s', 'on')} | {cell('walls_s', 'off')} "
+        f"| {pct('walls_s', 1):+.1f}% ({pct('walls_s', 0):+.1f}%) |",
         "",
         f"Other processes used up to {max(overhead['busy']):.0%} of the machine during these runs.",
     ]
