@@ -134,7 +134,7 @@ struct DiagnosticsConfig {
   double first_step_ratio_warn = 50.0; // first step / steady-state median
   double memory_slope_bytes_per_step_warn = 1 << 20;
   double fragmentation_ratio_warn = 0.5;  // (reserved - allocated) / reserved
-  int64_t gemm_canary_interval = 25;   // steps between GEMM shape canaries (0 = off)
+  int64_t gemm_canary_interval = 100;  // steps between GEMM shape canaries (0 = off)
   double collective_latency_zscore = 8.0;
   double watchdog_timeout_s = 300;     // no step finished within this: hang
   int64_t window_steps = 10;           // steps in each timing/memory/latency baseline window
@@ -142,7 +142,7 @@ struct DiagnosticsConfig {
   double reload_memory_growth_warn_bytes = 64 << 20;  // memory kept after a checkpoint reload
   double baseline_loss_rel_tolerance = 1e-2;   // --baseline loss compare when not deterministic
   double baseline_memory_growth_ratio = 0.10;  // --baseline peak memory growth
-  int64_t fingerprint_interval = 10;   // steps between ATen op-count fingerprints (0 = off)
+  int64_t fingerprint_interval = 50;   // steps between ATen op-count fingerprints (0 = off)
   bool operator==(const DiagnosticsConfig&) const = default;
 };
 

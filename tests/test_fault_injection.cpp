@@ -162,9 +162,12 @@ std::vector<double> losses(const RunOutput& run) {
 
 // The false-positive check: every stress mode, every detector and active check on, and not one
 // warning. 30 steps reach every detector: the step-time reference (steps 6..15), two memory
-// windows (6..25), a replay at 20 (steps 21..22), the GEMM canary at 25, fingerprints every 10.
+// windows (6..25), a replay at 20 (steps 21..22), the GEMM canary at 25, fingerprints every 10
+// (both intervals shortened from their defaults so that 30 steps reach them).
 TEST(FaultInjectionBaseline, CleanStressAllRunHasNoWarnOrFailFinding) {
-  const RunOutput run = run_smoke("clean", "--stress all --set replay_check_interval=20 --steps 30");
+  const RunOutput run = run_smoke("clean",
+                                  "--stress all --set replay_check_interval=20 --set diagnostics.gemm_canary_interval=25 "
+                                  "--set diagnostics.fingerprint_interval=10 --steps 30");
   ASSERT_TRUE(run.report.is_object()) << run.log;
   EXPECT_EQ(run.exit_code, 0) << run.log;
   EXPECT_EQ(run.report.at("verdict"), "PASS");

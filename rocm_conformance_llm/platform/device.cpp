@@ -1,6 +1,7 @@
 #include "rocm_conformance_llm/platform/device.hpp"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -83,6 +84,27 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host) {
   if (blas == "reference")
     spdlog::warn("libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
                  "so libblas.so.3 resolves to OpenBLAS");
+  // OpenBLAS keeps its own thread pool beside libtorch's: both busy on the same cores gave
+  // 50-200 ms stalls in a quarter of the smoke steps and 1.7x slower fp32 (bench/results.md).
+  // One BLAS thread inside libtorch's pool, unless the user set OPENBLAS_NUM_THREADS.
+  using SetThreads = void (*)(int);
+  if (blas == "openblas" && !std::getenv("OPENBLAS_NUM_THREADS"))
+    if (auto set_blas_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+      set_blas_threads(1);
+}
+
+void tune_host_allocator() {
+  // glibc's dynamic mmap threshold made every step return and re-fault ~80 MiB of activations
+  // (21k page faults per step, step time moving +-7% between identical runs; bench/results.md).
+  // Both thresholds are needed: raising only the trim threshold made it worse.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
+int blas_threads() {
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : -1;
 }
 
 namespace {
@@ -114,6 +136,7 @@ nlohmann::json environment_report(const torch::Device& device) {
       {"device_kind", device.is_cuda() ? (std::string(RCL_TORCH_BUILD) == "rocm" ? "rocm-gpu" : "gpu") : "cpu"},
       {"gpu_count", gpu_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0},
       {"blas", active_blas()},
+      {"blas_threads", blas_threads()},
       {"intra_op_threads", at::get_num_threads()},
       {"hardware_threads", std::thread::hardware_concurrency()},
       {"hostname", host},

@@ -27,6 +27,10 @@ nlohmann::json environment_report(const torch::Device& device);
 // num_threads 0: OMP_NUM_THREADS when set, else the cores shared among `ranks_on_host`
 // processes (several CPU ranks each taking every core oversubscribe the host several-fold).
 void configure_cpu_threads(int64_t num_threads, int ranks_on_host);
-std::string active_blas();  // "openblas" | "mkl" | "reference" | "unknown"
+std::string active_blas();  // "openblas" | "mkl" | "blis" | "reference" | "unknown"
+// OpenBLAS's own thread count (-1 when the BLAS is not OpenBLAS).
+int blas_threads();
+// Keeps freed activations in the heap instead of unmapping and re-faulting them every step.
+void tune_host_allocator();
 
 }  // namespace rcl
