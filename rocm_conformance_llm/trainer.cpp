@@ -121,23 +121,6 @@ double learning_rate_at(const TrainingConfig& cfg, int64_t step) {
   return min_lr + 0.5 * (cfg.learning_rate - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  std::vector<torch::Tensor> grads, norms;
-  for (const auto& p : params) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(p.grad());
-    norms.push_back(p.grad().norm());
-  }
-  if (grads.empty()) return zero_scalar(params.empty() ? torch::Device(torch::kCPU) : params[0].device());
-  const auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm();
-  if (max_norm > 0) {
-    // The same arithmetic as torch::nn::utils::clip_grad_norm_.
-    const auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    for (auto& g : grads) g.mul_(coef);
-  }
-  return total;
-}
-
 Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOptions model_options)
     : ctx_(std::move(ctx)), sync_(std::move(sync)), diag_(make_inert_diagnostics()) {
   auto& cfg = ctx_.cfg;
@@ -156,13 +139,8 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   params_ = model_->parameters();
 
-  const auto adamw = torch::optim::AdamWOptions(cfg.learning_rate).betas({0.9, 0.95}).eps(1e-8);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(model_->decay_parameters(), std::make_unique<torch::optim::AdamWOptions>(
-                                                      torch::optim::AdamWOptions(adamw).weight_decay(cfg.weight_decay)));
-  groups.emplace_back(model_->no_decay_parameters(),
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(adamw).weight_decay(0.0)));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups), adamw);
+  optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
+                                           AdamWHyper{.weight_decay = cfg.weight_decay});
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
@@ -203,8 +181,6 @@ Trainer::PendingStep Trainer::train_step() {
   rec.rank = sync_->rank();
   rec.world_size = sync_->world_size();
   rec.lr = learning_rate_at(cfg, rec.step);
-  for (auto& group : optimizer_->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rec.lr);
   sync_->begin_step(rec.step);
   const PhaseTimer phases(cfg.phase_timing, device, rec.phase_s);
   // Op fingerprint of the step's own work (not eval, not the checks): a changed count between
@@ -257,8 +233,8 @@ Trainer::PendingStep Trainer::train_step() {
     auto timing = phases.measure("optimizer");
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(params_);
-    grad_norm = clip_grad_norm(params_, cfg.grad_clip);
-    if (!rec.skipped) optimizer_->step();
+    grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
+    if (!rec.skipped) optimizer_->step(rec.lr);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
   if (op_counter) {

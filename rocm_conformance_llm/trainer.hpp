@@ -27,6 +27,7 @@
 #include "rocm_conformance_llm/distributed/grad_sync.hpp"
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/optimizer.hpp"
 #include "rocm_conformance_llm/precision.hpp"
 #include "rocm_conformance_llm/step_record.hpp"
 
@@ -67,11 +68,6 @@ struct TrainSummary {
 // cosine decay to cfg.learning_rate * cfg.min_lr_ratio at cfg.steps.
 double learning_rate_at(const TrainingConfig& cfg, int64_t step);
 
-// torch::nn::utils::clip_grad_norm_ without its host read-back: returns the total L2 norm of
-// the gradients (before clipping) as a device scalar, so the step never waits for the GPU.
-// max_norm 0 measures without clipping.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
-
 class Trainer {
  public:
   // Builds the data source, resolves cfg.vocab_size from it when 0, builds the model (same
@@ -91,7 +87,6 @@ class Trainer {
   std::optional<double> evaluate();
 
   GPT& model() { return model_; }
-  torch::optim::AdamW& optimizer() { return *optimizer_; }
   const DataSource& data() const { return *data_; }
   const RunContext& ctx() const { return ctx_; }  // cfg.vocab_size resolved
   GradientSync& sync() { return *sync_; }
@@ -135,7 +130,7 @@ class Trainer {
   std::unique_ptr<DataSource> data_;
   GPT model_{nullptr};
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<FlatAdamW> optimizer_;
   AutocastState autocast_;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
   torch::Tensor ballast_;                    // cfg.memory_pressure_bytes held on the device

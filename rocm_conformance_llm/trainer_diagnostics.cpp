@@ -98,7 +98,7 @@ struct Trainer::Diagnostics {
 // Everything a step reads or changes: what a checkpoint holds, plus the RNG and data cursor.
 struct Trainer::Snapshot {
   std::vector<torch::Tensor> params;
-  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> optimizer;
+  FlatAdamW::State optimizer;
   std::optional<DynamicLossScaler> scaler;
   RngSnapshot rng;
   int64_t step = 0;
@@ -210,15 +210,7 @@ Trainer::Snapshot Trainer::snapshot() {
   torch::NoGradGuard no_grad;
   Snapshot snap;
   for (const auto& p : params_) snap.params.push_back(p.detach().clone());
-  for (const auto& [key, state] : optimizer_->state()) {
-    const auto& adamw = static_cast<const torch::optim::AdamWParamState&>(*state);
-    auto copy = std::make_unique<torch::optim::AdamWParamState>();
-    copy->step(adamw.step());
-    copy->exp_avg(adamw.exp_avg().clone());
-    copy->exp_avg_sq(adamw.exp_avg_sq().clone());
-    if (adamw.max_exp_avg_sq().defined()) copy->max_exp_avg_sq(adamw.max_exp_avg_sq().clone());
-    snap.optimizer.emplace_back(key, std::move(copy));
-  }
+  snap.optimizer = optimizer_->state();
   snap.scaler = scaler_;
   snap.rng = capture_rng(ctx_.device);
   snap.step = step_;
@@ -227,13 +219,11 @@ Trainer::Snapshot Trainer::snapshot() {
 }
 
 // A reload as a checkpoint loader does it: parameters copied into (load_state_dict), the
-// optimizer's state rebuilt from the loaded tensors (Optimizer::load). `snap` is freed on return.
+// optimizer state copied back into its buffers (Optimizer::load). `snap` is freed on return.
 void Trainer::restore(Snapshot snap) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(snap.params[i]);
-  auto& state = optimizer_->state();
-  state.clear();
-  for (auto& [key, param_state] : snap.optimizer) state[key] = std::move(param_state);
+  optimizer_->load_state(snap.optimizer);
   scaler_ = snap.scaler;
   restore_rng(snap.rng, ctx_.device);
   step_ = snap.step;

@@ -319,23 +319,98 @@ TEST(Training, LearningRateWarmsUpThenDecaysToTheFloor) {
   EXPECT_DOUBLE_EQ(learning_rate_at(cfg, 1), 1e-3 * (0.1 + 0.45 * (1 + std::cos(M_PI / 110))));
 }
 
-TEST(Training, ClipGradNormMatchesLibtorchWithoutReadingBack) {
-  for (double max_norm : {0.5, 100.0}) {
-    torch::manual_seed(1);
-    std::vector<torch::Tensor> ours, reference;
-    for (int i = 0; i < 3; ++i) {
-      auto p = torch::zeros({5, 4});
-      p.mutable_grad() = torch::randn({5, 4});
-      ours.push_back(p);
-      auto q = torch::zeros({5, 4});
-      q.mutable_grad() = p.grad().clone();
-      reference.push_back(q);
+// Pairs of identical parameter sets: one for FlatAdamW, one for libtorch's reference.
+struct TwinParams {
+  std::vector<torch::Tensor> decayed, not_decayed, ref_decayed, ref_not_decayed;
+  explicit TwinParams(uint64_t seed) {
+    torch::manual_seed(seed);
+    for (auto shape : {std::vector<int64_t>{5, 4}, {7}, {3, 2, 2}}) {
+      for (auto* pair : {&decayed, &not_decayed}) {
+        auto p = torch::randn(shape).requires_grad_();
+        pair->push_back(p);
+        (pair == &decayed ? ref_decayed : ref_not_decayed).push_back(p.detach().clone().requires_grad_());
+      }
     }
-    const auto norm = clip_grad_norm(ours, max_norm);
-    const double expected = torch::nn::utils::clip_grad_norm_(reference, max_norm);
-    EXPECT_NEAR(norm.item<double>(), expected, 1e-5);
-    for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::allclose(ours[i].grad(), reference[i].grad()));
   }
+  // The same random gradient into both sets.
+  void set_grads() {
+    for (auto [ours, theirs] : {std::pair{&decayed, &ref_decayed}, std::pair{&not_decayed, &ref_not_decayed}})
+      for (size_t i = 0; i < ours->size(); ++i) {
+        const auto g = torch::randn((*ours)[i].sizes());
+        (*ours)[i].mutable_grad().copy_(g);
+        (*theirs)[i].mutable_grad() = g.clone();
+      }
+  }
+  std::vector<torch::Tensor> reference() const {
+    auto all = ref_decayed;
+    all.insert(all.end(), ref_not_decayed.begin(), ref_not_decayed.end());
+    return all;
+  }
+};
+
+TEST(FlatAdamW, ClipGradNormMatchesLibtorchWithoutReadingBack) {
+  for (double max_norm : {0.5, 100.0}) {
+    TwinParams twins(1);
+    FlatAdamW ours(twins.decayed, twins.not_decayed, {});
+    twins.set_grads();
+    const auto norm = ours.clip_grad_norm(max_norm);
+    const double expected = torch::nn::utils::clip_grad_norm_(twins.reference(), max_norm);
+    EXPECT_NEAR(norm.item<double>(), expected, 1e-5);
+    for (size_t i = 0; i < twins.decayed.size(); ++i)
+      EXPECT_TRUE(torch::allclose(twins.decayed[i].grad(), twins.ref_decayed[i].grad()));
+  }
+}
+
+// Element for element torch::optim::AdamW with two groups (decay / none), over several steps
+// with a varying learning rate.
+TEST(FlatAdamW, StepsMatchLibtorchAdamW) {
+  TwinParams twins(2);
+  const double weight_decay = 0.1;
+  FlatAdamW ours(twins.decayed, twins.not_decayed, {.weight_decay = weight_decay});
+  const auto options = torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(twins.ref_decayed, std::make_unique<torch::optim::AdamWOptions>(
+                                             torch::optim::AdamWOptions(options).weight_decay(weight_decay)));
+  groups.emplace_back(twins.ref_not_decayed,
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(options).weight_decay(0)));
+  torch::optim::AdamW reference(std::move(groups), options);
+  for (int step = 1; step <= 6; ++step) {
+    const double lr = 1e-2 / step;
+    for (auto& group : reference.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    twins.set_grads();
+    ours.step(lr);
+    reference.step();
+  }
+  for (size_t i = 0; i < twins.decayed.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(twins.decayed[i], twins.ref_decayed[i], 1e-6, 1e-7)) << i;
+    EXPECT_TRUE(torch::allclose(twins.not_decayed[i], twins.ref_not_decayed[i], 1e-6, 1e-7)) << i;
+  }
+  // Weight decay reached the decayed group only: without it the two would not differ.
+  EXPECT_FALSE(torch::allclose(twins.decayed[0], twins.ref_not_decayed[0]));
+}
+
+// The parameters and gradients really live in the flat buffers: backward accumulates into
+// them, zero_grad clears them all, a state reload restores the moments.
+TEST(FlatAdamW, ParametersAndGradientsAreViewsOfTheFlatBuffers) {
+  auto w = torch::randn({3, 4}).requires_grad_();
+  auto b = torch::randn({4}).requires_grad_();
+  const auto w0 = w.detach().clone();
+  FlatAdamW opt({w}, {b}, {});
+  EXPECT_TRUE(torch::equal(w, w0));
+  (torch::ones({2, 3}).matmul(w) + b).sum().backward();
+  EXPECT_TRUE(torch::equal(opt.flat_grads().narrow(0, 0, 12).view({3, 4}), w.grad()));
+  EXPECT_TRUE(torch::equal(opt.flat_grads().narrow(0, 12, 4), torch::full({4}, 2.0f)));
+  const auto saved = opt.state();
+  opt.step(0.1);
+  EXPECT_TRUE(torch::equal(opt.flat_params().narrow(0, 0, 12).view({3, 4}), w.detach()));
+  EXPECT_FALSE(torch::equal(w.detach(), w0));
+  opt.zero_grad();
+  EXPECT_EQ(w.grad().abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(b.grad().abs().sum().item<float>(), 0.0f);
+  opt.load_state(saved);
+  EXPECT_EQ(opt.state().steps, 0);
+  EXPECT_EQ(opt.state().exp_avg.abs().sum().item<float>(), 0.0f);
+  EXPECT_THROW(FlatAdamW({w}, {w}, {}), std::invalid_argument);
 }
 
 TEST(Training, ObserversGetEveryStepInOrderWithItsRecord) {
