@@ -43,17 +43,17 @@ from python_peer import measure_peak_gflops  # noqa: E402
 RUN_LENGTH = {"smoke": (40, 5), "cpu-medium": (16, 3)}
 GOALS = {"smoke": 1.2, "cpu-medium": 1.0}  # minimum C++/Python tokens/s ratio
 OVERHEAD_GOAL_PCT = 3.0
-OVERHEAD_STEPS = 60  # covers the periodic checks: op fingerprint every 10 steps, GEMM canary every 25
+# Covers the periodic checks at their default intervals (op fingerprint every 50 steps, GEMM
+# canary every 100) with a step after the canary, whose console line carries the canary's time.
+OVERHEAD_STEPS = 110
 STALL_FACTOR = 3.0
-# The overhead runs remove two sources of run-to-run noise larger than the 3% being measured
-# (both measured with perf and strace on this machine): OpenMP workers spinning against
-# OpenBLAS's own thread pool on 2 cores (stalls of 50-200 ms in a quarter of the steps; gone
-# with a single-threaded OpenBLAS, which costs the smoke model nothing), and glibc returning
-# the heap top to the OS after every step (page faults whose count depends on heap layout, so
-# merely allocating the detectors' state moves step time by several percent either way).
-# Values already in the environment win.
-TUNED_MALLOC = "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432"
-OVERHEAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "GLIBC_TUNABLES": TUNED_MALLOC}
+# What the C++ binary does to its own process (platform/device.cpp) and the Python peer does
+# not: on 2 cores, OpenMP workers spinning against OpenBLAS's own thread pool stall steps by
+# 50-200 ms, and glibc returning the heap top to the OS after every step re-faults the
+# activations. Exporting these variables gives the Python peer the same settings (the control
+# run in bench/results-tuned-env.md).
+TUNED_ENV_HINT = ("OPENBLAS_NUM_THREADS=1 "
+                  "GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432")
 # Environment that changes CPU threading or allocation under both implementations.
 THREADING_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
                  "GLIBC_TUNABLES")
@@ -123,11 +123,11 @@ def step_wall_times(log_text):
     return {s: stamps[s] - stamps[s - 1] for s in stamps if s - 1 in stamps}
 
 
-def run_cpp(args, preset, precision, workdir, tag, extra=(), steps=None, env=None):
+def run_cpp(args, preset, precision, workdir, tag, extra=(), steps=None):
     warmup = RUN_LENGTH[preset][1]
     out_dir = Path(tempfile.mkdtemp(prefix=f"{preset}-{precision}-{tag}-", dir=workdir))
     cmd = cpp_command(args, preset, precision, ["--output-dir", str(out_dir), "--overwrite", *extra], steps)
-    proc, busy = others_busy_while(lambda: subprocess.run(cmd, capture_output=True, text=True, env=env))
+    proc, busy = others_busy_while(lambda: subprocess.run(cmd, capture_output=True, text=True))
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         sys.exit(f"C++ run failed ({proc.returncode}): {' '.join(cmd)}\n{log[-3000:]}")
@@ -198,9 +198,9 @@ def compare(args, preset, precision, peaks, workdir):
 def stall_trimmed_mean(values):
     """(mean without stalls, stalls dropped): a stall is > STALL_FACTOR x the median.
 
-    Periodic checks (op fingerprint every 10 steps, GEMM canary every 25) cost well under that
-    and stay in the mean; what is dropped are the multi-timeslice stalls that 2 OpenMP threads
-    plus OpenBLAS's own threads suffer on 2 cores, which would otherwise swamp a 3% effect."""
+    Periodic checks (op fingerprint, GEMM canary) cost well under that and stay in the mean; what
+    is dropped are multi-timeslice stalls (another process taking a core from a 2-thread run),
+    which would otherwise swamp a 3% effect."""
     limit = STALL_FACTOR * statistics.median(values)
     kept = [v for v in values if v <= limit]
     return statistics.mean(kept), len(values) - len(kept)
@@ -226,12 +226,11 @@ def within_run_costs(run):
 def detector_overhead(args, workdir):
     """Smoke fp32 with diagnostics on and off, alternating: the A/B figures and the attribution."""
     runs = {"on": [], "off": []}
-    env = {**OVERHEAD_ENV, **os.environ}
     for rep in range(args.overhead_repeats):
         for state in (("on", "off") if rep % 2 == 0 else ("off", "on")):
             extra = () if state == "on" else ("--set", "diagnostics.enabled=false")
             runs[state].append(run_cpp(args, "smoke", "fp32", workdir, f"diag-{state}{rep}", extra,
-                                       steps=OVERHEAD_STEPS, env=env))
+                                       steps=OVERHEAD_STEPS))
     out = {"busy": [r["others_busy"] for state in runs for r in runs[state]]}
     for state in ("on", "off"):
         series = {"step_times_s": [list(r["step_time_by_step"].values()) for r in runs[state]],
@@ -260,6 +259,7 @@ def machine_facts(env):
         "python_torch": torch.__version__,
         "blas": env.get("blas", "unknown"),
         "cpp_threads": env.get("intra_op_threads", "unknown"),
+        "cpp_blas_threads": env.get("blas_threads", "unknown"),
         "kernel": platform.release(),
         "env": ", ".join(f"{name}={os.environ.get(name, 'unset')}" for name in THREADING_ENV),
     }
@@ -277,6 +277,10 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
         f"- threads: {args.threads} on both sides (`num_threads` / `torch.set_num_threads`; the C++ run "
         f"reported at::get_num_threads() = {facts['cpp_threads']})",
         f"- environment (both sides): {facts['env']}",
+        f"- the C++ binary itself runs OpenBLAS single-threaded inside libtorch's pool unless "
+        f"OPENBLAS_NUM_THREADS is set (it reported {facts['cpp_blas_threads']} BLAS thread(s)) and keeps "
+        "glibc from trimming its heap every step (platform/device.cpp); the Python peer runs stock torch. "
+        f"Same settings on both sides: export {TUNED_ENV_HINT}",
         f"- peak = best 2048³ `torch.mm` at {args.threads} threads in this environment: "
         f"fp32 {peaks['fp32']:.0f} GFLOP/s, "
         f"bf16 {peaks['bf16']:.0f} GFLOP/s",
@@ -319,9 +323,6 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
         f"## Detector overhead (smoke, fp32, {OVERHEAD_STEPS} steps, {args.overhead_repeats} alternating runs "
         "per state)",
         "",
-        "Environment of these runs only: "
-        + ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in OVERHEAD_ENV.items())
-        + " (removes thread-contention stalls and heap-trim page faults, both larger than the effect measured).",
         f"Per run: mean ms per step after warm-up, leaving out stalls (steps over {STALL_FACTOR:g}x the run's "
         "median; counted in brackets). Shown: median run (best run). The goal is judged on the attribution "
         "below: between processes of one config, plain step time varies more than 3%.",
