@@ -77,7 +77,7 @@ int run_job(const RunConfig& run, bool overwrite) {
   const torch::Device device = resolve_device(cfg.device, launch.local_rank);
   // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
   // (world size is the upper bound of ranks per host).
-  configure_cpu_threads(cfg.num_threads, device.is_cuda() ? 1 : launch.world_size);
+  configure_cpu_threads(cfg.num_threads, device.is_cuda() ? 1 : launch.world_size, !device.is_cuda());
   tune_host_allocator();
   set_deterministic(cfg.deterministic);
   const nlohmann::json environment = environment_report(device);

@@ -37,11 +37,12 @@ struct RunOutput {
 };
 
 // The smoke preset on one CPU thread, validation off (eval steps are irrelevant here).
-RunOutput run_smoke(const std::string& name, const std::string& args) {
+RunOutput run_smoke(const std::string& name, const std::string& args, const std::string& env = "") {
   const fs::path dir = fs::temp_directory_path() / ("rcl-faults-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(dir);
   const auto cli = run_cli("--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --output-dir " +
-                           dir.string() + " " + args);
+                           dir.string() + " " + args,
+                           env);
   RunOutput out{cli.exit_code, cli.out + cli.err, {}, {}, {}};
   if (fs::exists(dir / "report.json")) out.report = nlohmann::json::parse(read_text(dir / "report.json"));
   out.junit = read_text(dir / "junit.xml");
@@ -194,6 +195,19 @@ TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
   EXPECT_NE(checked.log.find("replay check: steps 17..18 reproduced bitwise"), std::string::npos);
   EXPECT_EQ(unchecked.log.find("replay check"), std::string::npos);
   EXPECT_EQ(losses(checked), losses(unchecked));
+}
+
+// OpenBLAS's own pool spinning beside libtorch's stalls CPU training (bench/results.md): a CPU
+// run uses one BLAS thread inside libtorch's pool, and an explicit OPENBLAS_NUM_THREADS wins.
+TEST(ProcessSettings, CpuRunKeepsOpenBlasSingleThreadedUnlessTheUserSetsIt) {
+  const RunOutput own = run_smoke("blas-own", "--steps 2", "env -u OPENBLAS_NUM_THREADS");
+  ASSERT_TRUE(own.report.is_object()) << own.log;
+  const auto& environment = own.report.at("environment");
+  if (environment.at("blas") != "openblas") GTEST_SKIP() << "BLAS is " << environment.at("blas");
+  EXPECT_EQ(environment.at("blas_threads"), 1);
+  const RunOutput user = run_smoke("blas-user", "--steps 2", "OPENBLAS_NUM_THREADS=2");
+  ASSERT_TRUE(user.report.is_object()) << user.log;
+  EXPECT_EQ(user.report.at("environment").at("blas_threads"), 2);
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ std::string active_blas() {
   return "unknown";
 }
 
-void configure_cpu_threads(int64_t num_threads, int ranks_on_host) {
+void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training_on_cpu) {
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t threads = num_threads;
   if (threads <= 0) {
@@ -88,7 +88,7 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host) {
   // 50-200 ms stalls in a quarter of the smoke steps and 1.7x slower fp32 (bench/results.md).
   // One BLAS thread inside libtorch's pool, unless the user set OPENBLAS_NUM_THREADS.
   using SetThreads = void (*)(int);
-  if (blas == "openblas" && !std::getenv("OPENBLAS_NUM_THREADS"))
+  if (training_on_cpu && blas == "openblas" && !std::getenv("OPENBLAS_NUM_THREADS"))
     if (auto set_blas_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
       set_blas_threads(1);
 }
