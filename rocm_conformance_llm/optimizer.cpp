@@ -9,43 +9,44 @@ namespace rcl {
 FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
                      AdamWHyper hyper)
     : hyper_(hyper) {
-  std::vector<torch::Tensor> all(decayed);
-  all.insert(all.end(), not_decayed.begin(), not_decayed.end());
-  if (all.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
+  parameters_ = decayed;
+  parameters_.insert(parameters_.end(), not_decayed.begin(), not_decayed.end());
+  if (parameters_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
   std::set<const void*> seen;
   int64_t total = 0;
-  for (const auto& p : all) {
+  const auto options = parameters_.front().options();
+  for (const auto& p : parameters_) {
     if (!seen.insert(p.unsafeGetTensorImpl()).second)
       throw std::invalid_argument("FlatAdamW: a parameter is listed twice");
-    if (p.scalar_type() != all[0].scalar_type() || p.device() != all[0].device())
+    if (p.dtype() != options.dtype() || p.device() != options.device())
       throw std::invalid_argument("FlatAdamW: parameters differ in dtype or device");
     total += p.numel();
   }
   for (const auto& p : decayed) decayed_numel_ += p.numel();
 
   torch::NoGradGuard no_grad;
-  params_ = torch::empty({total}, all[0].options());
-  grads_ = torch::zeros({total}, all[0].options());
+  flat_params_ = torch::empty({total}, options);
+  flat_grads_ = torch::zeros({total}, options);
   int64_t offset = 0;
-  for (auto p : all) {
-    auto values = params_.narrow(0, offset, p.numel());
+  for (auto p : parameters_) {
+    auto values = flat_params_.narrow(0, offset, p.numel());
     values.copy_(p.detach().reshape({-1}));
     p.set_data(values.view(p.sizes()));
-    p.mutable_grad() = grads_.narrow(0, offset, p.numel()).view(p.sizes());
+    p.mutable_grad() = flat_grads_.narrow(0, offset, p.numel()).view(p.sizes());
     offset += p.numel();
   }
-  state_.exp_avg = torch::zeros_like(params_);
-  state_.exp_avg_sq = torch::zeros_like(params_);
+  state_.exp_avg = torch::zeros_like(flat_params_);
+  state_.exp_avg_sq = torch::zeros_like(flat_params_);
 }
 
-void FlatAdamW::zero_grad() { grads_.zero_(); }
+void FlatAdamW::zero_grad() { flat_grads_.zero_(); }
 
 torch::Tensor FlatAdamW::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
-  const auto total = grads_.norm();
+  const auto total = flat_grads_.norm();
   if (max_norm > 0) {
     // The same arithmetic as torch::nn::utils::clip_grad_norm_, on the device.
-    grads_.mul_((max_norm / (total + 1e-6)).clamp_max(1.0));
+    flat_grads_.mul_((max_norm / (total + 1e-6)).clamp_max(1.0));
   }
   return total;
 }
@@ -54,13 +55,13 @@ void FlatAdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   const int64_t step = ++state_.steps;
   // torch::optim::AdamW::step's sequence of ops, on the whole buffer at once.
-  if (decayed_numel_ > 0) params_.narrow(0, 0, decayed_numel_).mul_(1.0 - lr * hyper_.weight_decay);
-  state_.exp_avg.mul_(hyper_.beta1).add_(grads_, 1.0 - hyper_.beta1);
-  state_.exp_avg_sq.mul_(hyper_.beta2).addcmul_(grads_, grads_, 1.0 - hyper_.beta2);
+  if (decayed_numel_ > 0) flat_params_.narrow(0, 0, decayed_numel_).mul_(1.0 - lr * hyper_.weight_decay);
+  state_.exp_avg.mul_(hyper_.beta1).add_(flat_grads_, 1.0 - hyper_.beta1);
+  state_.exp_avg_sq.mul_(hyper_.beta2).addcmul_(flat_grads_, flat_grads_, 1.0 - hyper_.beta2);
   const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step));
   const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step));
   const auto denom = (state_.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(hyper_.eps);
-  params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
+  flat_params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
 }
 
 FlatAdamW::State FlatAdamW::state() const {

@@ -44,13 +44,17 @@ class FlatAdamW {
   State state() const;  // a copy
   void load_state(const State& state);
 
-  const torch::Tensor& flat_params() const { return params_; }
-  const torch::Tensor& flat_grads() const { return grads_; }
+  const torch::Tensor& flat_params() const { return flat_params_; }
+  const torch::Tensor& flat_grads() const { return flat_grads_; }
+  // The parameters in buffer order: their gradients lie back to back, so gradient buckets
+  // planned in this order are views of the flat gradient (no copies around the all-reduce).
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
 
  private:
   AdamWHyper hyper_;
-  torch::Tensor params_, grads_;
-  int64_t decayed_numel_ = 0;  // params_[0, decayed_numel_) takes weight decay
+  std::vector<torch::Tensor> parameters_;
+  torch::Tensor flat_params_, flat_grads_;
+  int64_t decayed_numel_ = 0;  // flat_params_[0, decayed_numel_) takes weight decay
   State state_;
 };
 

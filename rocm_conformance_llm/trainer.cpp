@@ -137,10 +137,9 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   model_ = GPT(cfg, model_options);
   model_->to(device);
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
-  params_ = model_->parameters();
-
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay});
+  params_ = optimizer_->parameters();  // buffer order: gradient buckets are views, not copies
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);

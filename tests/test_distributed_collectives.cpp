@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/diagnostics/op_counter.hpp"
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
 #include "test_distributed_support.hpp"
@@ -74,13 +75,18 @@ torch::Tensor dyadic(const std::vector<int64_t>& shape, int64_t seed) {
   return k.to(torch::kFloat).div(16).reshape(shape);
 }
 
-// Rank r's parameters (zeros) and gradients.
-std::vector<torch::Tensor> parameters_with_grads(int rank) {
+// Rank r's parameters (zeros) and gradients; with `one_buffer` the gradients are views lying
+// back to back in one tensor, as FlatAdamW lays them out (reduced in place, without copies).
+std::vector<torch::Tensor> parameters_with_grads(int rank, bool one_buffer = false) {
   const std::vector<std::vector<int64_t>> shapes = {{5, 3}, {7}, {2, 2, 2}, {300}};
+  const torch::Tensor buffer = torch::empty({15 + 7 + 8 + 300});
+  int64_t offset = 0;
   std::vector<torch::Tensor> params;
   for (size_t i = 0; i < shapes.size(); ++i) {
     torch::Tensor p = torch::zeros(shapes[i]).requires_grad_(true);
-    p.mutable_grad() = dyadic(shapes[i], 10 * rank + static_cast<int64_t>(i));
+    const torch::Tensor values = dyadic(shapes[i], 10 * rank + static_cast<int64_t>(i));
+    p.mutable_grad() = one_buffer ? buffer.narrow(0, offset, values.numel()).view_as(values).copy_(values) : values;
+    offset += values.numel();
     params.push_back(p);
   }
   return params;
@@ -102,11 +108,14 @@ TEST_P(GradientAveragingTest, ExactMeanWhateverTheBucketSize) {
   }
   for (auto& e : expected) e /= world;
 
-  for (const double bucket_mb : {1e-6 /* one tensor per bucket */, 25.0 /* one bucket */}) {
+  for (const auto& [one_buffer, bucket_mb] : {std::pair{false, 1e-6 /* one tensor per bucket */},
+                                              std::pair{false, 25.0 /* one bucket */}, std::pair{true, 1e-6},
+                                              std::pair{true, 25.0}}) {
+    SCOPED_TRACE(one_buffer ? "gradients in one buffer" : "separate gradients");
     std::vector<std::vector<torch::Tensor>> results(world);
     std::vector<std::vector<CollectiveSample>> samples(world);
     run_ranks(world, bucket_mb, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-      auto params = parameters_with_grads(r);
+      auto params = parameters_with_grads(r, one_buffer);
       if (r == 1) params[2].mutable_grad() = torch::Tensor();
       sync->average_gradients(params, samples[r]);
       for (const auto& p : params) results[r].push_back(p.grad().clone());
@@ -132,6 +141,27 @@ TEST_P(GradientAveragingTest, ExactMeanWhateverTheBucketSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GradientAveragingTest, ::testing::Values(2, 4));
+
+// Gradients lying back to back in one buffer are all-reduced where they are: no bucket is
+// assembled with a copy (aten::cat) and scattered back. Separate gradients need that copy.
+TEST(ProcessGroupSyncTest, GradientsInOneBufferAreReducedWithoutCopies) {
+  for (const bool one_buffer : {true, false}) {
+    OpCounter ops;
+    run_ranks(2, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
+      auto params = parameters_with_grads(r, one_buffer);
+      std::vector<CollectiveSample> samples;
+      sync->average_gradients(params, samples);
+      EXPECT_EQ(samples.size(), 1u);
+    });
+    ops.stop();
+    const auto counts = ops.counts();
+    const int64_t cats = counts.count("aten::cat") ? counts.at("aten::cat") : 0;
+    if (one_buffer)
+      EXPECT_EQ(cats, 0);
+    else
+      EXPECT_EQ(cats, 2);  // one bucket per rank
+  }
+}
 
 TEST(ProcessGroupSyncTest, ScalarsAndBroadcast) {
   const int world = 3;

@@ -34,22 +34,37 @@ std::vector<std::vector<torch::Tensor>> plan_buckets(const std::vector<torch::Te
   return buckets;
 }
 
-// Runs `reduce` on each bucket flattened into one buffer, then writes the result back into the
-// bucket's tensors. A lone contiguous tensor is reduced in place, without a copy.
+// True when the bucket's tensors are contiguous and lie back to back in one storage, as the
+// gradients of FlatAdamW do: the bucket is then a view of that storage (DDP's
+// gradient-as-bucket-view) and needs neither the flattening copy nor the copy back.
+bool back_to_back(const std::vector<torch::Tensor>& bucket) {
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    if (!bucket[i].is_contiguous()) return false;
+    if (i == 0) continue;
+    const auto& before = bucket[i - 1];
+    if (!bucket[i].storage().is_alias_of(before.storage()) ||
+        bucket[i].storage_offset() != before.storage_offset() + before.numel())
+      return false;
+  }
+  return true;
+}
+
+// Runs `reduce` on each bucket as one flat buffer, and leaves the result in the bucket's tensors.
 template <typename Reduce>
 void for_each_flat_bucket(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes, Reduce&& reduce) {
   for (const auto& bucket : plan_buckets(tensors, bucket_bytes)) {
-    const bool in_place = bucket.size() == 1 && bucket.front().is_contiguous();
-    torch::Tensor flat;
-    if (in_place) {
-      flat = bucket.front().view(-1);
-    } else {
-      std::vector<torch::Tensor> pieces;
-      for (const auto& t : bucket) pieces.push_back(t.reshape(-1));
-      flat = torch::cat(pieces);
+    int64_t numel = 0;
+    for (const auto& t : bucket) numel += t.numel();
+    const auto& first = bucket.front();
+    if (back_to_back(bucket)) {
+      auto view = first.as_strided({numel}, {1}, first.storage_offset());
+      reduce(view);
+      continue;
     }
+    std::vector<torch::Tensor> pieces;
+    for (const auto& t : bucket) pieces.push_back(t.reshape(-1));
+    auto flat = torch::cat(pieces);
     reduce(flat);
-    if (in_place) continue;
     int64_t offset = 0;
     for (const auto& t : bucket) {
       t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
