@@ -77,11 +77,10 @@ DynamicLossScaler::DynamicLossScaler(double initial_scale, int64_t growth_interv
 
 torch::Tensor DynamicLossScaler::scale(const torch::Tensor& loss) const { return loss * scale_; }
 
-bool DynamicLossScaler::unscale_and_check(const std::vector<torch::Tensor>& params) const {
+bool DynamicLossScaler::unscale_and_check(const std::vector<torch::Tensor>& grads) const {
   torch::Tensor found;
   const double inverse = 1.0 / scale_;
-  for (const auto& p : params) {
-    auto grad = p.grad();
+  for (auto grad : grads) {
     if (!grad.defined()) continue;
     grad.mul_(inverse);
     auto bad = grad.isfinite().logical_not().any();

@@ -231,7 +231,7 @@ Trainer::PendingStep Trainer::train_step() {
     enter_phase(phase::optimizer, rec.step, describe_last_collective(rec.collectives));
     auto timing = phases.measure("optimizer");
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
-    rec.skipped = scaler_ && scaler_->unscale_and_check(params_);
+    rec.skipped = scaler_ && scaler_->unscale_and_check({optimizer_->flat_grads()});
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
     if (!rec.skipped) optimizer_->step(rec.lr);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
