@@ -49,8 +49,8 @@ OVERHEAD_STEPS = 110
 STALL_FACTOR = 3.0
 # What the C++ binary does to its own process (platform/device.cpp) and the Python peer does
 # not: on 2 cores, OpenMP workers spinning against OpenBLAS's own thread pool stall steps by
-# 50-200 ms, and glibc returning the heap top to the OS after every step re-faults the
-# activations. Exporting these variables gives the Python peer the same settings (the control
+# tens of milliseconds, and glibc returning the heap top to the OS after every step re-faults
+# the activations (README, Performance). Exporting these variables gives the Python peer the same settings (the control
 # run in bench/results-tuned-env.md).
 TUNED_ENV_HINT = ("OPENBLAS_NUM_THREADS=1 "
                   "GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432")

@@ -77,16 +77,9 @@ DynamicLossScaler::DynamicLossScaler(double initial_scale, int64_t growth_interv
 
 torch::Tensor DynamicLossScaler::scale(const torch::Tensor& loss) const { return loss * scale_; }
 
-bool DynamicLossScaler::unscale_and_check(const std::vector<torch::Tensor>& grads) const {
-  torch::Tensor found;
-  const double inverse = 1.0 / scale_;
-  for (auto grad : grads) {
-    if (!grad.defined()) continue;
-    grad.mul_(inverse);
-    auto bad = grad.isfinite().logical_not().any();
-    found = found.defined() ? found.logical_or(bad) : bad;
-  }
-  return found.defined() && found.item<bool>();
+bool DynamicLossScaler::unscale_and_check(const torch::Tensor& grads) const {
+  grads.mul_(1.0 / scale_);
+  return !grads.isfinite().all().item<bool>();
 }
 
 void DynamicLossScaler::update(bool found_nonfinite, int64_t step) {

@@ -47,10 +47,10 @@ class DynamicLossScaler {
                     double growth_factor = 2.0);
 
   torch::Tensor scale(const torch::Tensor& loss) const;
-  // Divides every defined gradient by the scale in place; true when any of them is non-finite.
-  // One host-device sync: the skip decision needs the answer on the host. The trainer passes
-  // FlatAdamW's one flat gradient, so this is three kernels whatever the model's size.
-  bool unscale_and_check(const std::vector<torch::Tensor>& grads) const;
+  // Divides the gradient by the scale in place; true when any element is non-finite. One
+  // host-device sync: the skip decision needs the answer on the host. The trainer passes
+  // FlatAdamW's flat gradient, so this is three kernels whatever the model's size.
+  bool unscale_and_check(const torch::Tensor& grads) const;
   // Record the step's outcome: back off (and log) on overflow, grow after a clean streak.
   void update(bool found_nonfinite, int64_t step);
 

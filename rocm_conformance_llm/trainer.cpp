@@ -139,7 +139,6 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay});
-  params_ = optimizer_->parameters();  // buffer order: gradient buckets are views, not copies
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
@@ -219,7 +218,8 @@ Trainer::PendingStep Trainer::train_step() {
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
       enter_phase(phase::grad_sync, rec.step);
       auto timing = phases.measure("grad_sync");
-      sync_->average_gradients(params_, rec.collectives);
+      // In buffer order, so that each gradient bucket is a view of the flat gradient.
+      sync_->average_gradients(optimizer_->parameters(), rec.collectives);
     }
   }
 
@@ -231,7 +231,7 @@ Trainer::PendingStep Trainer::train_step() {
     enter_phase(phase::optimizer, rec.step, describe_last_collective(rec.collectives));
     auto timing = phases.measure("optimizer");
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
-    rec.skipped = scaler_ && scaler_->unscale_and_check({optimizer_->flat_grads()});
+    rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
     if (!rec.skipped) optimizer_->step(rec.lr);
     if (scaler_) scaler_->update(rec.skipped, rec.step);

@@ -129,7 +129,6 @@ class Trainer {
   std::shared_ptr<GradientSync> sync_;
   std::unique_ptr<DataSource> data_;
   GPT model_{nullptr};
-  std::vector<torch::Tensor> params_;
   std::unique_ptr<FlatAdamW> optimizer_;
   AutocastState autocast_;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only

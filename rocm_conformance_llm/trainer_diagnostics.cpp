@@ -97,7 +97,7 @@ struct Trainer::Diagnostics {
 
 // Everything a step reads or changes: what a checkpoint holds, plus the RNG and data cursor.
 struct Trainer::Snapshot {
-  std::vector<torch::Tensor> params;
+  torch::Tensor params;  // FlatAdamW's flat parameter buffer
   FlatAdamW::State optimizer;
   std::optional<DynamicLossScaler> scaler;
   RngSnapshot rng;
@@ -150,7 +150,7 @@ torch::Tensor Trainer::forward_loss(const Batch& batch, int64_t step, bool first
 }
 
 void Trainer::inject_after_grad_sync(int64_t step) {
-  if (fault(FaultKind::grad_bitflip, step)) flip_exponent_bit(params_.front().grad());
+  if (fault(FaultKind::grad_bitflip, step)) flip_exponent_bit(optimizer_->parameters().front().grad());
 }
 
 void Trainer::inject_slow_step(int64_t step, double elapsed_s) {
@@ -209,7 +209,7 @@ void Trainer::gemm_canary_check(int64_t step) {
 Trainer::Snapshot Trainer::snapshot() {
   torch::NoGradGuard no_grad;
   Snapshot snap;
-  for (const auto& p : params_) snap.params.push_back(p.detach().clone());
+  snap.params = optimizer_->flat_params().clone();
   snap.optimizer = optimizer_->state();
   snap.scaler = scaler_;
   snap.rng = capture_rng(ctx_.device);
@@ -222,7 +222,7 @@ Trainer::Snapshot Trainer::snapshot() {
 // optimizer state copied back into its buffers (Optimizer::load). `snap` is freed on return.
 void Trainer::restore(Snapshot snap) {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(snap.params[i]);
+  optimizer_->flat_params().copy_(snap.params);
   optimizer_->load_state(snap.optimizer);
   scaler_ = snap.scaler;
   restore_rng(snap.rng, ctx_.device);

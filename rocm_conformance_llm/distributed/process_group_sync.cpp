@@ -53,10 +53,10 @@ bool back_to_back(const std::vector<torch::Tensor>& bucket) {
 template <typename Reduce>
 void for_each_flat_bucket(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes, Reduce&& reduce) {
   for (const auto& bucket : plan_buckets(tensors, bucket_bytes)) {
-    int64_t numel = 0;
-    for (const auto& t : bucket) numel += t.numel();
-    const auto& first = bucket.front();
     if (back_to_back(bucket)) {
+      int64_t numel = 0;
+      for (const auto& t : bucket) numel += t.numel();
+      const auto& first = bucket.front();
       auto view = first.as_strided({numel}, {1}, first.storage_offset());
       reduce(view);
       continue;

@@ -84,8 +84,9 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
   if (blas == "reference")
     spdlog::warn("libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
                  "so libblas.so.3 resolves to OpenBLAS");
-  // OpenBLAS keeps its own thread pool beside libtorch's: both busy on the same cores gave
-  // 50-200 ms stalls in a quarter of the smoke steps and 1.7x slower fp32 (bench/results.md).
+  // OpenBLAS keeps its own thread pool beside libtorch's, and the two spin against each other:
+  // on 2 cores with 2 BLAS threads, a quarter of the smoke steps stalled by over 50 ms and
+  // cpu-medium fp32 steps took 1.5x as long (README, Performance).
   // One BLAS thread inside libtorch's pool, unless the user set OPENBLAS_NUM_THREADS.
   using SetThreads = void (*)(int);
   if (training_on_cpu && blas == "openblas" && !std::getenv("OPENBLAS_NUM_THREADS"))
@@ -94,9 +95,8 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
 }
 
 void tune_host_allocator() {
-  // glibc's dynamic mmap threshold made every step return and re-fault ~80 MiB of activations
-  // (21k page faults per step, step time moving +-7% between identical runs; bench/results.md).
-  // Both thresholds are needed: raising only the trim threshold made it worse.
+  // With glibc's defaults each step hands its activations back to the OS and faults them in
+  // again: ~2,250 page faults per smoke step, ~1 with these thresholds (README, Performance).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
