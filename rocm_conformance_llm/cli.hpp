@@ -9,11 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/errors.hpp"
 
 namespace rcl {
-
-// Exit codes (stable; documented in README).
-enum ExitCode : int { kExitClean = 0, kExitFailFinding = 1, kExitUsage = 2, kExitCrashOrHang = 3 };
 
 struct CliOptions {
   std::optional<std::string> stress;  // raw --stress text, when given

@@ -4,16 +4,12 @@
 #include <cmath>
 #include <sstream>
 
+#include "rocm_conformance_llm/utils/strings.hpp"
+
 namespace rcl {
 namespace {
 
 constexpr int64_t MiB = int64_t{1} << 20;
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 template <typename T>
 std::string show(const T& value) {

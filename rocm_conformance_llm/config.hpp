@@ -3,19 +3,14 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace rcl {
+#include "rocm_conformance_llm/errors.hpp"
 
-// Raised for any invalid user input (bad flag value, bad config field, bad combination).
-// train.cpp turns it into a one-line message and exit code 2.
-struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace rcl {
 
 // The spec's ten fields first, then what the stress modes and the loop need.
 struct TrainingConfig {

@@ -8,7 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/errors.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 
@@ -36,12 +37,6 @@ constexpr std::array<FaultTraits, 8> kFaults = {{
 constexpr int64_t kDefaultLeakBytesPerStep = int64_t{8} << 20;
 
 const FaultTraits& traits(FaultKind kind) { return kFaults[static_cast<size_t>(kind)]; }
-
-std::string trim(std::string_view s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string_view::npos) return {};
-  return std::string(s.substr(b, s.find_last_not_of(" \t") - b + 1));
-}
 
 [[noreturn]] void bad_spec(std::string_view spec, const std::string& why) {
   throw ConfigError(fmt::format("--inject: bad fault spec '{}': {}. {}", spec, why, fault_syntax_help()));

@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
-#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/errors.hpp"
 
 // libtorch 2.4 replaced the per-device autocast setters with ones taking a DeviceType.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "rocm_conformance_llm/utils/strings.hpp"
+
 namespace rcl {
 namespace {
 
@@ -96,13 +98,6 @@ const StressMode& find_mode(const std::string& name) {
   for (const auto& mode : stress_mode_registry())
     if (mode.name == name) return mode;
   throw ConfigError("unknown stress mode '" + name + "'");
-}
-
-std::string trim(const std::string& s) {
-  const auto begin = s.find_first_not_of(" \t\r\n");
-  if (begin == std::string::npos) return "";
-  const auto end = s.find_last_not_of(" \t\r\n");
-  return s.substr(begin, end - begin + 1);
 }
 
 }  // namespace

@@ -13,15 +13,12 @@
 #include "rocm_conformance_llm/diagnostics/watchdog.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 c10::Stream current_stream(const torch::Device& device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);

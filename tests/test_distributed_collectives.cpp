@@ -11,19 +11,18 @@
 #include "rocm_conformance_llm/diagnostics/op_counter.hpp"
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 #include "test_distributed_support.hpp"
 
 namespace rcl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 using test::free_port;
 using std::chrono::milliseconds;
 
 // Short enough to keep the suite fast, long enough for 4 ranks on 2 busy cores.
 constexpr double kTimeoutS = 2.0;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 LaunchInfo loopback_launch(int rank, int world, int port) {
   LaunchInfo launch;

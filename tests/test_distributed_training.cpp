@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/errors.hpp"
 #include "test_distributed_support.hpp"
 
 extern char** environ;
@@ -31,7 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSteps = 20;
 constexpr int kGlobalBatch = 8;
-constexpr int kExitCrashOrHang = 3;  // cli.hpp's ExitCode
 
 // The environment a launched rank gets: ours minus anything a launcher set (the suite may run
 // inside a Slurm job or under mpirun), plus `extra`.

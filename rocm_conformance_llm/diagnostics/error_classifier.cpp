@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 
@@ -50,13 +51,6 @@ const std::array<Pattern, 11> kPatterns = {{
     {component::hip_runtime, "hip_error", {"hip error", "hiperror", "hip runtime error"}},
 }};
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 // "2.00 MiB" -> bytes; the caching allocator prints sizes with these units.
 std::optional<double> size_after(const std::string& text, const std::regex& re) {
   std::smatch m;
@@ -91,7 +85,7 @@ nlohmann::json oom_evidence(const std::string& message) {
 }  // namespace
 
 ErrorClass classify_error(std::string_view message) {
-  const std::string text = lower(message);
+  const std::string text = to_lower(message);
   for (const auto& p : kPatterns)
     for (const char* needle : p.needles)
       if (needle && text.find(needle) != std::string::npos) return {p.component, p.signature};

@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/errors.hpp"
 
 namespace rcl {
 

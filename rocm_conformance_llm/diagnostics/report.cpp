@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "rocm_conformance_llm/cli.hpp"
+#include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/diagnostics/error_classifier.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 

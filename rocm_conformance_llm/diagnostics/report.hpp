@@ -2,7 +2,7 @@
 // junit.xml, written atomically, also from an exception handler or the watchdog's callback so a
 // crashed or hung run still leaves what was known.
 //
-// Exit codes (cli.hpp's ExitCode):
+// Exit codes (errors.hpp's ExitCode):
 //   0 (kExitClean)        completed; no fail-severity finding (warnings allowed)
 //   1 (kExitFailFinding)  completed, or stopped, with at least one fail-severity finding
 //   2 (kExitUsage)        usage or configuration error (ConfigError before the run; no report)

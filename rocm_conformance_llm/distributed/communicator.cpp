@@ -16,17 +16,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/distributed/c10d_group.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 std::vector<uint8_t> to_bytes(const std::string& text) { return {text.begin(), text.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
@@ -34,8 +31,7 @@ std::string from_bytes(const std::vector<uint8_t>& bytes) { return {bytes.begin(
 std::string heartbeat_key(int rank) { return "heartbeat/" + std::to_string(rank); }
 
 bool mentions_timeout(const std::string& error) {
-  std::string lower(error.size(), ' ');
-  std::transform(error.begin(), error.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = to_lower(error);
   return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 

@@ -1,0 +1,19 @@
+// The bottom of the include graph: the error every layer may raise for bad user input, and the
+// process exit codes (stable: users' scripts and CI read them; documented in README).
+#pragma once
+
+#include <stdexcept>
+
+namespace rcl {
+
+// Raised for any invalid user input (bad flag value, bad config field, bad combination).
+// train.cpp turns it into a one-line message and exit code 2.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// 0: completed, no fail finding (warnings allowed); 1: at least one fail finding;
+// 2: usage or configuration error (before anything ran; no report); 3: crashed or hung.
+enum ExitCode : int { kExitClean = 0, kExitFailFinding = 1, kExitUsage = 2, kExitCrashOrHang = 3 };
+
+}  // namespace rcl

@@ -1,0 +1,23 @@
+// Small string and clock helpers shared across modules (one definition each).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rcl {
+
+// `s` without leading and trailing spaces, tabs and line breaks.
+std::string trim(std::string_view s);
+// ASCII lower case (error texts, names).
+std::string to_lower(std::string_view s);
+// "a, b, c"
+std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
+
+using SteadyClock = std::chrono::steady_clock;
+inline double seconds_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+}  // namespace rcl
