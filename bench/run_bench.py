@@ -15,7 +15,9 @@ timestamps. Thread-contention stalls are left out of both means (see stall_trimm
 
 Every run also records how much CPU other processes used while it ran (/proc/stat minus this
 run's own CPU time), so a reader can tell a quiet measurement from a contended one.
-Writes a markdown report to stdout and bench/results.md. Run with /usr/bin/python3.
+Writes a markdown report to stdout and bench/results.md (--output); bench/results-tuned-env.md
+is the same benchmark with TUNED_ENV_HINT exported (docs/performance.md). Run with
+/usr/bin/python3.
 """
 import argparse
 import datetime
@@ -50,8 +52,8 @@ STALL_FACTOR = 3.0
 # What the C++ binary does to its own process (platform/device.cpp) and the Python peer does
 # not: on 2 cores, OpenMP workers spinning against OpenBLAS's own thread pool stall steps by
 # tens of milliseconds, and glibc returning the heap top to the OS after every step re-faults
-# the activations (README, Performance). Exporting these variables gives the Python peer the same settings (the control
-# run in bench/results-tuned-env.md).
+# the activations (docs/performance.md). Exporting these variables gives the Python peer the
+# same settings (the control run in bench/results-tuned-env.md).
 TUNED_ENV_HINT = ("OPENBLAS_NUM_THREADS=1 "
                   "GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432")
 # Environment that changes CPU threading or allocation under both implementations.

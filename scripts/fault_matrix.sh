@@ -5,13 +5,19 @@
 # processes on this host (Gloo on CPU), as torchrun would.
 #   scripts/fault_matrix.sh                  # build/rocm-conformance-llm
 #   RCL_BINARY=path/to/rocm-conformance-llm scripts/fault_matrix.sh
-# Prints a markdown table and "N passed, M failed"; exits 1 when any row failed.
+#   RCL_FAULT_MATRIX_OUT=matrix.md scripts/fault_matrix.sh   # write elsewhere ("-": no file)
+# Prints a markdown table and "N passed, M failed", and writes both, under a header saying when,
+# on what machine, with which binary and libtorch they were produced, to
+# docs/generated/fault-matrix.md (or RCL_FAULT_MATRIX_OUT). Exits 1 when any row failed.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 binary="${RCL_BINARY:-$repo/build/rocm-conformance-llm}"
+out="${RCL_FAULT_MATRIX_OUT:-$repo/docs/generated/fault-matrix.md}"
 [[ -x "$binary" ]] || { echo "no binary at $binary (build first, or set RCL_BINARY)" >&2; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+started_at="$(date -u '+%Y-%m-%d %H:%M UTC')"
+started_s=$SECONDS
 # One intra-op thread: timing detectors judge step times, which a 2-core machine's own
 # oversubscription would blur.
 common=(--preset smoke --device cpu --set num_threads=1 --set eval_interval=0)
@@ -70,8 +76,12 @@ print("yes" if detected else "no", "yes" if attributed else "no")
 EOF
 }
 
-echo "| fault (\`--inject\`) | ranks | run (smoke preset, plus) | expected component / signature @ step | detected? | attributed correctly? | exit code (expected) |"
-echo "|---|---|---|---|---|---|---|"
+table="$work/table.md"
+{
+  echo "| fault (\`--inject\`) | ranks | run (smoke preset, plus) | expected component / signature @ step | detected? | attributed correctly? | exit code (expected) |"
+  echo "|---|---|---|---|---|---|---|"
+} >"$table"
+cat "$table"
 passed=0
 failed=0
 declare -A run_dir run_exit
@@ -91,8 +101,50 @@ for i in "${!cases[@]}"; do
   else
     failed=$((failed + 1))
   fi
-  echo "| \`$inject\` | $ranks | \`$extra\` | $component / \`$signature\` @ $step | $detected | $attributed | $exit_code ($expected_exit) |"
+  echo "| \`$inject\` | $ranks | \`$extra\` | $component / \`$signature\` @ $step | $detected | $attributed | $exit_code ($expected_exit) |" |
+    tee -a "$table"
 done
 echo
 echo "$passed passed, $failed failed"
+
+# The file: a header naming what produced it, then the table and the count.
+if [[ "$out" != - ]]; then
+  # libtorch version and build kind as the binary itself reported them (report.json's environment).
+  libtorch="$(python3 - "$work" <<'EOF'
+import glob, json, sys
+for path in sorted(glob.glob(sys.argv[1] + "/run*/report.json")):
+    try:
+        env = json.load(open(path))["environment"]
+    except (OSError, ValueError, KeyError):
+        continue
+    print(f"libtorch {env.get('libtorch_version', '?')} ({env.get('libtorch_build', '?')} build), "
+          f"BLAS {env.get('blas', '?')}")
+    break
+else:
+    print("libtorch version unknown (no report.json was written)")
+EOF
+)"
+  commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  if [[ -n "$(git -C "$repo" status --porcelain -- rocm_conformance_llm CMakeLists.txt cmake 2>/dev/null)" ]]; then
+    commit="$commit, with uncommitted changes to the sources"
+  fi
+  cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)"
+  binary_sha="$(sha256sum "$binary" | cut -c1-12)"
+  binary_built="$(date -u -r "$binary" '+%Y-%m-%d %H:%M UTC')"
+  mkdir -p "$(dirname "$out")"
+  {
+    echo "# Fault matrix (generated)"
+    echo
+    echo "Written by \`scripts/fault_matrix.sh\` (do not edit by hand: run it again). Produced"
+    echo "$started_at in $((SECONDS - started_s)) s on $(nproc) CPU core(s) (${cpu:-unknown CPU}), repository"
+    echo "at $commit; binary \`$binary\` (built $binary_built, sha256 $binary_sha...), $libtorch."
+    echo
+    echo "All runs: \`${common[*]}\` plus the arguments shown; rows with the same arguments share one run."
+    echo
+    cat "$table"
+    echo
+    echo "$passed passed, $failed failed."
+  } >"$out.tmp" && mv "$out.tmp" "$out"
+  echo "wrote $out"
+fi
 [[ "$failed" == 0 ]]
