@@ -4,6 +4,9 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <chrono>
+#include <limits>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -24,17 +27,30 @@ struct FaultTraits {
   FaultValue value;
 };
 
-constexpr std::array<FaultTraits, 8> kFaults = {{
-    {FaultKind::nan, "nan", true, FaultValue::none},
-    {FaultKind::grad_bitflip, "grad-bitflip", true, FaultValue::none},
-    {FaultKind::loss_spike, "loss-spike", true, FaultValue::none},
-    {FaultKind::slow_step, "slow-step", false, FaultValue::seconds},
-    {FaultKind::memory_leak, "memory-leak", false, FaultValue::bytes},
-    {FaultKind::rng_skew, "rng-skew", false, FaultValue::none},
-    {FaultKind::hang, "hang", true, FaultValue::none},
-    {FaultKind::gemm_corrupt, "gemm-corrupt", false, FaultValue::none},
-}};
+constexpr std::array kFaults = {
+    FaultTraits{FaultKind::nan, "nan", true, FaultValue::none},
+    FaultTraits{FaultKind::grad_bitflip, "grad-bitflip", true, FaultValue::none},
+    FaultTraits{FaultKind::loss_spike, "loss-spike", true, FaultValue::none},
+    FaultTraits{FaultKind::slow_step, "slow-step", false, FaultValue::seconds},
+    FaultTraits{FaultKind::memory_leak, "memory-leak", false, FaultValue::bytes},
+    FaultTraits{FaultKind::rng_skew, "rng-skew", false, FaultValue::none},
+    FaultTraits{FaultKind::hang, "hang", true, FaultValue::none},
+    FaultTraits{FaultKind::gemm_corrupt, "gemm-corrupt", false, FaultValue::none},
+};
+// Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
+constexpr bool table_follows_enum() {
+  if (kFaults.size() != static_cast<size_t>(FaultKind::count)) return false;
+  for (size_t i = 0; i < kFaults.size(); ++i)
+    if (static_cast<size_t>(kFaults[i].kind) != i) return false;
+  return true;
+}
+static_assert(table_follows_enum(), "kFaults must have one row per FaultKind, in enum order");
+
 constexpr int64_t kDefaultLeakBytesPerStep = int64_t{8} << 20;
+// loss-spike: logits this many times larger make the model confidently wrong for one step.
+constexpr double kLossSpikeLogitScale = 20.0;
+// grad-bitflip: the top exponent bit of a float32 (multiplies a value below 2 by 2^128).
+constexpr int32_t kFloatExponentTopBit = 1 << 30;
 
 const FaultTraits& traits(FaultKind kind) { return kFaults[static_cast<size_t>(kind)]; }
 
@@ -221,6 +237,80 @@ nlohmann::json FaultPlan::to_json() const {
   auto list = nlohmann::json::array();
   for (const auto& s : specs_) list.push_back(s.to_string());
   return list;
+}
+
+namespace {
+
+// hang: the rank stops making progress, as after a lost completion signal (rocm-systems#7896).
+// Only the watchdog thread can end the run now.
+[[noreturn]] void hang_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// grad-bitflip: flips the top exponent bit of the largest-magnitude element below 2, a flipped
+// bit in a reduction buffer or in memory. The value grows by 2^128; it stays finite or becomes
+// Inf depending on the device's norm accumulation. Device-side: no host read.
+void flip_exponent_bit(const torch::Tensor& grad) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(grad.scalar_type() == torch::kFloat, "grad-bitflip: float32 gradients expected");
+  const auto flat = grad.view(-1);
+  const auto magnitude = flat.abs();
+  const auto index = torch::where(magnitude < 2.0, magnitude, torch::zeros_like(magnitude)).argmax();
+  auto bits = flat.view(torch::kInt);
+  bits.index_put_({index}, bits.index({index}).bitwise_xor(kFloatExponentTopBit));
+}
+
+// nan: the weight that block 0's FFN down projection reads as NaN for one forward, so the block
+// writes NaN from finite inputs, as a GEMM that left its output unwritten does
+// (rocm-libraries#9055). Written through .data(): autograd's version counter must not see it,
+// so backward still runs (and spreads the NaN, as the real failure would).
+torch::Tensor nan_target(GPT& model) { return model->blocks().front()->mlp->down->weight.data()[0][0]; }
+
+}  // namespace
+
+FaultInjector::FaultInjector(const FaultPlan& plan, int rank, GPT model, torch::Device device)
+    : plan_(plan), rank_(rank), model_(std::move(model)), device_(device) {}
+
+const FaultSpec* FaultInjector::active(FaultKind kind, int64_t step) const {
+  return plan_.requested(kind) ? plan_.active(kind, step, rank_) : nullptr;
+}
+
+void FaultInjector::before_forward(int64_t step, bool first) {
+  if (!first) return;
+  if (active(FaultKind::hang, step)) hang_forever();
+  if (active(FaultKind::nan, step)) {
+    auto weight = nan_target(model_);
+    nan_saved_ = weight.clone();
+    weight.fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+}
+
+torch::Tensor FaultInjector::on_logits(torch::Tensor logits, int64_t step) {
+  if (nan_saved_.defined()) {  // the NaN lasted for one forward
+    nan_target(model_).copy_(nan_saved_);
+    nan_saved_ = torch::Tensor();
+  }
+  return active(FaultKind::loss_spike, step) ? logits * kLossSpikeLogitScale : logits;
+}
+
+void FaultInjector::on_gradients(int64_t step, const std::vector<torch::Tensor>& params,
+                                 const torch::Tensor& /*loss_sum*/, int64_t /*first_micro_batch*/) {
+  if (active(FaultKind::grad_bitflip, step)) flip_exponent_bit(params.front().grad());
+}
+
+void FaultInjector::before_step_time(StepRecord& rec, double elapsed_s) {
+  const FaultSpec* slow = active(FaultKind::slow_step, rec.step);
+  if (!slow) return;
+  // Without SECONDS the step takes 3x its own time on any hardware: a performance cliff.
+  std::this_thread::sleep_for(std::chrono::duration<double>(slow->seconds > 0 ? slow->seconds : 2.0 * elapsed_s));
+}
+
+void FaultInjector::after_step_time(StepRecord& rec) {
+  const FaultSpec* leak = active(FaultKind::memory_leak, rec.step);
+  if (!leak) return;
+  // Filled, so the pages are really committed (RSS on CPU, allocated bytes on a GPU).
+  leaked_.push_back(
+      torch::empty({leak->bytes_per_step}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)).fill_(1));
 }
 
 }  // namespace rcl

@@ -1,7 +1,8 @@
 // Fault injection: `--inject SPEC[,SPEC...]` turns on synthetic faults so every detector can be
 // shown to fire on a real run. Composable like stress modes: specs combine, identical ones
-// collapse, order does not matter. The trainer injects each at the point of the loop where the
-// real failure strikes (trainer_diagnostics.cpp); scripts/fault_matrix.sh runs them all.
+// collapse, order does not matter. FaultInjector strikes each at the point of the loop where
+// the real failure strikes (StepHooks); gemm-corrupt and rng-skew strike inside the check that
+// catches them. scripts/fault_matrix.sh runs them all.
 //
 // Syntax:   NAME[=VALUE][@step=N][@rank=R]      (selectors in any order; `@step=N=VALUE` also
 //                                                 gives the value, e.g. slow-step@step=15=0.5)
@@ -31,6 +32,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/step_hooks.hpp"
 
 namespace rcl {
 
@@ -43,6 +48,7 @@ enum class FaultKind : uint8_t {
   rng_skew,
   hang,
   gemm_corrupt,
+  count,  // not a fault: the number of kinds (faults.cpp checks its table against it)
 };
 
 struct FaultSpec {
@@ -83,6 +89,30 @@ class FaultPlan {
  private:
   std::vector<FaultSpec> specs_;  // sorted, unique
   uint32_t kinds_mask_ = 0;
+};
+
+// Strikes the requested faults at their steps, at the points of the loop where the real
+// failures strike. Added to the trainer's hooks before the checks, so the checks see them.
+class FaultInjector final : public StepHooks {
+ public:
+  FaultInjector(const FaultPlan& plan, int rank, GPT model, torch::Device device);
+
+  void before_forward(int64_t step, bool first) override;                   // hang, nan
+  torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;    // loss-spike
+  void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
+                    int64_t first_micro_batch) override;                  // grad-bitflip
+  void before_step_time(StepRecord& rec, double elapsed_s) override;      // slow-step
+  void after_step_time(StepRecord& rec) override;                         // memory-leak
+
+ private:
+  const FaultSpec* active(FaultKind kind, int64_t step) const;
+
+  const FaultPlan& plan_;
+  int rank_;
+  GPT model_;
+  torch::Device device_;
+  torch::Tensor nan_saved_;            // nan: the weight value to put back after the forward
+  std::vector<torch::Tensor> leaked_;  // memory-leak: kept alive for the whole run
 };
 
 }  // namespace rcl

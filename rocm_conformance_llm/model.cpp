@@ -294,24 +294,6 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   return F::linear(final_norm_(x), wte_->weight);  // LM head tied to the token embedding
 }
 
-std::vector<GemmShape> GPTImpl::gemm_shapes(int64_t batch, int64_t seq_len) const {
-  const int64_t rows = batch * seq_len;
-  const int64_t c = cfg_.hidden_size;
-  const int64_t head_dim = c / cfg_.num_heads;
-  const int64_t ffn = ffn_hidden_size(cfg_);
-  const int64_t up_width = cfg_.activation == "swiglu" ? 2 * ffn : ffn;
-  // Forward GEMMs; every block has the same shapes, so each appears once.
-  return {
-      {"attn.qkv", rows, 3 * c, c, 1},
-      {"attn.scores", seq_len, seq_len, head_dim, batch * cfg_.num_heads},
-      {"attn.values", seq_len, head_dim, seq_len, batch * cfg_.num_heads},
-      {"attn.proj", rows, c, c, 1},
-      {"mlp.up", rows, up_width, c, 1},
-      {"mlp.down", rows, c, ffn, 1},
-      {"lm_head", rows, cfg_.vocab_size, c, 1},
-  };
-}
-
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {
   std::vector<torch::Tensor> out;
   for (const auto& item : named_parameters()) {
@@ -319,12 +301,6 @@ std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {
     if ((item.value().dim() == 2 && !embedding) == decayed) out.push_back(item.value());
   }
   return out;
-}
-
-int64_t first_nonfinite_output(const std::vector<torch::Tensor>& block_outputs) {
-  for (size_t i = 0; i < block_outputs.size(); ++i)
-    if (!torch::isfinite(block_outputs[i]).all().item<bool>()) return int64_t(i);
-  return -1;
 }
 
 }  // namespace rcl

@@ -22,17 +22,6 @@ struct ModelOptions {
   bool attention_self_only = false;
 };
 
-// One GEMM a Linear layer (or the attention core) runs for a given batch and sequence:
-// C[M,N] = A[M,K] B[K,N], `batch` times (1 for Linear layers). The diagnostics replay these
-// exact shapes in float64 to catch shape-specific rocBLAS/hipBLASLt errors.
-struct GemmShape {
-  std::string name;  // e.g. "block0.attn.qkv", "lm_head"
-  int64_t m = 0;
-  int64_t n = 0;
-  int64_t k = 0;
-  int64_t batch = 1;
-};
-
 // Width of the MLP's hidden layer: ffn_multiplier * hidden for GELU; for SwiGLU 2/3 of that
 // rounded up to a multiple of 8 (as LLaMA does) so the three SwiGLU matrices cost about what
 // GELU's two do.
@@ -138,9 +127,6 @@ class GPTImpl : public torch::nn::Module {
   // name the first block whose output turned non-finite.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs = nullptr);
 
-  // The GEMMs the Linear layers and the attention core run for this batch and sequence.
-  std::vector<GemmShape> gemm_shapes(int64_t batch, int64_t seq_len) const;
-
   // AdamW groups: weight decay applies to the Linear weight matrices only (not to norms,
   // biases, embeddings, nor the identity-initialised Q/K/V convolution).
   std::vector<torch::Tensor> decay_parameters() { return parameters_with_decay(true); }
@@ -159,9 +145,5 @@ class GPTImpl : public torch::nn::Module {
   Norm final_norm_{nullptr};
 };
 TORCH_MODULE(GPT);
-
-// Index of the first tensor holding a NaN or Inf in GPTImpl::forward's `block_outputs`
-// (0 = the embedding, i = block i-1), or -1 when all are finite.
-int64_t first_nonfinite_output(const std::vector<torch::Tensor>& block_outputs);
 
 }  // namespace rcl

@@ -9,8 +9,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "rocm_conformance_llm/diagnostics/op_counter.hpp"
-#include "rocm_conformance_llm/diagnostics/watchdog.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
@@ -28,40 +26,6 @@ c10::Stream current_stream(const torch::Device& device) {
 void wait_for_device(const torch::Device& device) {
   if (device.type() != torch::kCPU) current_stream(device).synchronize();
 }
-
-// Per-phase wall time. Only with cfg.phase_timing: each phase boundary then waits for the
-// device so a phase is charged for its own kernels, which serialises host and GPU.
-class PhaseTimer {
- public:
-  class Scope {
-   public:
-    Scope(const PhaseTimer* timer, const char* phase) : timer_(timer), phase_(phase) {
-      if (timer_) wait_for_device(timer_->device_);
-      start_ = Clock::now();
-    }
-    ~Scope() {
-      if (!timer_) return;
-      wait_for_device(timer_->device_);
-      (*timer_->out_)[phase_] += seconds_since(start_);
-    }
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-
-   private:
-    const PhaseTimer* timer_;
-    const char* phase_;
-    Clock::time_point start_;
-  };
-
-  PhaseTimer(bool enabled, torch::Device device, std::map<std::string, double>& out)
-      : enabled_(enabled), device_(device), out_(&out) {}
-  Scope measure(const char* phase) const { return Scope(enabled_ ? this : nullptr, phase); }
-
- private:
-  bool enabled_;
-  torch::Device device_;
-  std::map<std::string, double>* out_;
-};
 
 // Device scalars on their way to the host. The copy is queued behind the step's kernels into
 // pinned memory and read one step later, by which time it has landed: logging never drains
@@ -110,6 +74,33 @@ struct Trainer::PendingStep {
   DeferredScalars scalars;  // {mean loss, grad norm}
 };
 
+// RAII: the hooks hear the phase on entry (the watchdog's view). When timed (cfg.phase_timing)
+// both boundaries wait for the device so a phase is charged for its own kernels, which
+// serialises host and GPU: that is why timing is optional.
+class Trainer::Phase {
+ public:
+  Phase(StepHooks& hooks, const char* name, int64_t step, const std::string& last_collective,
+        const torch::Device& device, std::map<std::string, double>* timings)
+      : name_(name), device_(device), timings_(timings) {
+    hooks.on_phase(name, step, last_collective);
+    if (timings_) wait_for_device(device_);
+    start_ = Clock::now();
+  }
+  ~Phase() {
+    if (!timings_) return;
+    wait_for_device(device_);
+    (*timings_)[name_] += seconds_since(start_);
+  }
+  Phase(const Phase&) = delete;
+  Phase& operator=(const Phase&) = delete;
+
+ private:
+  const char* name_;
+  torch::Device device_;
+  std::map<std::string, double>* timings_;
+  Clock::time_point start_;
+};
+
 double learning_rate_at(const TrainingConfig& cfg, int64_t step) {
   if (step <= cfg.warmup_steps) return cfg.learning_rate * double(step) / double(cfg.warmup_steps);
   const double min_lr = cfg.learning_rate * cfg.min_lr_ratio;
@@ -119,7 +110,7 @@ double learning_rate_at(const TrainingConfig& cfg, int64_t step) {
 }
 
 Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOptions model_options)
-    : ctx_(std::move(ctx)), sync_(std::move(sync)), diag_(make_inert_diagnostics()) {
+    : ctx_(std::move(ctx)), sync_(std::move(sync)) {
   auto& cfg = ctx_.cfg;
   validate(cfg);
   const auto& device = ctx_.device;
@@ -150,6 +141,11 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
 }
 
 void Trainer::add_observer(StepObserver* observer) { observers_.push_back(observer); }
+void Trainer::add_hooks(StepHooks* hooks) { hooks_.add(hooks); }
+
+Trainer::Phase Trainer::enter(const char* name, StepRecord& rec, std::string last_collective) {
+  return Phase(hooks_, name, rec.step, last_collective, ctx_.device, ctx_.cfg.phase_timing ? &rec.phase_s : nullptr);
+}
 
 std::optional<double> Trainer::evaluate() {
   if (!data_->has_validation()) return std::nullopt;
@@ -166,10 +162,17 @@ std::optional<double> Trainer::evaluate() {
   return total.item<double>() / double(ctx_.cfg.eval_batches);
 }
 
-// One optimizer step, in the order the work happens.
+torch::Tensor Trainer::forward_loss(const Batch& batch, int64_t step, bool first_micro_batch,
+                                    std::vector<torch::Tensor>* block_outputs) {
+  hooks_.before_forward(step, first_micro_batch);
+  const auto logits = hooks_.on_logits(model_->forward(batch.inputs, block_outputs), step);
+  return lm_loss(logits, batch.targets);
+}
+
+// One optimizer step, in the order the work happens: data -> forward -> backward -> gradient
+// sync (per micro-batch) -> optimizer. Timing, validation and the hooks' checks bracket it.
 Trainer::PendingStep Trainer::train_step() {
   const auto& cfg = ctx_.cfg;
-  const auto& device = ctx_.device;
   const auto start = Clock::now();
   StepRecord rec;
   rec.step = ++step_;
@@ -177,85 +180,92 @@ Trainer::PendingStep Trainer::train_step() {
   rec.world_size = sync_->world_size();
   rec.lr = learning_rate_at(cfg, rec.step);
   sync_->begin_step(rec.step);
-  const PhaseTimer phases(cfg.phase_timing, device, rec.phase_s);
-  // Op fingerprint of the step's own work (not eval, not the checks): a changed count between
-  // runs of one config is a changed kernel path. Costs a lock per op, so only every N steps.
-  std::optional<OpCounter> op_counter;
-  if (checking() && ctx_.diag.fingerprint_interval > 0 && rec.step % ctx_.diag.fingerprint_interval == 0)
-    op_counter.emplace();
+  hooks_.on_step_begin(rec.step);
 
   optimizer_->zero_grad();
-  auto loss_sum = zero_scalar(device);
+  auto loss_sum = zero_scalar(ctx_.device);
   const int64_t first_micro_batch = micro_batches_;
   for (int64_t micro = 0; micro < cfg.grad_accum_steps; ++micro) {
     Batch batch;
-    {
-      enter_phase(phase::data, rec.step);
-      auto timing = phases.measure("data");
-      batch = data_->train_batch(micro_batches_++);
-    }
     torch::Tensor loss;
     {
-      enter_phase(phase::forward, rec.step);
-      auto timing = phases.measure("forward");
-      AutocastGuard autocast(device.type(), autocast_);
-      loss = forward_loss(batch, rec.step, micro == 0);
+      auto phase = enter(phase::data, rec);
+      batch = data_->train_batch(micro_batches_++);
     }
-    // The micro-batch's loss is known here (mean cross-entropy, float32).
+    {
+      auto phase = enter(phase::forward, rec);
+      AutocastGuard autocast(ctx_.device.type(), autocast_);
+      loss = forward_loss(batch, rec.step, micro == 0);  // mean cross-entropy, float32
+    }
     loss_sum += loss.detach();
     {
-      enter_phase(phase::backward, rec.step);
-      auto timing = phases.measure("backward");  // outside autocast, as autograd expects
-      auto objective = loss / double(cfg.grad_accum_steps);
+      auto phase = enter(phase::backward, rec);  // outside autocast, as autograd expects
+      const auto objective = loss / double(cfg.grad_accum_steps);
       (scaler_ ? scaler_->scale(objective) : objective).backward();
     }
-    // Averaging is linear, so syncing every grad_sync_interval micro-steps and once more at
-    // the end of the window yields the same gradient as one sync at the end; only the
-    // number of all-reduces (the comm stress) changes.
+    // Averaging is linear: syncing every grad_sync_interval micro-steps and once more at the
+    // window's end gives the gradient one sync at the end would; only the number of
+    // all-reduces (the comm stress) changes. In buffer order: each bucket is a view.
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
-      enter_phase(phase::grad_sync, rec.step);
-      auto timing = phases.measure("grad_sync");
-      // In buffer order, so that each gradient bucket is a view of the flat gradient.
+      auto phase = enter(phase::grad_sync, rec);
       sync_->average_gradients(optimizer_->parameters(), rec.collectives);
     }
   }
+  hooks_.on_gradients(rec.step, optimizer_->parameters(), loss_sum, first_micro_batch);
 
-  // Gradients are final here: averaged across ranks, still loss-scaled under fp16.
-  inject_after_grad_sync(rec.step);
-  diagnose_nonfinite_loss(loss_sum, rec.step, first_micro_batch);
   torch::Tensor grad_norm;
   {
-    enter_phase(phase::optimizer, rec.step, describe_last_collective(rec.collectives));
-    auto timing = phases.measure("optimizer");
+    auto phase = enter(phase::optimizer, rec, describe_last_collective(rec.collectives));
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
     if (!rec.skipped) optimizer_->step(rec.lr);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
-  if (op_counter) {
-    op_counter->stop();
-    rec.op_counts = op_counter->counts();
-  }
 
   rec.tokens = cfg.grad_accum_steps * cfg.batch_size * cfg.seq_len;
-  inject_slow_step(rec.step, seconds_since(start));
+  hooks_.before_step_time(rec, seconds_since(start));
   rec.step_time_s = seconds_since(start);
   rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
-  inject_memory_leak(rec.step);
-  rec.memory = sample_memory(device);
+  hooks_.after_step_time(rec);
+  rec.memory = sample_memory(ctx_.device);
   // Validation and the checks are outside step_time_s: those steps must not look slow.
-  if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0 && !replaying()) rec.val_loss = evaluate();
-  gemm_canary_check(rec.step);
+  if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0 && !replaying_) rec.val_loss = evaluate();
+  hooks_.after_step(rec);
   return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
 }
 
-double Trainer::run_unpublished_step() { return train_step().scalars.get()[0]; }
+double Trainer::run_unpublished_step() {
+  replaying_ = true;
+  const double loss = train_step().scalars.get()[0];
+  replaying_ = false;
+  return loss;
+}
+
+Trainer::Snapshot Trainer::snapshot() {
+  torch::NoGradGuard no_grad;
+  return Snapshot{.params = optimizer_->flat_params().clone(),
+                  .optimizer = optimizer_->state(),
+                  .scaler = scaler_,
+                  .rng = capture_rng(ctx_.device),
+                  .step = step_,
+                  .micro_batches = micro_batches_};
+}
+
+void Trainer::restore(Snapshot snap) {
+  torch::NoGradGuard no_grad;
+  optimizer_->flat_params().copy_(snap.params);
+  optimizer_->load_state(snap.optimizer);
+  scaler_ = snap.scaler;
+  restore_rng(snap.rng, ctx_.device);
+  step_ = snap.step;
+  micro_batches_ = snap.micro_batches;
+}
 
 void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   auto& rec = pending.record;
   const auto values = pending.scalars.get();
-  record_replayed_loss(rec.step, values[0]);
+  hooks_.on_loss(rec.step, values[0]);
   enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);
   rec.grad_norm = values[1];
@@ -285,7 +295,7 @@ TrainSummary Trainer::run() {
     }
     if (pending) publish(*pending, summary);
     pending.emplace(std::move(current));
-    replay_check(step_);
+    hooks_.between_steps(step_);
     // Ranks' clocks differ: stop when any rank's time is up, all at the same step, or the
     // others would wait forever in the next collective.
     const bool time_up = cfg.max_duration_s > 0 && step_ < cfg.steps &&

@@ -126,10 +126,6 @@ TEST(NonFiniteProbe, FirstNonFiniteBlockIsFound) {
   const std::vector<NamedTensor> outputs = {{"embed", ok}, {"block0", ok}, {"block1", bad}, {"block2", bad * 0}};
   EXPECT_EQ(first_nonfinite(outputs), 2u);
   EXPECT_EQ(first_nonfinite({{"embed", ok}}), std::nullopt);
-
-  FirstNonFiniteTracer tracer;
-  for (const auto& o : outputs) tracer(o.name, o.value);
-  EXPECT_EQ(tracer.first(), "block1");
 }
 
 // A two-block "model" whose second block overflows fp16's range (max 65504) but not fp32's.

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/diagnostics/detector.hpp"
+#include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
 
 namespace rcl {
@@ -44,9 +44,11 @@ std::vector<StepRecord> clean_stream(int64_t steps = 60, uint32_t seed = 7) {
 std::vector<Finding> run_detectors(const std::vector<StepRecord>& stream,
                                    const DiagnosticsConfig& cfg = {}) {
   FindingLog log;
-  StepDetectors detectors(cfg, log);
-  for (const auto& r : stream) detectors.on_step(r);
-  detectors.finish();
+  // Without a trainer or process group the registry builds the step detectors only.
+  const auto detectors = make_detectors(DetectorContext{.diag = cfg, .log = log});
+  for (const auto& r : stream)
+    for (const auto& d : detectors) d->on_step(r);
+  for (const auto& d : detectors) d->finish();
   return log.snapshot();
 }
 

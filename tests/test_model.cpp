@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
+#include "rocm_conformance_llm/diagnostics/numerics.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/precision.hpp"
 
@@ -322,7 +324,12 @@ TEST(Model, BlockOutputsNameTheFirstNonFiniteBlock) {
   std::vector<torch::Tensor> outputs;
   model->forward(tokens, &outputs);
   ASSERT_EQ(outputs.size(), size_t(cfg.num_layers + 1));
-  EXPECT_EQ(first_nonfinite_output(outputs), -1);
+  const auto named = [](const std::vector<torch::Tensor>& tensors) {
+    std::vector<NamedTensor> out;
+    for (const auto& t : tensors) out.push_back({"", t});
+    return out;
+  };
+  EXPECT_EQ(first_nonfinite(named(outputs)), std::nullopt);
 
   {
     torch::NoGradGuard no_grad;
@@ -330,37 +337,37 @@ TEST(Model, BlockOutputsNameTheFirstNonFiniteBlock) {
   }
   outputs.clear();
   model->forward(tokens, &outputs);
-  EXPECT_EQ(first_nonfinite_output(outputs), 2);  // 0 = embedding, 2 = block 1
+  EXPECT_EQ(first_nonfinite(named(outputs)), 2u);  // 0 = embedding, 2 = block 1
 }
 
-TEST(Model, GemmShapesMatchTheLayersWeights) {
+// The GEMM canary replays the model's own shapes: they must be the layers' weights.
+TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
   auto cfg = tiny_config();
   cfg.activation = "swiglu";
   GPT model(cfg);
-  const int64_t batch = 3, seq = 5;
-  const auto shapes = model->gemm_shapes(batch, seq);
-  auto find = [&](const std::string& name) {
+  const auto shapes = model_gemm_shapes(cfg);
+  auto find = [&](const std::string& label) {
     for (const auto& s : shapes)
-      if (s.name == name) return s;
-    ADD_FAILURE() << "no shape " << name;
-    return GemmShape{};
+      if (s.label == label) return s;
+    ADD_FAILURE() << "no shape " << label;
+    return CanaryShape{};
   };
   auto& block = model->blocks()[0];
-  auto check_linear = [&](const std::string& name, const torch::nn::Linear& layer) {
-    const auto s = find(name);
-    EXPECT_EQ(s.m, batch * seq) << name;
-    EXPECT_EQ(s.n, layer->weight.size(0)) << name;
-    EXPECT_EQ(s.k, layer->weight.size(1)) << name;
+  auto check_linear = [&](const std::string& label, const torch::nn::Linear& layer) {
+    const auto s = find(label);
+    EXPECT_EQ(s.m, cfg.batch_size * cfg.seq_len) << label;
+    EXPECT_EQ(s.n, layer->weight.size(0)) << label;
+    EXPECT_EQ(s.k, layer->weight.size(1)) << label;
+    EXPECT_TRUE(s.transpose_b) << label;  // nn::Linear multiplies by W^T
   };
-  check_linear("attn.qkv", block->attn->qkv);
-  check_linear("attn.proj", block->attn->proj);
-  check_linear("mlp.up", block->mlp->up);
-  check_linear("mlp.down", block->mlp->down);
-  const auto head = find("lm_head");
-  EXPECT_EQ(head.n, cfg.vocab_size);
-  const auto scores = find("attn.scores");
-  EXPECT_EQ(scores.batch, batch * cfg.num_heads);
-  EXPECT_EQ(scores.k, cfg.hidden_size / cfg.num_heads);
+  check_linear("qkv_proj", block->attn->qkv);
+  check_linear("attn_out_proj", block->attn->proj);
+  check_linear("ffn_up", block->mlp->up);
+  check_linear("ffn_down", block->mlp->down);
+  EXPECT_EQ(find("lm_head").n, cfg.vocab_size);
+  const auto grad = find("ffn_up_weight_grad");
+  EXPECT_EQ(grad.m, block->mlp->up->weight.size(0));
+  EXPECT_EQ(grad.k, cfg.batch_size * cfg.seq_len);
 }
 
 }  // namespace

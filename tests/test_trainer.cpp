@@ -98,7 +98,6 @@ TEST(Training, SmokePresetLearnsTheCorpusAndAttentionLearnsTheCopies) {
   // Measured over seeds 1, 2, 3, 1234: val - floor = 0.033..0.043, copied-token loss ~0.01.
   EXPECT_LT(*summary.final_val_loss, floor + 0.1);
   EXPECT_LT(intact.copied, 0.1);
-  EXPECT_LT(train_s, 60.0);
 
   Trainer blind(smoke_run(), std::make_shared<LocalSync>(), ModelOptions{.attention_self_only = true});
   blind.run();
@@ -473,12 +472,10 @@ TEST(Training, MaxDurationStopsAllRanksAtTheSameStep) {
 TEST(Training, MaxDurationStopsTheRunEarly) {
   auto ctx = tiny_run(100000);
   ctx.cfg.max_duration_s = 0.5;
-  const auto start = std::chrono::steady_clock::now();
   const auto summary = Trainer(ctx).run();
   EXPECT_TRUE(summary.stopped_by_time);
   EXPECT_LT(summary.steps_done, 100000);
   EXPECT_EQ(int64_t(summary.losses.size()), summary.steps_done);
-  EXPECT_LT(seconds(start), 10.0);
 }
 
 TEST(Training, MemoryPressureHoldsTheBallastForTheRun) {

@@ -12,7 +12,6 @@ namespace {
 constexpr double kMinSpikeRatio = 2.0;
 // Latencies of a healthy link still jitter by a few percent: floor the scale there.
 constexpr double kLatencyScaleFloor = 0.05;
-constexpr int kMaxSpikeFindings = 5;
 }  // namespace
 
 void CollectiveDetector::on_step(const StepRecord& r) {
@@ -34,8 +33,7 @@ void CollectiveDetector::on_step(const StepRecord& r) {
                    .evidence = {{"op", c.op}, {"bytes", c.bytes}, {"sequence", c.sequence},
                                 {"seconds", c.seconds}, {"baseline_median_s", median},
                                 {"zscore", z}, {"bus_bandwidth_gbps", c.bus_bandwidth_gbps},
-                                {"threshold_zscore", cfg_.collective_latency_zscore}}},
-               kMaxSpikeFindings);
+                                {"threshold_zscore", cfg_.collective_latency_zscore}}});
         continue;
       }
     }

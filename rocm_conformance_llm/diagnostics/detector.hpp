@@ -1,47 +1,42 @@
-// Step-level detectors: StepObservers that watch every finished optimizer step for one family
-// of failure signatures and write findings attributed to the ROCm component behind it.
+// A detector watches a run for one family of failure signatures and records findings
+// attributed to the ROCm component behind each. It may watch finished steps (StepObserver), act
+// inside the step (StepHooks), check the transport before step 1 (preflight) and judge the
+// whole run at the end (finish). Every detector is registered in diagnostics/registry.cpp.
 #pragma once
 
-#include <map>
-#include <memory>
+#include <optional>
+#include <set>
 #include <string>
-#include <vector>
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
+#include "rocm_conformance_llm/step_hooks.hpp"
 #include "rocm_conformance_llm/step_record.hpp"
 
 namespace rcl {
 
-class Detector : public StepObserver {
+class Detector : public StepObserver, public StepHooks {
  public:
   Detector(const DiagnosticsConfig& cfg, FindingLog& log) : cfg_(cfg), log_(log) {}
+  void on_step(const StepRecord& /*record*/) override {}
+  // Before step 1 (cross-rank checks prove the transport here).
+  virtual void preflight() {}
   // Whole-run checks (steady-state variance, late slowdown); called once after the last step.
   virtual void finish() {}
 
  protected:
-  // Records `f` unless its signature already reached `max_per_signature` findings: a NaN that
-  // persists for 500 steps is one finding, not 500.
-  void report(Finding f, int max_per_signature = 1);
+  // Into the run's FindingLog, which caps each signature (registry.cpp): a NaN that persists
+  // for 500 steps is one finding, not 500.
+  void report(std::optional<Finding> f);  // nothing when empty
   bool reported(const std::string& signature) const { return reported_.count(signature) > 0; }
   bool in_warmup(const StepRecord& r) const { return r.step <= cfg_.warmup_steps; }
+  FindingLog& log() { return log_; }  // for checks that record through a helper of their own
 
   const DiagnosticsConfig cfg_;
 
  private:
   FindingLog& log_;
-  std::map<std::string, int> reported_;
-};
-
-// Every step-level detector, fed as one observer. Empty when diagnostics are disabled.
-class StepDetectors final : public StepObserver {
- public:
-  StepDetectors(const DiagnosticsConfig& cfg, FindingLog& log);
-  void on_step(const StepRecord& record) override;
-  void finish();  // end-of-run checks; call once after the last step (not after a crash)
-
- private:
-  std::vector<std::unique_ptr<Detector>> detectors_;
+  std::set<std::string> reported_;
 };
 
 }  // namespace rcl

@@ -1,10 +1,10 @@
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
 
+#include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/errors.hpp"
 
 namespace rcl {
@@ -54,7 +54,13 @@ Finding finding_from_json(const nlohmann::json& j) {
   }
 }
 
-void FindingLog::add(Finding f) {
+bool FindingLog::add(Finding f) {
+  const SignatureSpec* spec = find_signature(f.signature);
+  const int cap = spec ? spec->max_findings : 1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (++seen_[f.signature] > cap) return false;
+  }
   // Surface every finding on the console as it happens, not only in the final report.
   const auto level = f.severity == Severity::fail   ? spdlog::level::err
                      : f.severity == Severity::warn ? spdlog::level::warn
@@ -63,17 +69,12 @@ void FindingLog::add(Finding f) {
               f.component, f.signature, f.step, f.rank, f.message);
   std::lock_guard<std::mutex> lock(mutex_);
   findings_.push_back(std::move(f));
+  return true;
 }
 
 std::vector<Finding> FindingLog::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return findings_;
-}
-
-bool FindingLog::has_fail() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::any_of(findings_.begin(), findings_.end(),
-                     [](const Finding& f) { return f.severity == Severity::fail; });
 }
 
 size_t FindingLog::size() const {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -42,17 +43,20 @@ nlohmann::json json_number(double v);
 // Reads what to_json wrote (a previous run's report.json); ConfigError on a malformed entry.
 Finding finding_from_json(const nlohmann::json& j);
 
-// Thread-safe collection of findings (the watchdog thread reports too).
+// Thread-safe collection of findings (the watchdog thread reports too). The one rate limit:
+// each signature is kept at most as often as its registry entry says (diagnostics/registry.cpp;
+// once for a signature no detector declares); later ones are counted, not stored.
 class FindingLog {
  public:
-  void add(Finding f);
+  // Returns whether `f` was kept.
+  bool add(Finding f);
   std::vector<Finding> snapshot() const;
-  bool has_fail() const;
   size_t size() const;
 
  private:
   mutable std::mutex mutex_;
   std::vector<Finding> findings_;
+  std::map<std::string, int> seen_;  // per signature, kept or not
 };
 
 }  // namespace rcl

@@ -6,7 +6,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/trainer.hpp"
 
 namespace rcl {
 
@@ -168,6 +170,29 @@ std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog
     results.push_back(std::move(r));
   }
   return results;
+}
+
+namespace {
+std::vector<CanaryShape> canary_shapes(const TrainingConfig& cfg, const torch::Device& device) {
+  auto shapes = model_gemm_shapes(cfg);
+  if (device.type() != torch::kCPU)
+    for (auto& shape : known_issue_gemm_shapes()) shapes.push_back(std::move(shape));
+  return shapes;
+}
+}  // namespace
+
+GemmCanaryCheck::GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer,
+                                 const FaultPlan* faults)
+    : Detector(cfg, log),
+      trainer_(trainer),
+      faults_(faults),
+      canary_(canary_shapes(trainer.ctx().cfg, trainer.ctx().device), trainer.ctx().device) {}
+
+void GemmCanaryCheck::after_step(StepRecord& rec) {
+  if (trainer_.replaying() || rec.step % cfg_.gemm_canary_interval != 0) return;
+  trainer_.enter_phase(phase::canary, rec.step);
+  const bool corrupt = faults_ && faults_->fires(FaultKind::gemm_corrupt, rec.step, rec.rank);
+  canary_.run(rec.step, rec.rank, log(), corrupt);
 }
 
 }  // namespace rcl

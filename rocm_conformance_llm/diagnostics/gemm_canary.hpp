@@ -24,9 +24,13 @@
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/diagnostics/detector.hpp"
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
 
 namespace rcl {
+
+class FaultPlan;
+class Trainer;
 
 // C (M x N) = op(A) (M x K) * op(B) (K x N). transpose_a: A is stored K x M and used through a
 // transposed view (a BLAS "T" operand); likewise B, stored N x K, which is what nn::Linear does.
@@ -90,6 +94,21 @@ class GemmCanary {
   torch::Device device_;
   std::vector<Case> cases_;
   std::set<std::pair<size_t, std::string>> reported_;
+};
+
+// Loop-side: the canary every diagnostics.gemm_canary_interval steps, after the step (outside
+// its time), on the model's own shapes; on a GPU also the shapes of public bug reports (each
+// costs ~27 GFLOP of float64 reference on the host, too much for a CPU run).
+class GemmCanaryCheck final : public Detector {
+ public:
+  // `faults`: the gemm-corrupt fault corrupts a canary output (nullptr: no faults).
+  GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
+  void after_step(StepRecord& rec) override;
+
+ private:
+  Trainer& trainer_;
+  const FaultPlan* faults_;
+  GemmCanary canary_;
 };
 
 }  // namespace rcl

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/diagnostics/robust_stats.hpp"
+#include "rocm_conformance_llm/trainer.hpp"
 
 namespace rcl {
 
@@ -62,8 +63,7 @@ void NumericsDetector::check_grad_norm(const StepRecord& r) {
                               fmt::format("gradient norm {:.4g} is {:.0f}x the recent median {:.4g}", r.grad_norm,
                                           std::pow(10.0, log_norm - median), std::pow(10.0, median)),
                               {{"grad_norm", r.grad_norm}, {"baseline_median", std::pow(10.0, median)},
-                               {"log10_zscore", z}, {"threshold", cfg_.loss_spike_zscore}}),
-             /*max_per_signature=*/5);
+                               {"log10_zscore", z}, {"threshold", cfg_.loss_spike_zscore}}));
       return;  // a corrupted norm never enters the baseline
     }
   }
@@ -108,8 +108,7 @@ void NumericsDetector::check_spike(const StepRecord& r) {
                              r.loss, z, med),
                  {{"loss", r.loss}, {"zscore", z}, {"threshold", threshold},
                   {"baseline_median", med}, {"baseline_scaled_mad", stats::scaled_mad(baseline)},
-                  {"baseline_steps", baseline.size()}}),
-             /*max_per_signature=*/5);
+                  {"baseline_steps", baseline.size()}}));
       pending_ = PendingSpike{.step = r.step, .loss = r.loss, .baseline = std::move(baseline)};
       return;
     }
@@ -124,11 +123,6 @@ std::optional<size_t> first_nonfinite(const std::vector<NamedTensor>& outputs) {
     if (t.defined() && !t.isfinite().all().item<bool>()) return i;
   }
   return std::nullopt;
-}
-
-void FirstNonFiniteTracer::operator()(const std::string& name, const torch::Tensor& output) {
-  if (first_ || !output.defined()) return;
-  if (!output.detach().isfinite().all().item<bool>()) first_ = name;
 }
 
 namespace {
@@ -185,6 +179,41 @@ Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, in
                 {"first_nonfinite_training", d.first_nonfinite_training.value_or("")},
                 {"first_nonfinite_fp32", d.first_nonfinite_fp32.value_or("")}};
   return f;
+}
+
+NonFiniteLocaliser::NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer)
+    : Detector(cfg, log), trainer_(trainer) {}
+
+void NonFiniteLocaliser::on_gradients(int64_t step, const std::vector<torch::Tensor>& /*params*/,
+                                      const torch::Tensor& loss_sum, int64_t first_micro_batch) {
+  if (trainer_.replaying() || diagnosed_ || loss_sum.isfinite().item<bool>()) return;
+  diagnosed_ = true;
+  const auto& cfg = trainer_.ctx().cfg;
+  const auto& device = trainer_.ctx().device;
+  const RngSnapshot rng = capture_rng(device);  // re-runs draw the same dropout masks
+  NonFiniteDiagnosis diagnosis;
+  int64_t micro = 0;
+  for (; micro < cfg.grad_accum_steps; ++micro) {
+    const Batch batch = trainer_.data().train_batch(first_micro_batch + micro);
+    const auto rerun = [&](bool fp32) {
+      torch::NoGradGuard no_grad;
+      restore_rng(rng, device);
+      AutocastGuard autocast(device.type(), fp32 ? AutocastState{} : trainer_.autocast_state());
+      std::vector<torch::Tensor> outputs;
+      const auto loss = trainer_.forward_loss(batch, step, micro == 0, &outputs);
+      std::vector<NamedTensor> named;
+      for (size_t i = 0; i < outputs.size(); ++i)
+        named.push_back({i == 0 ? std::string("embedding") : fmt::format("block{}", i - 1), outputs[i]});
+      named.push_back({"loss", loss});
+      return named;
+    };
+    diagnosis = diagnose_nonfinite(rerun, cfg.mixed_precision != "fp32");
+    if (diagnosis.classification != "not_reproduced") break;
+  }
+  restore_rng(rng, device);
+  Finding finding = to_finding(diagnosis, cfg.mixed_precision, step, trainer_.sync().rank());
+  finding.evidence["micro_batch"] = std::min(micro, cfg.grad_accum_steps - 1);
+  report(std::move(finding));
 }
 
 }  // namespace rcl

@@ -15,6 +15,8 @@
 
 namespace rcl {
 
+class Trainer;
+
 // Signatures (component rocBLAS/hipBLASLt):
 //   nonfinite_loss (fail), nonfinite_grad_norm (fail, not for fp16 steps the loss scaler
 //   skipped), persistent_overflow_skips (warn: the fp16 scaler skipped `window_steps` steps in a
@@ -53,17 +55,6 @@ struct NamedTensor {
 // Index of the first tensor (in execution order) holding a NaN or Inf.
 std::optional<size_t> first_nonfinite(const std::vector<NamedTensor>& outputs);
 
-// Collects named per-block outputs during a forward pass and keeps only the first non-finite
-// one's name, so a model can call it from a hook without holding every activation.
-class FirstNonFiniteTracer {
- public:
-  void operator()(const std::string& name, const torch::Tensor& output);
-  const std::optional<std::string>& first() const { return first_; }
-
- private:
-  std::optional<std::string> first_;
-};
-
 // Re-runs one micro-batch (no optimizer step) and returns its named per-block outputs in
 // execution order (the loss last, gradients after it if the callee runs backward). `fp32`
 // true: autocast off and fp32 weights; false: the training precision.
@@ -84,5 +75,22 @@ NonFiniteDiagnosis diagnose_nonfinite(const MicroBatchRun& run, bool reduced_pre
 // nonfinite_not_reproducible (warn), all rocBLAS/hipBLASLt with the first bad block as evidence.
 Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step,
                    int rank);
+
+// Loop-side, once per run: at the first non-finite loss, before the optimizer step spreads it
+// into every weight (after which no re-run can say where it came from), re-runs the step's
+// micro-batches without gradients, with the same dropout masks, and names the first non-finite
+// block output in the training precision and in fp32 (diagnose_nonfinite). This is the one host
+// read per step the loop makes while checks are on (none once diagnosed). unsloth#3385 (NaN
+// from the first block's forward), rocm-libraries#9055 (bf16 GEMM returns NaN).
+class NonFiniteLocaliser final : public Detector {
+ public:
+  NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer);
+  void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
+                    int64_t first_micro_batch) override;
+
+ private:
+  Trainer& trainer_;
+  bool diagnosed_ = false;
+};
 
 }  // namespace rcl

@@ -6,6 +6,8 @@
 
 #include <ATen/record_function.h>
 
+#include "rocm_conformance_llm/trainer.hpp"
+
 namespace rcl {
 
 namespace {
@@ -47,6 +49,17 @@ void OpCounter::stop() {
 OpCounts OpCounter::counts() const {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_counts;
+}
+
+void OpFingerprint::on_step_begin(int64_t step) {
+  if (!trainer_.replaying() && step % cfg_.fingerprint_interval == 0) counter_.emplace();
+}
+
+void OpFingerprint::before_step_time(StepRecord& rec, double /*elapsed_s*/) {
+  if (!counter_) return;
+  counter_->stop();
+  rec.op_counts = counter_->counts();
+  counter_.reset();
 }
 
 }  // namespace rcl

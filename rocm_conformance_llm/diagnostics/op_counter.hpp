@@ -7,9 +7,14 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "rocm_conformance_llm/diagnostics/detector.hpp"
+
 namespace rcl {
+
+class Trainer;
 
 using OpCounts = std::map<std::string, int64_t>;
 
@@ -28,6 +33,21 @@ class OpCounter {
 
  private:
   uint64_t handle_ = 0;  // at::CallbackHandle, 0 once stopped
+};
+
+// Loop-side: every diagnostics.fingerprint_interval steps, counts the ops of the step's own
+// work (not validation, not the checks) into StepRecord::op_counts, which metrics.jsonl keeps
+// and `--baseline` compares (op_fingerprint_changed). Only every N steps: a lock per op.
+class OpFingerprint final : public Detector {
+ public:
+  OpFingerprint(const DiagnosticsConfig& cfg, FindingLog& log, const Trainer& trainer)
+      : Detector(cfg, log), trainer_(trainer) {}
+  void on_step_begin(int64_t step) override;
+  void before_step_time(StepRecord& rec, double elapsed_s) override;
+
+ private:
+  const Trainer& trainer_;
+  std::optional<OpCounter> counter_;
 };
 
 }  // namespace rcl

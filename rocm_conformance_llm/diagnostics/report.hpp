@@ -69,7 +69,6 @@ class ReportWriter {
   int write_crash(std::string_view what, const std::string& phase);
 
   const std::filesystem::path& report_path() const { return report_path_; }
-  const std::filesystem::path& junit_path() const { return junit_path_; }
 
  private:
   const std::filesystem::path report_path_, junit_path_;

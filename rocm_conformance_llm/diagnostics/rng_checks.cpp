@@ -6,7 +6,13 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "rocm_conformance_llm/diagnostics/memory.hpp"
+#include "rocm_conformance_llm/distributed/process_group_sync.hpp"
+#include "rocm_conformance_llm/faults.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/trainer.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
 namespace rcl {
@@ -130,6 +136,46 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
   const uint64_t again = dropout_mask_hash(device, kMaskCheckElements, kMaskCheckDropout);
   restore_rng(before, device);
   return compare_mask_generations(first, again, "rng_state_restore", step, rank);
+}
+
+ReplayCheck::ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults)
+    : Detector(cfg, log), trainer_(trainer), faults_(faults) {
+  if (auto group = dynamic_cast<ProcessGroupSync*>(&trainer.sync()))
+    all_gather_ = [group](const std::vector<double>& values) { return group->all_gather_values(values, "rng_mask_hash"); };
+}
+
+void ReplayCheck::between_steps(int64_t step) {
+  const auto& cfg = trainer_.ctx().cfg;
+  if (step % cfg.replay_check_interval != 0 || step + cfg.replay_steps > cfg.steps || pending_) return;
+  trainer_.enter_phase(phase::replay, step);
+  const auto& device = trainer_.ctx().device;
+  const int rank = trainer_.sync().rank();
+  const bool skew = faults_ && faults_->fires(FaultKind::rng_skew, step, rank);
+  report(check_rng_restore(device, step, rank, skew));
+  if (all_gather_) report(check_shared_seed_masks(device, cfg.seed, step, rank, skew, all_gather_));
+
+  const MemorySample before_save = sample_memory(device);
+  Trainer::Snapshot saved = trainer_.snapshot();
+  Pending replay{.first_step = step + 1};
+  for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(trainer_.run_unpublished_step());
+  trainer_.restore(std::move(saved));
+  if (skew) skew_rng(device, rank);  // the reload restored a stale generator state
+  report(check_memory_after_reload(before_save, sample_memory(device), cfg_, step, rank));
+  pending_ = std::move(replay);
+}
+
+void ReplayCheck::on_loss(int64_t step, double local_loss) {
+  if (!pending_ || step < pending_->first_step) return;
+  pending_->second_run.push_back(local_loss);
+  if (pending_->second_run.size() < pending_->first_run.size()) return;
+  const bool bitwise = trainer_.ctx().cfg.deterministic;
+  auto mismatch = compare_replay(pending_->first_run, pending_->second_run, pending_->first_step, bitwise,
+                                 cfg_.replay_rel_tolerance, trainer_.sync().rank());
+  if (!mismatch)
+    spdlog::info("replay check: steps {}..{} reproduced {}", pending_->first_step, step,
+                 bitwise ? "bitwise" : fmt::format("within {:g}", cfg_.replay_rel_tolerance));
+  report(std::move(mismatch));
+  pending_.reset();
 }
 
 }  // namespace rcl

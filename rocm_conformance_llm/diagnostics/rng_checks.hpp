@@ -12,9 +12,13 @@
 
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/diagnostics/detector.hpp"
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
 
 namespace rcl {
+
+class FaultPlan;
+class Trainer;
 
 // FNV-1a over the tensor's bytes (copied to the host, contiguous). Equal tensors of the same
 // dtype and shape hash equal; any flipped bit changes the hash.
@@ -68,5 +72,32 @@ std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regener
 // (the rng-skew fault) offsets the restored state the way a lost or stale restore would.
 std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank,
                                          bool skew = false);
+
+// Loop-side (rng mode): rewind-and-replay. After step S the state is saved, steps S+1..S+k run
+// unpublished, the state is reloaded and the same steps run again, for real: the two loss
+// sequences must match (bitwise under deterministic algorithms: pytorch/pytorch#196164,
+// ROCm/rocBLAS#1459). Training continues from the second run, so a healthy run logs the losses
+// it would have logged without the check. At the same point: the RNG-restore check, the
+// cross-rank dropout-mask check (several ranks) and memory back to its level after the reload.
+class ReplayCheck final : public Detector {
+ public:
+  // `faults`: rng-skew skews the restored generator (nullptr: no faults).
+  ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
+  void between_steps(int64_t step) override;
+  void on_loss(int64_t step, double local_loss) override;
+
+ private:
+  Trainer& trainer_;
+  const FaultPlan* faults_;
+  GatherValues all_gather_;  // empty with one process
+  // The two runs of the same steps: the first from the snapshot (unpublished), the second
+  // after rewinding to it (the run that continues and is logged).
+  struct Pending {
+    int64_t first_step = 0;
+    std::vector<double> first_run;
+    std::vector<double> second_run;
+  };
+  std::optional<Pending> pending_;
+};
 
 }  // namespace rcl

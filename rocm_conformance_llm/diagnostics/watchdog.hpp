@@ -14,29 +14,17 @@
 #include <thread>
 
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
+#include "rocm_conformance_llm/step_hooks.hpp"
+#include "rocm_conformance_llm/step_record.hpp"
 
 namespace rcl {
-
-// Phase names the training loop reports through set_phase.
-namespace phase {
-inline constexpr const char* data = "data";
-inline constexpr const char* forward = "forward";
-inline constexpr const char* backward = "backward";
-inline constexpr const char* grad_sync = "grad_sync";  // gradient all-reduce (RCCL)
-inline constexpr const char* checksum = "checksum";    // cross-rank parameter checksum (RCCL)
-inline constexpr const char* optimizer = "optimizer";
-inline constexpr const char* eval = "eval";
-inline constexpr const char* checkpoint = "checkpoint";
-inline constexpr const char* canary = "canary";
-inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
-inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
-}  // namespace phase
 
 // grad_sync, checksum, and anything named "collective..." / "allreduce..." / "barrier...":
 // a hang there is attributed to RCCL, anywhere else to the HIP runtime.
 bool is_collective_phase(std::string_view phase);
 
-class Watchdog {
+// A StepObserver (each published step is a heartbeat) and StepHooks (each phase the loop enters).
+class Watchdog final : public StepObserver, public StepHooks {
  public:
   // Called once, on the watchdog thread, with the finding it just added to `log`.
   using OnHang = std::function<void(const Finding&)>;
@@ -51,6 +39,10 @@ class Watchdog {
   void heartbeat(int64_t completed_step);
   // What the run is doing now; does not restart the timeout.
   void set_phase(std::string phase, int64_t step, std::string last_collective = {});
+  void on_step(const StepRecord& r) override { heartbeat(r.step); }
+  void on_phase(const char* phase, int64_t step, const std::string& last_collective) override {
+    set_phase(phase, step, last_collective);
+  }
   bool fired() const;
   std::string current_phase() const;  // for a crash report's "phase"
   void stop();

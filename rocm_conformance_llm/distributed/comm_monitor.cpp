@@ -4,12 +4,6 @@
 #include <spdlog/spdlog.h>
 
 namespace rcl {
-namespace {
-
-// A persisting fault is reported at a few checks, not at every one of a long run.
-constexpr int kMaxFindingsPerSignature = 5;
-
-}  // namespace
 
 CommMonitorOptions CommMonitorOptions::from(const TrainingConfig& cfg) {
   CommMonitorOptions options;
@@ -27,7 +21,7 @@ CommMonitor::CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::sh
       stragglers_(sync_->world_size(), options.straggler) {}
 
 void CommMonitor::report_all(std::vector<Finding> findings) {
-  for (auto& f : findings) report(std::move(f), kMaxFindingsPerSignature);
+  for (auto& f : findings) report(std::move(f));
 }
 
 void CommMonitor::preflight() {
@@ -60,8 +54,7 @@ void CommMonitor::on_step(const StepRecord& record) {
                                  verdict->late_steps, verdict->window),
                      {{"straggler_rank", verdict->rank}, {"busy_median_s", verdict->busy_median_s},
                       {"others_median_s", verdict->others_median_s}, {"late_steps", verdict->late_steps},
-                      {"window", verdict->window}, {"step_s", times.step_s}, {"busy_s", times.busy_s}}},
-             kMaxFindingsPerSignature);
+                      {"window", verdict->window}, {"step_s", times.step_s}, {"busy_s", times.busy_s}}});
     }
   }
 
@@ -77,15 +70,6 @@ void CommMonitor::on_step(const StepRecord& record) {
                    busy.median_s, busy.max_s, busy.slowest_rank);
     }
   }
-}
-
-std::unique_ptr<CommMonitor> make_comm_monitor(const std::shared_ptr<GradientSync>& sync,
-                                               std::vector<torch::Tensor> params, const TrainingConfig& cfg,
-                                               const DiagnosticsConfig& diag, FindingLog& log) {
-  auto group = std::dynamic_pointer_cast<ProcessGroupSync>(sync);
-  if (!group) return nullptr;
-  return std::make_unique<CommMonitor>(diag, log, std::move(group), std::move(params),
-                                       CommMonitorOptions::from(cfg));
 }
 
 }  // namespace rcl

@@ -36,7 +36,7 @@ class CommMonitor final : public Detector {
 
   // Before step 1: every rank takes rank 0's parameters (as DDP does), then the canary and the
   // parameter fingerprint prove the broadcast and the transport right.
-  void preflight();
+  void preflight() override;
   // A collective sequence mismatch throws CollectiveError (after recording it): every later
   // collective would pair the wrong data, so the run cannot continue. Other checks record
   // findings and let the run go on.
@@ -50,10 +50,5 @@ class CommMonitor final : public Detector {
   CommMonitorOptions options_;
   StragglerTracker stragglers_;
 };
-
-// A CommMonitor when `sync` spans several ranks (a ProcessGroupSync), nullptr for one process.
-std::unique_ptr<CommMonitor> make_comm_monitor(const std::shared_ptr<GradientSync>& sync,
-                                               std::vector<torch::Tensor> params, const TrainingConfig& cfg,
-                                               const DiagnosticsConfig& diag, FindingLog& log);
 
 }  // namespace rcl
