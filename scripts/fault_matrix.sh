@@ -131,13 +131,19 @@ EOF
   cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)"
   binary_sha="$(sha256sum "$binary" | cut -c1-12)"
   binary_built="$(date -u -r "$binary" '+%Y-%m-%d %H:%M UTC')"
+  binary_note=""
+  [[ -n "${RCL_BINARY:-}" ]] && binary_note=", from RCL_BINARY: not necessarily built from that HEAD"
   mkdir -p "$(dirname "$out")"
   {
     echo "# Fault matrix (generated)"
     echo
-    echo "Written by \`scripts/fault_matrix.sh\` (do not edit by hand: run it again). Produced"
-    echo "$started_at in $((SECONDS - started_s)) s on $(nproc) CPU core(s) (${cpu:-unknown CPU}), repository"
-    echo "at $commit; binary \`$binary\` (built $binary_built, sha256 $binary_sha...), $libtorch."
+    echo "Written by \`scripts/fault_matrix.sh\` (do not edit by hand: run it again)."
+    echo
+    echo "- produced: $started_at, in $((SECONDS - started_s)) s"
+    echo "- machine: $(nproc) CPU core(s), ${cpu:-unknown CPU}"
+    echo "- repository HEAD when run: $commit"
+    echo "- binary: \`$binary\` (built $binary_built, sha256 $binary_sha...)$binary_note"
+    echo "- $libtorch"
     echo
     echo "All runs: \`${common[*]}\` plus the arguments shown; rows with the same arguments share one run."
     echo
