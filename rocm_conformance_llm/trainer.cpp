@@ -174,65 +174,69 @@ torch::Tensor Trainer::forward_loss(const Batch& batch, int64_t step, bool first
 Trainer::PendingStep Trainer::train_step() {
   const auto& cfg = ctx_.cfg;
   const auto start = Clock::now();
-  StepRecord rec;
-  rec.step = ++step_;
-  rec.rank = sync_->rank();
-  rec.world_size = sync_->world_size();
-  rec.lr = learning_rate_at(cfg, rec.step);
-  sync_->begin_step(rec.step);
-  hooks_.on_step_begin(rec.step);
-
+  StepRecord rec = begin_step();
   optimizer_->zero_grad();
   auto loss_sum = zero_scalar(ctx_.device);
   const int64_t first_micro_batch = micro_batches_;
   for (int64_t micro = 0; micro < cfg.grad_accum_steps; ++micro) {
     Batch batch;
     torch::Tensor loss;
+    { auto in_phase = enter(phase::data, rec); batch = data_->train_batch(micro_batches_++); }
     {
-      auto phase = enter(phase::data, rec);
-      batch = data_->train_batch(micro_batches_++);
-    }
-    {
-      auto phase = enter(phase::forward, rec);
+      auto in_phase = enter(phase::forward, rec);
       AutocastGuard autocast(ctx_.device.type(), autocast_);
       loss = forward_loss(batch, rec.step, micro == 0);  // mean cross-entropy, float32
     }
     loss_sum += loss.detach();
     {
-      auto phase = enter(phase::backward, rec);  // outside autocast, as autograd expects
+      auto in_phase = enter(phase::backward, rec);  // outside autocast, as autograd expects
       const auto objective = loss / double(cfg.grad_accum_steps);
       (scaler_ ? scaler_->scale(objective) : objective).backward();
     }
-    // Averaging is linear: syncing every grad_sync_interval micro-steps and once more at the
-    // window's end gives the gradient one sync at the end would; only the number of
-    // all-reduces (the comm stress) changes. In buffer order: each bucket is a view.
+    // Averaging is linear: syncing every grad_sync_interval micro-steps and at the window's end
+    // gives the gradient one sync at the end would; only the all-reduce count (comm stress) grows.
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
-      auto phase = enter(phase::grad_sync, rec);
-      sync_->average_gradients(optimizer_->parameters(), rec.collectives);
+      auto in_phase = enter(phase::grad_sync, rec);
+      sync_->average_gradients(optimizer_->parameters(), rec.collectives);  // buckets are views
     }
   }
   hooks_.on_gradients(rec.step, optimizer_->parameters(), loss_sum, first_micro_batch);
-
   torch::Tensor grad_norm;
   {
-    auto phase = enter(phase::optimizer, rec, describe_last_collective(rec.collectives));
+    auto in_phase = enter(phase::optimizer, rec, describe_last_collective(rec.collectives));
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
     if (!rec.skipped) optimizer_->step(rec.lr);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
+  finish_step(rec, start);
+  return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
+}
 
+StepRecord Trainer::begin_step() {
+  StepRecord rec;
+  rec.step = ++step_;
+  rec.rank = sync_->rank();
+  rec.world_size = sync_->world_size();
+  rec.lr = learning_rate_at(ctx_.cfg, rec.step);
+  sync_->begin_step(rec.step);
+  hooks_.on_step_begin(rec.step);
+  return rec;
+}
+
+// Step time, memory, and what runs outside the step's time: validation and the checks (those
+// steps must not look slow).
+void Trainer::finish_step(StepRecord& rec, Clock::time_point start) {
+  const auto& cfg = ctx_.cfg;
   rec.tokens = cfg.grad_accum_steps * cfg.batch_size * cfg.seq_len;
   hooks_.before_step_time(rec, seconds_since(start));
   rec.step_time_s = seconds_since(start);
   rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
   hooks_.after_step_time(rec);
   rec.memory = sample_memory(ctx_.device);
-  // Validation and the checks are outside step_time_s: those steps must not look slow.
   if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0 && !replaying_) rec.val_loss = evaluate();
   hooks_.after_step(rec);
-  return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
 }
 
 double Trainer::run_unpublished_step() {

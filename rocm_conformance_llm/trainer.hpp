@@ -27,6 +27,7 @@
 #include "rocm_conformance_llm/step_hooks.hpp"
 #include "rocm_conformance_llm/step_record.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 
@@ -104,6 +105,8 @@ class Trainer {
   class Phase;
 
   PendingStep train_step();
+  StepRecord begin_step();  // the record's identity, the LR, the hooks told
+  void finish_step(StepRecord& rec, SteadyClock::time_point start);
   void publish(PendingStep& pending, TrainSummary& summary);
   // One phase of step `rec.step`: the hooks hear of it, and with cfg.phase_timing it is timed
   // into rec.phase_s.

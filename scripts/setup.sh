@@ -3,7 +3,7 @@
 #   bash scripts/setup.sh               # dependencies + the binary
 #   bash scripts/setup.sh --with-tests  # ... + the GoogleTest suite
 # To build against a ROCm PyTorch wheel's libtorch instead of Debian's, set LIBTORCH_DIR or
-# Torch_DIR, or put that python3 on PATH (see README, "Building against ROCm libtorch").
+# Torch_DIR, or put that python3 on PATH (see docs/building.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -10,12 +10,8 @@
 namespace rcl {
 
 std::string to_string(Severity s) {
-  switch (s) {
-    case Severity::info: return "info";
-    case Severity::warn: return "warn";
-    case Severity::fail: return "fail";
-  }
-  return "fail";
+  static constexpr const char* kNames[] = {"info", "warn", "fail"};  // enum order
+  return kNames[static_cast<size_t>(s)];
 }
 
 Severity severity_from_string(const std::string& s) {

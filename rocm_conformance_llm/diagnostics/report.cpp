@@ -10,12 +10,8 @@
 namespace rcl {
 
 std::string to_string(RunOutcome o) {
-  switch (o) {
-    case RunOutcome::completed: return "completed";
-    case RunOutcome::crashed: return "crashed";
-    case RunOutcome::hung: return "hung";
-  }
-  return "crashed";
+  static constexpr const char* kNames[] = {"completed", "crashed", "hung"};  // enum order
+  return kNames[static_cast<size_t>(o)];
 }
 
 std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings) {

@@ -55,9 +55,15 @@ int parse_port(const std::string& name, const std::string& text) {
   return port;
 }
 
-// World size first, then rank and local rank against it, naming the variable at fault.
-void check_ranks(const LaunchInfo& info, const std::string& rank_var, const std::string& world_var,
-                 const std::string& local_var) {
+// The launcher's rank, world size and local rank variables, all required; world size is checked
+// first, then rank and local rank against it, naming the variable at fault.
+LaunchInfo read_ranks(const EnvLookup& env, const std::string& launcher, const std::string& rank_var,
+                      const std::string& world_var, const std::string& local_var) {
+  LaunchInfo info;
+  info.launcher = launcher;
+  info.rank = required_int(env, rank_var, launcher);
+  info.world_size = required_int(env, world_var, launcher);
+  info.local_rank = required_int(env, local_var, launcher);
   if (info.world_size < 1) {
     throw ConfigError("invalid " + world_var + "=" + std::to_string(info.world_size) +
                       ": must be >= 1");
@@ -70,15 +76,11 @@ void check_ranks(const LaunchInfo& info, const std::string& rank_var, const std:
     throw ConfigError("invalid " + local_var + "=" + std::to_string(info.local_rank) +
                       ": must be in [0, " + world_var + "=" + std::to_string(info.world_size) + ")");
   }
+  return info;
 }
 
 LaunchInfo from_torchrun(const EnvLookup& env) {
-  LaunchInfo info;
-  info.launcher = "torchrun";
-  info.rank = required_int(env, "RANK", info.launcher);
-  info.world_size = required_int(env, "WORLD_SIZE", info.launcher);
-  info.local_rank = required_int(env, "LOCAL_RANK", info.launcher);
-  check_ranks(info, "RANK", "WORLD_SIZE", "LOCAL_RANK");
+  LaunchInfo info = read_ranks(env, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK");
   const auto addr = env("MASTER_ADDR");
   const auto port = env("MASTER_PORT");
   if (info.distributed() && (!addr || addr->empty())) {
@@ -100,14 +102,9 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
 }
 
 LaunchInfo from_slurm(const EnvLookup& env) {
-  LaunchInfo info;
-  info.launcher = "slurm";
-  info.rank = required_int(env, "SLURM_PROCID", info.launcher);
   // The step's task count is the world when srun runs a subset of the job's tasks.
   const std::string world_var = env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-  info.world_size = required_int(env, world_var, info.launcher);
-  info.local_rank = required_int(env, "SLURM_LOCALID", info.launcher);
-  check_ranks(info, "SLURM_PROCID", world_var, "SLURM_LOCALID");
+  LaunchInfo info = read_ranks(env, "slurm", "SLURM_PROCID", world_var, "SLURM_LOCALID");
 
   if (const auto addr = env("MASTER_ADDR"); addr && !addr->empty()) {
     info.master_addr = *addr;
@@ -127,12 +124,8 @@ LaunchInfo from_slurm(const EnvLookup& env) {
 }
 
 LaunchInfo from_mpirun(const EnvLookup& env) {
-  LaunchInfo info;
-  info.launcher = "mpirun";
-  info.rank = required_int(env, "OMPI_COMM_WORLD_RANK", info.launcher);
-  info.world_size = required_int(env, "OMPI_COMM_WORLD_SIZE", info.launcher);
-  info.local_rank = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", info.launcher);
-  check_ranks(info, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
+  LaunchInfo info =
+      read_ranks(env, "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
   // mpirun says nothing about a rendezvous: loopback is right only when all ranks share a node.
   const auto local_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
   const auto addr = env("MASTER_ADDR");

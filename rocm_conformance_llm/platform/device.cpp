@@ -86,7 +86,7 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
                  "so libblas.so.3 resolves to OpenBLAS");
   // OpenBLAS keeps its own thread pool beside libtorch's, and the two spin against each other:
   // on 2 cores with 2 BLAS threads, a quarter of the smoke steps stalled by over 50 ms and
-  // cpu-medium fp32 steps took 1.5x as long (README, Performance).
+  // cpu-medium fp32 steps took 1.5x as long (docs/performance.md).
   // One BLAS thread inside libtorch's pool, unless the user set OPENBLAS_NUM_THREADS.
   using SetThreads = void (*)(int);
   if (training_on_cpu && blas == "openblas" && !std::getenv("OPENBLAS_NUM_THREADS"))
@@ -96,7 +96,7 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
 
 void tune_host_allocator() {
   // With glibc's defaults each step hands its activations back to the OS and faults them in
-  // again: ~2,250 page faults per smoke step, ~1 with these thresholds (README, Performance).
+  // again: ~2,250 page faults per smoke step, ~1 with these thresholds (docs/performance.md).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
