@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 
@@ -17,8 +18,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   CLI::App app{"rocm-conformance-llm: validate a ROCm software stack by training a real decoder "
                "Transformer under composable stress modes"};
   std::string stress;
-  auto* stress_flag =
-      app.add_option("--stress", stress, "Stress modes: comma list of gemm,rng,comm,memory,fusion or 'all'");
+  auto* stress_flag = app.add_option(
+      "--stress", stress, "Stress modes: comma list of " + join(stress_mode_names(), ",") + " or 'all'");
   app.add_option("--preset", o.preset, "Scale preset: smoke, cpu-medium, small, large (default: smoke on "
                                        "CPU, small on GPU)");
   app.add_option("--steps", o.steps, "Optimizer steps");
@@ -36,7 +37,10 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   app.add_option("--baseline", o.baseline_dir, "A previous run's output dir to compare against");
   app.add_flag("--print-config", o.print_config, "Print the resolved config as JSON and exit");
   app.add_flag("--explain-stress", o.explain_stress, "Print what each stress mode changes and exit");
-  app.add_flag("--list-stress", o.list_stress, "List stress modes and their ROCm targets and exit");
+  app.add_flag("--list-stress", o.list_stress, "List stress modes, their ROCm targets and rules and exit");
+  app.add_flag("--help-config", o.help_config, "List every config key (type, default, allowed values, meaning) "
+                                               "and exit");
+  app.add_flag("--markdown", o.markdown, "With --list-stress or --help-config: markdown tables (as in docs/)");
   app.add_flag("--overwrite", o.overwrite, "Allow writing into an output dir that holds a previous run");
   try {
     app.parse(argc, argv);
@@ -107,7 +111,7 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
 
   // 2. The file, then --set overrides, overlay the preset (strictly: unknown keys are errors).
   nlohmann::json doc = {{"training", preset.training},
-                        {"stress_profile", preset.stress},
+                        {"stress_profile", complete_stress_profile(preset.stress)},
                         {"diagnostics", DiagnosticsConfig{}}};
   nlohmann::json file_patch = nlohmann::json::object();
   for (const char* section : {"training", "stress_profile", "diagnostics"})
@@ -116,7 +120,7 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   for (const auto& assignment : o.overrides) apply_override(doc, assignment);
   try {
     run.base = doc.at("training").get<TrainingConfig>();
-    run.stress_profile = doc.at("stress_profile").get<StressProfile>();
+    run.stress_profile = complete_stress_profile(doc.at("stress_profile").get<StressProfile>());
     run.diagnostics = doc.at("diagnostics").get<DiagnosticsConfig>();
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(std::string("invalid config: ") + e.what());
@@ -140,7 +144,10 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
     const std::string listed = stress_text(file.at("stress_modes"));
     if (!listed.empty()) run.stress_modes = parse_stress_list(listed);
   }
-  run.training = compose_stress_modes(run.base, run.stress_modes, run.stress_profile);
+  run.capabilities = Capabilities::of_this_build(!cpu_only);
+  auto composed = compose_stress_modes(run.base, run.stress_modes, run.stress_profile, run.capabilities);
+  run.training = composed.training;
+  run.stress_skipped = std::move(composed.skipped);
   try {
     validate(run.training);
   } catch (const ConfigError& e) {
@@ -167,9 +174,10 @@ RunConfig resolve_run_config(const CliOptions& options, bool gpu_present) {
 nlohmann::json to_json(const RunConfig& run) {
   return {{"preset", run.preset},
           {"stress_modes", run.stress_modes},
+          {"stress_skipped", run.stress_skipped},
           {"training", run.training},
           {"base_training", run.base},
-          {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile)},
+          {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities)},
           {"stress_profile", run.stress_profile},
           {"diagnostics", run.diagnostics},
           {"inject", run.inject},
@@ -177,24 +185,32 @@ nlohmann::json to_json(const RunConfig& run) {
           {"output_dir", run.output_dir}};
 }
 
-std::string describe_stress_modes() {
-  std::string out;
-  for (const auto& mode : stress_mode_registry())
-    out += fmt::format("{:<7} targets {}\n        {}\n", mode.name, mode.targets, mode.summary);
-  return out;
-}
-
 std::string explain_text(const RunConfig& run) {
   std::string out = fmt::format("preset {}; stress modes: {}\n", run.preset,
                                 run.stress_modes.empty() ? "none" : fmt::format("{}", fmt::join(run.stress_modes, ",")));
-  const auto changes = explain_stress(run.base, run.stress_modes, run.stress_profile);
+  const auto changes = explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities);
   for (const auto& mode : run.stress_modes) {
+    if (const auto skipped = run.stress_skipped.find(mode); skipped != run.stress_skipped.end()) {
+      out += fmt::format("  {}: skipped ({})\n", mode, skipped->second);
+      continue;
+    }
     const auto& fields = changes.at(mode);
     if (fields.empty()) out += fmt::format("  {}: no change (base already at or beyond its intensity)\n", mode);
     for (const auto& [field, change] : fields.items())
       out += fmt::format("  {:<7} {:<26} {} -> {}\n", mode, field, change[0].dump(), change[1].dump());
   }
   return out;
+}
+
+std::string help_config_text(bool markdown) {
+  const std::string training = describe_fields(training_fields(), "training", markdown);
+  const std::string stress = describe_stress_intensities(markdown);
+  const std::string diagnostics = describe_fields(diagnostics_fields(), "diagnostics", markdown);
+  if (markdown)
+    return "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n" + training + stress + diagnostics;
+  return "Config keys, for --set KEY=VALUE (training keys also bare) and --config files. Defaults are the\n"
+         "built-in ones; presets change many (--print-config shows a run's values).\n\n" +
+         training + "\n" + stress + "\n" + diagnostics;
 }
 
 }  // namespace rcl

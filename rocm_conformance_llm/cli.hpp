@@ -2,6 +2,7 @@
 // --set overrides and dedicated flags, then stress modes), validated before anything runs.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/errors.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
 
 namespace rcl {
 
@@ -30,6 +32,8 @@ struct CliOptions {
   bool print_config = false;
   bool explain_stress = false;
   bool list_stress = false;
+  bool help_config = false;
+  bool markdown = false;  // --list-stress / --help-config as markdown tables
   bool overwrite = false;
 };
 
@@ -38,7 +42,9 @@ struct RunConfig {
   std::vector<std::string> stress_modes;  // canonical order
   TrainingConfig base;                    // before stress modes
   TrainingConfig training;                // after stress modes: what runs
-  StressProfile stress_profile;
+  StressProfile stress_profile;           // every registered intensity
+  Capabilities capabilities;              // what stress modes may require of this run
+  std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
   DiagnosticsConfig diagnostics;
   std::string inject;
   std::string baseline_dir;
@@ -51,12 +57,15 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
 // Applies the resolution order; throws ConfigError on any invalid input.
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
 
-// {"preset", "stress_modes", "training", "base_training", "stress_changes", "stress_profile",
-//  "diagnostics", "inject", "baseline", "output_dir"}
+// {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
+//  "stress_profile", "diagnostics", "inject", "baseline", "output_dir"}
 nlohmann::json to_json(const RunConfig& run);
 
-// Console text for --list-stress and --explain-stress.
-std::string describe_stress_modes();
+// Console text for --explain-stress.
 std::string explain_text(const RunConfig& run);
+
+// `--help-config`: every key (training.*, stress_profile.*.*, diagnostics.*) with its type,
+// default, allowed values and meaning; `markdown` gives the table in docs/configuration.md.
+std::string help_config_text(bool markdown);
 
 }  // namespace rcl

@@ -22,123 +22,171 @@ void require(bool ok, const std::string& field, const std::string& value, const 
   if (!ok) throw ConfigError("invalid " + field + "=" + value + ": " + allowed);
 }
 
-void require_min(int64_t value, int64_t lo, const std::string& field) {
-  require(value >= lo, field, show(value), "must be >= " + show(lo));
+// "integer" | "number" | "bool" | "string": the JSON kind a key takes.
+std::string kind_of(const nlohmann::json& value) {
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number()) return "number";
+  return value.type_name();
 }
 
-void require_range(double value, double lo, double hi, bool hi_inclusive, const std::string& field) {
-  const bool ok = std::isfinite(value) && value >= lo && (hi_inclusive ? value <= hi : value < hi);
-  require(ok, field, show(value),
-          "must be in [" + show(lo) + ", " + show(hi) + (hi_inclusive ? "]" : ")"));
+// Empty when `value` may replace `slot` (same kind; integers stay integers), else why not.
+std::string kind_mismatch(const nlohmann::json& slot, const nlohmann::json& value) {
+  const bool same_kind = (slot.is_number() && value.is_number()) ||
+                         (slot.is_boolean() && value.is_boolean()) ||
+                         (slot.is_string() && value.is_string());
+  if (!same_kind) return std::string("expected a ") + slot.type_name();
+  if (slot.is_number_integer() && !value.is_number_integer()) return "expected an integer";
+  return "";
 }
 
-void require_positive(double value, const std::string& field) {
-  require(std::isfinite(value) && value > 0, field, show(value), "must be > 0");
+// A field's value as the error texts show it: numbers as C++ streams them, strings quoted.
+std::string show_json(const nlohmann::json& value) {
+  if (value.is_string()) return "'" + value.get<std::string>() + "'";
+  if (value.is_number_unsigned()) return show(value.get<uint64_t>());
+  if (value.is_number_integer()) return show(value.get<int64_t>());
+  if (value.is_number_float()) return show(value.get<double>());
+  return value.dump();
 }
 
-void require_one_of(const std::string& value, const std::vector<std::string>& allowed,
-                    const std::string& field) {
-  const bool ok = std::find(allowed.begin(), allowed.end(), value) != allowed.end();
-  require(ok, field, "'" + value + "'", "allowed: " + join(allowed));
+// What `check` allows, as --help-config says it ("" when anything of the type goes).
+std::string describe_check(const FieldCheck& c) {
+  switch (c.kind) {
+    case FieldCheck::kAny: return "";
+    case FieldCheck::kAtLeast: return ">= " + show(c.lo) + (c.note.empty() ? "" : " (" + c.note + ")");
+    case FieldCheck::kAbove: return "> " + show(c.lo);
+    case FieldCheck::kRange: return "[" + show(c.lo) + ", " + show(c.hi) + (c.hi_inclusive ? "]" : ")");
+    case FieldCheck::kOneOf: return join(c.allowed, " | ");
+  }
+  return "";
 }
 
 // Presets. `smoke` finishes in seconds on 2 CPU cores; `small` and `large` are sized for one
 // GPU (an MI250/MI300-class device for `large`). Stress intensities scale with the preset.
 std::vector<Preset> make_presets() {
-  std::vector<Preset> out;
+  // Rotary positions and a high LR let 2 layers learn the copy spans within 300 steps.
+  const Preset smoke{
+      .name = "smoke",
+      .description = "CPU-sized: learns the synthetic corpus to near its loss floor in seconds (tests, CI)",
+      .training = {.hidden_size = 64, .num_layers = 2, .batch_size = 16, .seq_len = 64, .num_heads = 4,
+                   .position = "rotary", .steps = 300, .learning_rate = 1e-2, .warmup_steps = 10,
+                   .eval_interval = 50, .eval_batches = 4},
+      .stress = nlohmann::json{
+          {"gemm", {{"min_hidden_size", 128}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
+          {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
+          {"comm", {{"max_batch_size", 8}, {"max_checksum_interval", 10}}},
+          {"memory", {{"min_seq_len", 128}, {"min_grad_accum_steps", 2}, {"memory_pressure_bytes", 64 * MiB}}},
+          {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
 
-  Preset smoke{"smoke", "CPU-sized: learns the synthetic corpus to near its loss floor in seconds (tests, CI)",
-               {}, {}};
-  {
-    // Rotary positions and a high LR let 2 layers learn the copy spans within 300 steps.
-    auto& t = smoke.training;
-    t.hidden_size = 64;
-    t.num_layers = 2;
-    t.num_heads = 4;
-    t.seq_len = 64;
-    t.batch_size = 16;
-    t.position = "rotary";
-    t.learning_rate = 1e-2;
-    t.steps = 300;
-    t.warmup_steps = 10;
-    t.eval_interval = 50;
-    t.eval_batches = 4;
-    auto& s = smoke.stress;
-    s.gemm = {128, 4.0, "bf16"};
-    s.rng = {0.1, 0.1, 50};
-    s.comm = {8, 10};
-    s.memory = {128, 2, 64 * MiB};
-    s.fusion = {4, "swiglu", 3};
-  }
-  out.push_back(smoke);
+  nlohmann::json cpu_medium_stress = smoke.stress.values();
+  cpu_medium_stress.merge_patch({{"gemm", {{"min_hidden_size", 512}}},
+                                 {"rng", {{"replay_check_interval", 20}}},
+                                 {"memory", {{"min_seq_len", 512}}},
+                                 {"fusion", {{"min_num_layers", 8}}}});
+  const Preset cpu_medium{
+      .name = "cpu-medium",
+      .description = "A larger CPU model for benchmarks (minutes, not seconds)",
+      .training = {.hidden_size = 256, .num_layers = 4, .batch_size = 8, .seq_len = 128, .num_heads = 8,
+                   .steps = 40, .learning_rate = 1e-3},
+      .stress = cpu_medium_stress};
 
-  Preset cpu_medium{"cpu-medium", "A larger CPU model for benchmarks (minutes, not seconds)", {}, {}};
-  {
-    auto& t = cpu_medium.training;
-    t.hidden_size = 256;
-    t.num_layers = 4;
-    t.num_heads = 8;
-    t.seq_len = 128;
-    t.batch_size = 8;
-    t.steps = 40;
-    t.learning_rate = 1e-3;
-    cpu_medium.stress = smoke.stress;
-    cpu_medium.stress.gemm.min_hidden_size = 512;
-    cpu_medium.stress.memory.min_seq_len = 512;
-    cpu_medium.stress.rng.replay_check_interval = 20;
-    cpu_medium.stress.fusion.min_num_layers = 8;
-  }
-  out.push_back(cpu_medium);
+  const Preset small{
+      .name = "small",
+      .description = "One GPU, GPT-2-small shape (default when a GPU is present)",
+      .training = {.hidden_size = 768, .num_layers = 12, .batch_size = 8, .seq_len = 1024,
+                   .mixed_precision = "bf16", .num_heads = 12, .steps = 500, .learning_rate = 6e-4,
+                   .warmup_steps = 50, .eval_interval = 100, .eval_batches = 8},
+      .stress = nlohmann::json{
+          {"gemm", {{"min_hidden_size", 2048}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
+          {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
+          {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 10}}},
+          {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
+          {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
 
-  Preset small{"small", "One GPU, GPT-2-small shape (default when a GPU is present)", {}, {}};
-  {
-    auto& t = small.training;
-    t.hidden_size = 768;
-    t.num_layers = 12;
-    t.num_heads = 12;
-    t.seq_len = 1024;
-    t.batch_size = 8;
-    t.mixed_precision = "bf16";
-    t.steps = 500;
-    t.warmup_steps = 50;
-    t.learning_rate = 6e-4;
-    t.eval_interval = 100;
-    t.eval_batches = 8;
-    auto& s = small.stress;
-    s.gemm = {2048, 4.0, "bf16"};
-    s.rng = {0.1, 0.1, 50};
-    s.comm = {2, 10};
-    s.memory = {8192, 8, 0};
-    s.fusion = {24, "swiglu", 3};
-  }
-  out.push_back(small);
+  const Preset large{
+      .name = "large",
+      .description = "MI300-class memory (192 GB): a 1.5B-parameter-class model",
+      .training = {.hidden_size = 2048, .num_layers = 24, .batch_size = 8, .seq_len = 2048,
+                   .mixed_precision = "bf16", .num_heads = 16, .steps = 1000, .learning_rate = 3e-4,
+                   .warmup_steps = 100, .eval_interval = 200, .eval_batches = 8},
+      .stress = nlohmann::json{
+          {"gemm", {{"min_hidden_size", 4096}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
+          {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 100}}},
+          {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 20}}},
+          {"memory",
+           {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16}, {"memory_pressure_bytes", 8 * 1024 * MiB}}},
+          {"fusion", {{"min_num_layers", 48}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
 
-  Preset large{"large", "MI300-class memory (192 GB): a 1.5B-parameter-class model", {}, {}};
-  {
-    auto& t = large.training;
-    t.hidden_size = 2048;
-    t.num_layers = 24;
-    t.num_heads = 16;
-    t.seq_len = 2048;
-    t.batch_size = 8;
-    t.mixed_precision = "bf16";
-    t.steps = 1000;
-    t.warmup_steps = 100;
-    t.learning_rate = 3e-4;
-    t.eval_interval = 200;
-    t.eval_batches = 8;
-    auto& s = large.stress;
-    s.gemm = {4096, 4.0, "bf16"};
-    s.rng = {0.1, 0.1, 100};
-    s.comm = {2, 20};
-    s.memory = {16384, 16, 8 * 1024 * MiB};
-    s.fusion = {48, "swiglu", 3};
-  }
-  out.push_back(large);
-  return out;
+  return {smoke, cpu_medium, small, large};
 }
 
 }  // namespace
+
+FieldCheck unchecked() { return {}; }
+FieldCheck at_least(double lo, std::string note) {
+  return {.kind = FieldCheck::kAtLeast, .lo = lo, .note = std::move(note)};
+}
+FieldCheck above(double lo) { return {.kind = FieldCheck::kAbove, .lo = lo}; }
+FieldCheck within(double lo, double hi, bool hi_inclusive) {
+  return {.kind = FieldCheck::kRange, .lo = lo, .hi = hi, .hi_inclusive = hi_inclusive};
+}
+FieldCheck one_of(std::vector<std::string> allowed) {
+  return {.kind = FieldCheck::kOneOf, .allowed = std::move(allowed)};
+}
+
+#define RCL_FIELD_ROW(type, member, default_value, check, meaning) \
+  {#member, nlohmann::json(type(default_value)), check, meaning},
+
+const std::vector<ConfigField>& training_fields() {
+  static const std::vector<ConfigField> fields{RCL_TRAINING_FIELDS(RCL_FIELD_ROW)};
+  return fields;
+}
+
+const std::vector<ConfigField>& diagnostics_fields() {
+  static const std::vector<ConfigField> fields{RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_ROW)};
+  return fields;
+}
+#undef RCL_FIELD_ROW
+
+#define RCL_FIELD_TO_JSON(type, member, ...) j[#member] = c.member;
+#define RCL_FIELD_FROM_JSON(type, member, ...) \
+  if (j.contains(#member)) j.at(#member).get_to(c.member);
+
+void to_json(nlohmann::json& j, const TrainingConfig& c) { RCL_TRAINING_FIELDS(RCL_FIELD_TO_JSON) }
+void from_json(const nlohmann::json& j, TrainingConfig& c) { RCL_TRAINING_FIELDS(RCL_FIELD_FROM_JSON) }
+void to_json(nlohmann::json& j, const DiagnosticsConfig& c) { RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_TO_JSON) }
+void from_json(const nlohmann::json& j, DiagnosticsConfig& c) { RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_FROM_JSON) }
+#undef RCL_FIELD_TO_JSON
+#undef RCL_FIELD_FROM_JSON
+
+StressProfile::StressProfile(nlohmann::json values) : values_(std::move(values)) {
+  if (!values_.is_object()) throw ConfigError("invalid stress_profile=" + values_.dump() + ": expected a JSON object");
+}
+
+bool StressProfile::has(const std::string& mode, const std::string& key) const {
+  return values_.contains(mode) && values_.at(mode).is_object() && values_.at(mode).contains(key);
+}
+
+const nlohmann::json& StressProfile::at(const std::string& mode, const std::string& key) const {
+  if (!has(mode, key)) throw ConfigError("stress_profile." + mode + "." + key + " is not set");
+  return values_.at(mode).at(key);
+}
+
+int64_t StressProfile::integer(const std::string& mode, const std::string& key) const {
+  return at(mode, key).get<int64_t>();
+}
+double StressProfile::number(const std::string& mode, const std::string& key) const {
+  return at(mode, key).get<double>();
+}
+std::string StressProfile::text(const std::string& mode, const std::string& key) const {
+  return at(mode, key).get<std::string>();
+}
+
+void StressProfile::set(const std::string& mode, const std::string& key, nlohmann::json value) {
+  values_[mode][key] = std::move(value);
+}
+
+void to_json(nlohmann::json& j, const StressProfile& p) { j = p.values(); }
+void from_json(const nlohmann::json& j, StressProfile& p) { p = StressProfile(j); }
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = make_presets();
@@ -156,95 +204,67 @@ const Preset& find_preset(const std::string& name) {
 
 std::string default_preset_name(bool gpu_present) { return gpu_present ? "small" : "smoke"; }
 
+void validate_field(const nlohmann::json& value, const ConfigField& field, const std::string& path) {
+  const std::string wrong_kind = kind_mismatch(field.default_value, value);
+  if (!wrong_kind.empty()) throw ConfigError("invalid " + path + "=" + value.dump() + ": " + wrong_kind);
+  const FieldCheck& c = field.check;
+  if (c.kind == FieldCheck::kAny) return;
+  if (c.kind == FieldCheck::kOneOf) {
+    const auto text = value.get<std::string>();
+    const bool ok = std::find(c.allowed.begin(), c.allowed.end(), text) != c.allowed.end();
+    require(ok, path, show_json(value), "allowed: " + join(c.allowed));
+    return;
+  }
+  const double v = value.get<double>();
+  bool ok = std::isfinite(v);
+  switch (c.kind) {
+    case FieldCheck::kAtLeast: ok = ok && v >= c.lo; break;
+    case FieldCheck::kAbove: ok = ok && v > c.lo; break;
+    case FieldCheck::kRange: ok = ok && v >= c.lo && (c.hi_inclusive ? v <= c.hi : v < c.hi); break;
+    default: break;
+  }
+  require(ok, path, show_json(value), std::string("must be ") + (c.kind == FieldCheck::kRange ? "in " : "") + describe_check(c));
+}
+
+namespace {
+template <typename Config>
+void validate_fields(const Config& config, const std::vector<ConfigField>& fields, const std::string& prefix) {
+  const nlohmann::json values = config;
+  for (const auto& field : fields) validate_field(values.at(field.name), field, prefix + field.name);
+}
+}  // namespace
+
 void validate(const TrainingConfig& c) {
-  require_min(c.hidden_size, 1, "hidden_size");
-  require_min(c.num_heads, 1, "num_heads");
+  validate_fields(c, training_fields(), "");
+  // Cross-field checks, once every field is in its own range.
   require(c.hidden_size % c.num_heads == 0, "hidden_size", show(c.hidden_size),
           "must be divisible by num_heads=" + show(c.num_heads));
-  require_min(c.num_layers, 1, "num_layers");
-  require_positive(c.ffn_multiplier, "ffn_multiplier");
-  require_range(c.dropout, 0.0, 1.0, false, "dropout");
-  require_min(c.batch_size, 1, "batch_size");
-  require_min(c.seq_len, 1, "seq_len");
-  require_min(c.grad_accum_steps, 1, "grad_accum_steps");
-  require_min(c.grad_sync_interval, 1, "grad_sync_interval");
   require(c.grad_sync_interval <= c.grad_accum_steps, "grad_sync_interval", show(c.grad_sync_interval),
           "must be <= grad_accum_steps=" + show(c.grad_accum_steps) +
               " (gradients are synchronised at least once per optimizer step)");
-  require_one_of(c.mixed_precision, {"fp32", "bf16", "fp16"}, "mixed_precision");
-  require_min(c.vocab_size, 0, "vocab_size");
-  require_one_of(c.position, {"learned", "rotary"}, "position");
   require(c.position != "rotary" || (c.hidden_size / c.num_heads) % 2 == 0, "position", "'rotary'",
           "needs an even head dimension (hidden_size/num_heads=" + show(c.hidden_size / c.num_heads) + ")");
-  require_one_of(c.norm, {"layernorm", "rmsnorm"}, "norm");
-  require_one_of(c.norm_layout, {"pre", "sandwich"}, "norm_layout");
-  require_one_of(c.activation, {"gelu", "swiglu"}, "activation");
-  require_range(c.drop_path, 0.0, 1.0, false, "drop_path");
-  require_min(c.qkv_conv_kernel, 0, "qkv_conv_kernel");
-  require_one_of(c.attention_backend, {"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"},
-                 "attention_backend");
-  require_min(c.steps, 1, "steps");
-  require(std::isfinite(c.max_duration_s) && c.max_duration_s >= 0, "max_duration_s",
-          show(c.max_duration_s), "must be >= 0 (0 = no time limit)");
-  require_positive(c.learning_rate, "learning_rate");
-  require_range(c.min_lr_ratio, 0.0, 1.0, true, "min_lr_ratio");
-  require_min(c.warmup_steps, 0, "warmup_steps");
-  require_range(c.weight_decay, 0.0, 1.0, true, "weight_decay");
-  require(std::isfinite(c.grad_clip) && c.grad_clip >= 0, "grad_clip", show(c.grad_clip),
-          "must be >= 0 (0 = no clipping)");
-  require_positive(c.fp16_initial_loss_scale, "fp16_initial_loss_scale");
-  require_min(c.fp16_growth_interval, 1, "fp16_growth_interval");
-  require_min(c.eval_interval, 0, "eval_interval");
-  require_min(c.eval_batches, 1, "eval_batches");
-  require_min(c.replay_check_interval, 0, "replay_check_interval");
-  require_min(c.replay_steps, 1, "replay_steps");
-  require_min(c.memory_pressure_bytes, 0, "memory_pressure_bytes");
-  require_positive(c.bucket_mb, "bucket_mb");
-  require_positive(c.collective_timeout_s, "collective_timeout_s");
-  require_min(c.checksum_interval, 0, "checksum_interval");
-  require_range(c.val_fraction, 0.0, 0.5, true, "val_fraction");
-  require_one_of(c.device, {"auto", "cpu", "gpu"}, "device");
-  require_min(c.num_threads, 0, "num_threads");
 }
 
-void validate(const StressProfile& p) {
-  require_min(p.gemm.min_hidden_size, 1, "stress_profile.gemm.min_hidden_size");
-  require_positive(p.gemm.min_ffn_multiplier, "stress_profile.gemm.min_ffn_multiplier");
-  require_one_of(p.gemm.precision, {"bf16", "fp16"}, "stress_profile.gemm.precision");
-  require_range(p.rng.min_dropout, 0.0, 1.0, false, "stress_profile.rng.min_dropout");
-  require_range(p.rng.min_drop_path, 0.0, 1.0, false, "stress_profile.rng.min_drop_path");
-  require_min(p.rng.replay_check_interval, 1, "stress_profile.rng.replay_check_interval");
-  require_min(p.comm.max_batch_size, 1, "stress_profile.comm.max_batch_size");
-  require_min(p.comm.max_checksum_interval, 1, "stress_profile.comm.max_checksum_interval");
-  require_min(p.memory.min_seq_len, 1, "stress_profile.memory.min_seq_len");
-  require_min(p.memory.min_grad_accum_steps, 1, "stress_profile.memory.min_grad_accum_steps");
-  require_min(p.memory.memory_pressure_bytes, 0, "stress_profile.memory.memory_pressure_bytes");
-  require_min(p.fusion.min_num_layers, 1, "stress_profile.fusion.min_num_layers");
-  require_one_of(p.fusion.activation, {"gelu", "swiglu"}, "stress_profile.fusion.activation");
-  require_min(p.fusion.qkv_conv_kernel, 0, "stress_profile.fusion.qkv_conv_kernel");
-}
+void validate(const DiagnosticsConfig& d) { validate_fields(d, diagnostics_fields(), "diagnostics."); }
 
-void validate(const DiagnosticsConfig& d) {
-  require_min(d.warmup_steps, 0, "diagnostics.warmup_steps");
-  require_positive(d.loss_spike_zscore, "diagnostics.loss_spike_zscore");
-  require_positive(d.step_time_cv_warn, "diagnostics.step_time_cv_warn");
-  require(d.slowdown_ratio_warn > 1.0, "diagnostics.slowdown_ratio_warn", show(d.slowdown_ratio_warn),
-          "must be > 1");
-  require(d.first_step_ratio_warn > 1.0, "diagnostics.first_step_ratio_warn",
-          show(d.first_step_ratio_warn), "must be > 1");
-  require_positive(d.memory_slope_bytes_per_step_warn, "diagnostics.memory_slope_bytes_per_step_warn");
-  require_range(d.fragmentation_ratio_warn, 0.0, 1.0, false, "diagnostics.fragmentation_ratio_warn");
-  require_min(d.gemm_canary_interval, 0, "diagnostics.gemm_canary_interval");
-  require_positive(d.collective_latency_zscore, "diagnostics.collective_latency_zscore");
-  require_positive(d.watchdog_timeout_s, "diagnostics.watchdog_timeout_s");
-  require_min(d.window_steps, 3, "diagnostics.window_steps");
-  require_range(d.replay_rel_tolerance, 0.0, 1.0, true, "diagnostics.replay_rel_tolerance");
-  require(std::isfinite(d.reload_memory_growth_warn_bytes) && d.reload_memory_growth_warn_bytes >= 0,
-          "diagnostics.reload_memory_growth_warn_bytes", show(d.reload_memory_growth_warn_bytes), "must be >= 0");
-  require_range(d.baseline_loss_rel_tolerance, 0.0, 1.0, true, "diagnostics.baseline_loss_rel_tolerance");
-  require(std::isfinite(d.baseline_memory_growth_ratio) && d.baseline_memory_growth_ratio >= 0,
-          "diagnostics.baseline_memory_growth_ratio", show(d.baseline_memory_growth_ratio), "must be >= 0");
-  require_min(d.fingerprint_interval, 0, "diagnostics.fingerprint_interval");
+std::string describe_fields(const std::vector<ConfigField>& fields, const std::string& section, bool markdown) {
+  std::string out;
+  for (const auto& f : fields) {
+    const std::string key = section + "." + f.name;
+    const std::string allowed = describe_check(f.check);
+    if (markdown) {
+      // A `|` inside a cell would end it.
+      std::string cell = allowed;
+      for (size_t at = cell.find('|'); at != std::string::npos; at = cell.find('|', at + 2)) cell.insert(at, "\\");
+      out += "| `" + key + "` | " + kind_of(f.default_value) + " | `" + f.default_value.dump() + "` | " + cell +
+             " | " + f.meaning + " |\n";
+    } else {
+      out += key + " (" + kind_of(f.default_value) + ", default " + f.default_value.dump() +
+             (allowed.empty() ? "" : ", " + allowed) + ")\n    " + f.meaning + "\n";
+    }
+  }
+  return out;
 }
 
 void merge_json_strict(nlohmann::json& target, const nlohmann::json& patch, const std::string& where) {
@@ -261,13 +281,8 @@ void merge_json_strict(nlohmann::json& target, const nlohmann::json& patch, cons
       merge_json_strict(slot, value, path);
       continue;
     }
-    const bool same_kind = (slot.is_number() && value.is_number()) ||
-                           (slot.is_boolean() && value.is_boolean()) ||
-                           (slot.is_string() && value.is_string());
-    if (!same_kind)
-      throw ConfigError("invalid " + path + "=" + value.dump() + ": expected a " + slot.type_name());
-    if (slot.is_number_integer() && !value.is_number_integer())
-      throw ConfigError("invalid " + path + "=" + value.dump() + ": expected an integer");
+    const std::string wrong_kind = kind_mismatch(slot, value);
+    if (!wrong_kind.empty()) throw ConfigError("invalid " + path + "=" + value.dump() + ": " + wrong_kind);
     slot = value;
   }
 }

@@ -1,5 +1,8 @@
 // Run configuration: the training config the stress modes mutate, the stress intensities,
 // the detector thresholds, presets, JSON (de)serialisation and validation.
+//
+// Each config struct is generated from one field table (an X-macro: every member is in it), and
+// that table drives JSON to/from, the per-field checks of validate() and `--help-config`.
 #pragma once
 
 #include <cstdint>
@@ -12,160 +15,164 @@
 
 namespace rcl {
 
-// The spec's ten fields first, then what the stress modes and the loop need.
+// A per-field check: what validate() enforces and `--help-config` prints as allowed values.
+struct FieldCheck {
+  enum Kind { kAny, kAtLeast, kAbove, kRange, kOneOf };
+  Kind kind = kAny;
+  double lo = 0;
+  double hi = 0;
+  bool hi_inclusive = false;
+  std::string note{};                // kAtLeast: said after the bound, e.g. "0 = off"
+  std::vector<std::string> allowed{};  // kOneOf
+};
+FieldCheck unchecked();
+FieldCheck at_least(double lo, std::string note = "");
+FieldCheck above(double lo);
+FieldCheck within(double lo, double hi, bool hi_inclusive);
+FieldCheck one_of(std::vector<std::string> allowed);
+
+// One key of a config section: its name, default (which also fixes its JSON type), check and
+// one-line meaning. Stress intensities are declared the same way, in the stress mode registry.
+struct ConfigField {
+  std::string name;
+  nlohmann::json default_value;
+  FieldCheck check;
+  std::string meaning;
+};
+
+// X(type, member, default, check, meaning). The spec's ten fields first, then what the stress
+// modes and the loop need.
+#define RCL_TRAINING_FIELDS(X)                                                                          \
+  /* --- the spec's TrainingConfig --- */                                                               \
+  X(int64_t, hidden_size, 128, at_least(1), "model width (divisible by num_heads)")                      \
+  X(int64_t, num_layers, 2, at_least(1), "decoder blocks")                                               \
+  X(double, ffn_multiplier, 4.0, above(0), "MLP width / hidden_size")                                    \
+  X(double, dropout, 0.0, within(0, 1, false),                                                           \
+    "dropout on embeddings, attention probabilities and residual branches")                              \
+  X(int64_t, batch_size, 8, at_least(1), "sequences per rank, per micro-step")                           \
+  X(int64_t, seq_len, 64, at_least(1), "tokens per sequence")                                            \
+  X(int64_t, grad_accum_steps, 1, at_least(1), "micro-steps per optimizer step")                         \
+  X(int64_t, grad_sync_interval, 1, at_least(1),                                                         \
+    "micro-steps between gradient all-reduces (<= grad_accum_steps)")                                    \
+  X(bool, activation_checkpointing, false, unchecked(), "recompute block activations in backward")      \
+  X(std::string, mixed_precision, "fp32", one_of({"fp32", "bf16", "fp16"}), "autocast precision")       \
+  /* --- model shape and knobs --- */                                                                   \
+  X(int64_t, num_heads, 4, at_least(1), "attention heads")                                               \
+  X(int64_t, vocab_size, 0, at_least(0), "vocabulary size (0: taken from the data source)")              \
+  X(std::string, position, "learned", one_of({"learned", "rotary"}), "position encoding")                \
+  X(std::string, norm, "layernorm", one_of({"layernorm", "rmsnorm"}), "normalisation")                   \
+  X(std::string, norm_layout, "pre", one_of({"pre", "sandwich"}),                                        \
+    "pre-norm, or sandwich (pre + post norm on each branch)")                                            \
+  X(bool, qk_norm, false, unchecked(), "normalise Q and K per head")                                     \
+  X(std::string, activation, "gelu", one_of({"gelu", "swiglu"}), "MLP activation")                       \
+  X(double, drop_path, 0.0, within(0, 1, false), "stochastic depth rate (last block), linear in depth")  \
+  X(int64_t, qkv_conv_kernel, 0, at_least(0), "Primer depthwise causal conv after Q/K/V (0 = off)")      \
+  X(std::string, attention_backend, "math",                                                              \
+    one_of({"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}), "attention kernel")       \
+  /* --- optimisation --- */                                                                            \
+  X(int64_t, steps, 60, at_least(1), "optimizer steps")                                                  \
+  X(double, max_duration_s, 0.0, at_least(0, "0 = no time limit"),                                       \
+    "stop after this many seconds (0 = only steps bounds the run)")                                      \
+  X(double, learning_rate, 3e-3, above(0), "peak learning rate")                                         \
+  X(double, min_lr_ratio, 0.1, within(0, 1, true), "final learning rate / peak (cosine decay)")          \
+  X(int64_t, warmup_steps, 10, at_least(0), "linear learning-rate warm-up steps")                        \
+  X(double, weight_decay, 0.1, within(0, 1, true), "AdamW weight decay")                                 \
+  X(double, grad_clip, 1.0, at_least(0, "0 = no clipping"), "gradient norm clip")                        \
+  X(double, fp16_initial_loss_scale, 65536.0, above(0), "fp16 dynamic loss scale at start")              \
+  X(int64_t, fp16_growth_interval, 200, at_least(1), "fp16 steps without overflow before the scale grows") \
+  /* --- evaluation --- */                                                                              \
+  X(int64_t, eval_interval, 20, at_least(0), "steps between validation losses (0 = off)")                \
+  X(int64_t, eval_batches, 4, at_least(1), "batches per validation loss")                                \
+  /* --- reproducibility and rng-mode checks --- */                                                     \
+  X(uint64_t, seed, 1234, unchecked(), "seed for init, data order and dropout")                          \
+  X(bool, deterministic, false, unchecked(), "at::globalContext().setDeterministicAlgorithms")            \
+  X(int64_t, replay_check_interval, 0, at_least(0), "steps between rewind-and-replay checks (0 = off)")  \
+  X(int64_t, replay_steps, 2, at_least(1), "steps re-run by each replay check")                          \
+  /* --- memory mode --- */                                                                             \
+  X(int64_t, memory_pressure_bytes, 0, at_least(0), "ballast held on the device for the whole run")      \
+  /* --- comm mode and distributed --- */                                                               \
+  X(bool, log_per_rank, false, unchecked(), "every rank logs, not only rank 0")                          \
+  X(double, bucket_mb, 25.0, above(0), "gradient all-reduce bucket size (MB)")                           \
+  X(double, collective_timeout_s, 120.0, above(0), "timeout of every collective (PyTorch's default is 600)") \
+  X(int64_t, checksum_interval, 10, at_least(0), "steps between cross-rank parameter checksums (0 = off)") \
+  /* --- data --- */                                                                                    \
+  X(std::string, data_path, "", unchecked(), "text or JSONL file (empty: the embedded synthetic corpus)") \
+  X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")       \
+  /* --- execution --- */                                                                               \
+  X(std::string, device, "auto", one_of({"auto", "cpu", "gpu"}), "where to run")                         \
+  X(int64_t, num_threads, 0, at_least(0), "intra-op CPU threads (0 = all cores)")                        \
+  X(bool, phase_timing, false, unchecked(), "per-phase timing (data/forward/backward/grad_sync/optimizer)")
+
+// Detector thresholds and intervals; severities are documented in README.
+#define RCL_DIAGNOSTICS_FIELDS(X)                                                                       \
+  X(bool, enabled, true, unchecked(), "run the detectors and active checks")                             \
+  X(int64_t, warmup_steps, 5, at_least(0), "steps excluded from timing baselines")                       \
+  X(double, loss_spike_zscore, 6.0, above(0), "robust z of loss vs running median/MAD")                  \
+  X(double, step_time_cv_warn, 0.5, above(0), "coefficient of variation of steady-state step time")      \
+  X(double, slowdown_ratio_warn, 1.5, above(1), "late window median / post-warm-up median")              \
+  X(double, first_step_ratio_warn, 50.0, above(1), "first step / steady-state median")                   \
+  X(double, memory_slope_bytes_per_step_warn, 1 << 20, above(0), "memory growth per step that warns")    \
+  X(double, fragmentation_ratio_warn, 0.5, within(0, 1, false), "(reserved - allocated) / reserved")     \
+  X(int64_t, gemm_canary_interval, 100, at_least(0), "steps between GEMM shape canaries (0 = off)")      \
+  X(double, collective_latency_zscore, 8.0, above(0), "robust z of a collective's latency")              \
+  X(double, watchdog_timeout_s, 300.0, above(0), "no step finished within this: hang")                   \
+  X(int64_t, window_steps, 10, at_least(3), "steps in each timing/memory/latency baseline window")       \
+  X(double, replay_rel_tolerance, 1e-4, within(0, 1, true),                                              \
+    "replayed vs original loss when not deterministic")                                                  \
+  X(double, reload_memory_growth_warn_bytes, 64 << 20, at_least(0), "memory kept after a checkpoint reload") \
+  X(double, baseline_loss_rel_tolerance, 1e-2, within(0, 1, true),                                       \
+    "--baseline loss compare when not deterministic")                                                    \
+  X(double, baseline_memory_growth_ratio, 0.10, at_least(0), "--baseline peak memory growth")            \
+  X(int64_t, fingerprint_interval, 50, at_least(0), "steps between ATen op-count fingerprints (0 = off)")
+
+#define RCL_DECLARE_MEMBER(type, member, default_value, check, meaning) type member = default_value;
+
 struct TrainingConfig {
-  // --- the spec's TrainingConfig ---
-  int64_t hidden_size = 128;
-  int64_t num_layers = 2;
-  double ffn_multiplier = 4.0;
-  double dropout = 0.0;           // on embeddings, attention probabilities and residual branches
-  int64_t batch_size = 8;         // per rank, per micro-step
-  int64_t seq_len = 64;
-  int64_t grad_accum_steps = 1;   // micro-steps per optimizer step
-  int64_t grad_sync_interval = 1; // micro-steps between gradient all-reduces (<= grad_accum_steps)
-  bool activation_checkpointing = false;
-  std::string mixed_precision = "fp32";  // fp32 | bf16 | fp16
-
-  // --- model shape and knobs ---
-  int64_t num_heads = 4;
-  int64_t vocab_size = 0;                 // 0: taken from the data source
-  std::string position = "learned";       // learned | rotary
-  std::string norm = "layernorm";         // layernorm | rmsnorm
-  std::string norm_layout = "pre";        // pre | sandwich (pre + post norm on each branch)
-  bool qk_norm = false;                   // normalise Q and K per head
-  std::string activation = "gelu";        // gelu | swiglu
-  double drop_path = 0.0;                 // stochastic depth rate (last block), linear in depth
-  int64_t qkv_conv_kernel = 0;            // Primer depthwise causal conv after Q/K/V (0 = off)
-  std::string attention_backend = "math"; // math | sdpa | sdpa_math | sdpa_flash | sdpa_mem_efficient
-
-  // --- optimisation ---
-  int64_t steps = 60;
-  double max_duration_s = 0.0;  // stop after this many seconds (0 = only `steps` bounds the run)
-  double learning_rate = 3e-3;
-  double min_lr_ratio = 0.1;
-  int64_t warmup_steps = 10;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;
-  double fp16_initial_loss_scale = 65536.0;
-  int64_t fp16_growth_interval = 200;
-
-  // --- evaluation ---
-  int64_t eval_interval = 20;  // steps between validation losses (0 = off)
-  int64_t eval_batches = 4;
-
-  // --- reproducibility and rng-mode checks ---
-  uint64_t seed = 1234;
-  bool deterministic = false;         // at::globalContext().setDeterministicAlgorithms
-  int64_t replay_check_interval = 0;  // steps between rewind-and-replay checks (0 = off)
-  int64_t replay_steps = 2;           // steps re-run by each replay check
-
-  // --- memory mode ---
-  int64_t memory_pressure_bytes = 0;  // ballast held on the device for the whole run
-
-  // --- comm mode and distributed ---
-  bool log_per_rank = false;
-  double bucket_mb = 25.0;            // gradient all-reduce bucket size
-  double collective_timeout_s = 120;  // every collective; PyTorch's default is 600
-  int64_t checksum_interval = 10;     // steps between cross-rank parameter checksums (0 = off)
-
-  // --- data ---
-  std::string data_path;              // empty: the embedded synthetic corpus
-  double val_fraction = 0.05;
-
-  // --- execution ---
-  std::string device = "auto";        // auto | cpu | gpu
-  int64_t num_threads = 0;            // intra-op CPU threads (0 = all cores)
-  bool phase_timing = false;          // per-phase timing (data/forward/backward/grad_sync/optimizer)
-
+  RCL_TRAINING_FIELDS(RCL_DECLARE_MEMBER)
   bool operator==(const TrainingConfig&) const = default;
 };
 
-// Intensities of each stress mode: what "more" means for this preset.
-struct GemmStress {
-  int64_t min_hidden_size = 256;
-  double min_ffn_multiplier = 4.0;
-  std::string precision = "bf16";     // used when the base is fp32
-  bool operator==(const GemmStress&) const = default;
-};
-struct RngStress {
-  double min_dropout = 0.1;
-  double min_drop_path = 0.1;
-  int64_t replay_check_interval = 20; // upper bound: checks at least this often
-  bool operator==(const RngStress&) const = default;
-};
-struct CommStress {
-  int64_t max_batch_size = 4;
-  int64_t max_checksum_interval = 5;
-  bool operator==(const CommStress&) const = default;
-};
-struct MemoryStress {
-  int64_t min_seq_len = 8192;
-  int64_t min_grad_accum_steps = 4;
-  int64_t memory_pressure_bytes = 0;  // 0: no artificial pressure
-  bool operator==(const MemoryStress&) const = default;
-};
-struct FusionStress {
-  int64_t min_num_layers = 24;
-  std::string activation = "swiglu";
-  int64_t qkv_conv_kernel = 3;
-  bool operator==(const FusionStress&) const = default;
-};
-struct StressProfile {
-  GemmStress gemm;
-  RngStress rng;
-  CommStress comm;
-  MemoryStress memory;
-  FusionStress fusion;
-  bool operator==(const StressProfile&) const = default;
-};
-
-// Detector thresholds and intervals; severities and defaults are documented in README.
 struct DiagnosticsConfig {
-  bool enabled = true;
-  int64_t warmup_steps = 5;            // steps excluded from timing baselines
-  double loss_spike_zscore = 6.0;      // robust z of loss vs running median/MAD
-  double step_time_cv_warn = 0.5;      // coefficient of variation of steady-state step time
-  double slowdown_ratio_warn = 1.5;    // late window median / post-warm-up median
-  double first_step_ratio_warn = 50.0; // first step / steady-state median
-  double memory_slope_bytes_per_step_warn = 1 << 20;
-  double fragmentation_ratio_warn = 0.5;  // (reserved - allocated) / reserved
-  int64_t gemm_canary_interval = 100;  // steps between GEMM shape canaries (0 = off)
-  double collective_latency_zscore = 8.0;
-  double watchdog_timeout_s = 300;     // no step finished within this: hang
-  int64_t window_steps = 10;           // steps in each timing/memory/latency baseline window
-  double replay_rel_tolerance = 1e-4;  // replayed vs original loss when not deterministic
-  double reload_memory_growth_warn_bytes = 64 << 20;  // memory kept after a checkpoint reload
-  double baseline_loss_rel_tolerance = 1e-2;   // --baseline loss compare when not deterministic
-  double baseline_memory_growth_ratio = 0.10;  // --baseline peak memory growth
-  int64_t fingerprint_interval = 50;   // steps between ATen op-count fingerprints (0 = off)
+  RCL_DIAGNOSTICS_FIELDS(RCL_DECLARE_MEMBER)
   bool operator==(const DiagnosticsConfig&) const = default;
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
-    TrainingConfig, hidden_size, num_layers, ffn_multiplier, dropout, batch_size, seq_len,
-    grad_accum_steps, grad_sync_interval, activation_checkpointing, mixed_precision, num_heads,
-    vocab_size, position, norm, norm_layout, qk_norm, activation, drop_path, qkv_conv_kernel,
-    attention_backend, steps, max_duration_s, learning_rate, min_lr_ratio, warmup_steps,
-    weight_decay, grad_clip, fp16_initial_loss_scale, fp16_growth_interval, eval_interval,
-    eval_batches, seed, deterministic, replay_check_interval, replay_steps,
-    memory_pressure_bytes, log_per_rank, bucket_mb, collective_timeout_s, checksum_interval,
-    data_path, val_fraction, device, num_threads, phase_timing)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GemmStress, min_hidden_size, min_ffn_multiplier,
-                                                precision)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RngStress, min_dropout, min_drop_path,
-                                                replay_check_interval)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CommStress, max_batch_size, max_checksum_interval)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MemoryStress, min_seq_len, min_grad_accum_steps,
-                                                memory_pressure_bytes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FusionStress, min_num_layers, activation,
-                                                qkv_conv_kernel)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StressProfile, gemm, rng, comm, memory, fusion)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
-    DiagnosticsConfig, enabled, warmup_steps, loss_spike_zscore, step_time_cv_warn,
-    slowdown_ratio_warn, first_step_ratio_warn, memory_slope_bytes_per_step_warn,
-    fragmentation_ratio_warn, gemm_canary_interval, collective_latency_zscore, watchdog_timeout_s,
-    window_steps, replay_rel_tolerance, reload_memory_growth_warn_bytes,
-    baseline_loss_rel_tolerance, baseline_memory_growth_ratio, fingerprint_interval)
+#undef RCL_DECLARE_MEMBER
+
+// The field tables, in declaration order.
+const std::vector<ConfigField>& training_fields();
+const std::vector<ConfigField>& diagnostics_fields();
+
+// Keys missing from the JSON keep their defaults.
+void to_json(nlohmann::json& j, const TrainingConfig& c);
+void from_json(const nlohmann::json& j, TrainingConfig& c);
+void to_json(nlohmann::json& j, const DiagnosticsConfig& d);
+void from_json(const nlohmann::json& j, DiagnosticsConfig& d);
+
+// The stress intensities as data: {mode: {key: value}}, e.g. {"memory": {"min_seq_len": 8192}}.
+// Each mode declares its keys, types, defaults and allowed values in the stress mode registry
+// (stress_modes.hpp); a preset gives the values that fit its scale.
+class StressProfile {
+ public:
+  StressProfile() = default;
+  StressProfile(nlohmann::json values);  // NOLINT: implicit, so presets read as JSON
+
+  bool has(const std::string& mode, const std::string& key) const;
+  // ConfigError naming stress_profile.MODE.KEY when it is not set.
+  const nlohmann::json& at(const std::string& mode, const std::string& key) const;
+  int64_t integer(const std::string& mode, const std::string& key) const;
+  double number(const std::string& mode, const std::string& key) const;
+  std::string text(const std::string& mode, const std::string& key) const;
+  void set(const std::string& mode, const std::string& key, nlohmann::json value);
+  const nlohmann::json& values() const { return values_; }
+
+  bool operator==(const StressProfile&) const = default;
+
+ private:
+  nlohmann::json values_ = nlohmann::json::object();
+};
+void to_json(nlohmann::json& j, const StressProfile& p);
+void from_json(const nlohmann::json& j, StressProfile& p);
 
 // A preset: a base training config and the stress intensities that fit its scale.
 struct Preset {
@@ -180,10 +187,19 @@ const Preset& find_preset(const std::string& name);  // ConfigError listing know
 // `smoke` on CPU; `small` when a GPU is present.
 std::string default_preset_name(bool gpu_present);
 
-// Throws ConfigError naming the first invalid field or combination and what is allowed.
+// Throws ConfigError naming the first invalid field or combination and what is allowed:
+// "invalid FIELD=VALUE: ...". (validate(StressProfile) is in stress_modes.hpp: the registry
+// declares the intensities.)
 void validate(const TrainingConfig& cfg);
-void validate(const StressProfile& profile);
 void validate(const DiagnosticsConfig& diag);
+
+// Checks `value` of the key `path` against `field`'s type and check.
+void validate_field(const nlohmann::json& value, const ConfigField& field, const std::string& path);
+
+// One `--help-config` entry per field, keys prefixed with `section.`: "KEY (TYPE, default D,
+// ALLOWED)" then the meaning; `markdown` gives table rows (| key | type | default | allowed | meaning |).
+std::string describe_fields(const std::vector<ConfigField>& fields, const std::string& section,
+                            bool markdown);
 
 // Overlay `patch` onto `target` (a JSON object of the same shape): only keys present in
 // `patch` change; unknown keys and wrong types are ConfigErrors naming the key.

@@ -1,97 +1,86 @@
 #include "rocm_conformance_llm/stress_modes.hpp"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
 namespace {
 
-// Raise hidden_size to at least `floor`, rounded up so every head gets a multiple of 8
-// dimensions: keeps hidden % heads == 0 and the GEMMs on tile-friendly sizes.
-int64_t widen_hidden(int64_t hidden, int64_t floor, int64_t heads) {
-  const int64_t target = std::max(hidden, floor);
-  if (target == hidden) return hidden;
-  const int64_t step = heads * 8;
-  return (target + step - 1) / step * step;
-}
-
-// "At least this often": 0 means off, so any positive interval tightens it.
-int64_t at_least_every(int64_t current, int64_t interval) {
-  return current == 0 ? interval : std::min(current, interval);
-}
-
-std::vector<StressMode> make_registry() {
+std::vector<StressMode> builtin_modes() {
   return {
       // rocBLAS / hipBLASLt: wider hidden and FFN make bigger, differently shaped GEMMs
       // (QKV, projections, MLP, LM head), and bf16/fp16 send them down the reduced-precision
       // Tensile / hipBLASLt kernels, where precision-only NaNs and shape-specific bugs live.
-      {"gemm", "rocBLAS, hipBLASLt", "wider hidden and FFN layers, bf16/fp16 GEMMs",
-       {"hidden_size", "ffn_multiplier", "mixed_precision"},
-       [](const TrainingConfig& c, const StressProfile& p) {
-         TrainingConfig out = c;
-         out.hidden_size = widen_hidden(c.hidden_size, p.gemm.min_hidden_size, c.num_heads);
-         out.ffn_multiplier = std::max(c.ffn_multiplier, p.gemm.min_ffn_multiplier);
-         if (c.mixed_precision == "fp32") out.mixed_precision = p.gemm.precision;
-         return out;
-       }},
+      // hidden_size is rounded up so every head gets a multiple of 8 dimensions: keeps
+      // hidden % heads == 0 and the GEMMs on tile-friendly sizes.
+      {.name = "gemm",
+       .targets = "rocBLAS, hipBLASLt",
+       .summary = "wider hidden and FFN layers, bf16/fp16 GEMMs",
+       .intensities = {{"min_hidden_size", 256, at_least(1), "hidden_size floor"},
+                       {"min_ffn_multiplier", 4.0, above(0), "ffn_multiplier floor"},
+                       {"precision", "bf16", one_of({"bf16", "fp16"}), "mixed_precision used when the base is fp32"}},
+       .rules = {raise_to_multiple("hidden_size", intensity("min_hidden_size"), "num_heads", 8),
+                 raise_to("ffn_multiplier", intensity("min_ffn_multiplier")),
+                 replace("mixed_precision", "fp32", intensity("precision"))}},
       // rocRAND: dropout and stochastic depth draw Philox masks every step on every layer;
       // deterministic algorithms plus rewind-and-replay checks make any RNG drift visible.
       // Seeds are always fixed (--seed, default 1234); this mode adds the checks.
-      {"rng", "rocRAND", "more dropout, stochastic depth, deterministic kernels, replay checks",
-       {"dropout", "drop_path", "deterministic", "replay_check_interval"},
-       [](const TrainingConfig& c, const StressProfile& p) {
-         TrainingConfig out = c;
-         out.dropout = std::max(c.dropout, p.rng.min_dropout);
-         out.drop_path = std::max(c.drop_path, p.rng.min_drop_path);
-         out.deterministic = true;
-         out.replay_check_interval = at_least_every(c.replay_check_interval, p.rng.replay_check_interval);
-         return out;
-       }},
+      {.name = "rng",
+       .targets = "rocRAND",
+       .summary = "more dropout, stochastic depth, deterministic kernels, replay checks",
+       .intensities = {{"min_dropout", 0.1, within(0, 1, false), "dropout floor"},
+                       {"min_drop_path", 0.1, within(0, 1, false), "drop_path floor"},
+                       {"replay_check_interval", 20, at_least(1), "replay checks at least every this many steps"}},
+       .rules = {raise_to("dropout", intensity("min_dropout")), raise_to("drop_path", intensity("min_drop_path")),
+                 switch_on("deterministic"),
+                 at_least_every("replay_check_interval", intensity("replay_check_interval"))}},
       // RCCL: small per-device batches make compute short relative to communication, and an
       // all-reduce after every micro-step multiplies the collectives per optimizer step;
       // per-rank logs and frequent cross-rank checksums expose stragglers and desyncs.
-      {"comm", "RCCL", "smaller batches, gradient all-reduce every micro-step, per-rank logs",
-       {"batch_size", "grad_sync_interval", "log_per_rank", "checksum_interval"},
-       [](const TrainingConfig& c, const StressProfile& p) {
-         TrainingConfig out = c;
-         out.batch_size = std::min(c.batch_size, p.comm.max_batch_size);
-         out.grad_sync_interval = 1;
-         out.log_per_rank = true;
-         out.checksum_interval = at_least_every(c.checksum_interval, p.comm.max_checksum_interval);
-         return out;
-       }},
+      {.name = "comm",
+       .targets = "RCCL",
+       .summary = "smaller batches, gradient all-reduce every micro-step, per-rank logs",
+       .intensities = {{"max_batch_size", 4, at_least(1), "batch_size ceiling"},
+                       {"max_checksum_interval", 5, at_least(1), "cross-rank checksums at least every this many steps"}},
+       .rules = {lower_to("batch_size", intensity("max_batch_size")), lower_to("grad_sync_interval", fixed(1)),
+                 switch_on("log_per_rank"),
+                 at_least_every("checksum_interval", intensity("max_checksum_interval"))}},
       // ROCr allocator: long sequences make large, irregular activation allocations;
       // checkpointing frees and re-allocates them in backward; accumulation keeps gradients
       // alive across micro-steps; ballast shrinks the headroom the caching allocator has.
-      {"memory", "ROCr memory allocator (HIP caching allocator)",
-       "long sequences, activation checkpointing, more accumulation, optional ballast",
-       {"seq_len", "activation_checkpointing", "grad_accum_steps", "memory_pressure_bytes"},
-       [](const TrainingConfig& c, const StressProfile& p) {
-         TrainingConfig out = c;
-         out.seq_len = std::max(c.seq_len, p.memory.min_seq_len);
-         out.activation_checkpointing = true;
-         out.grad_accum_steps = std::max(c.grad_accum_steps, p.memory.min_grad_accum_steps);
-         out.memory_pressure_bytes = std::max(c.memory_pressure_bytes, p.memory.memory_pressure_bytes);
-         return out;
-       }},
+      {.name = "memory",
+       .targets = "ROCr memory allocator (HIP caching allocator)",
+       .summary = "long sequences, activation checkpointing, more accumulation, optional ballast",
+       .intensities = {{"min_seq_len", 8192, at_least(1), "seq_len floor"},
+                       {"min_grad_accum_steps", 4, at_least(1), "grad_accum_steps floor"},
+                       {"memory_pressure_bytes", 0, at_least(0), "device ballast floor (0: no artificial pressure)"}},
+       .rules = {raise_to("seq_len", intensity("min_seq_len")), switch_on("activation_checkpointing"),
+                 raise_to("grad_accum_steps", intensity("min_grad_accum_steps")),
+                 raise_to("memory_pressure_bytes", intensity("memory_pressure_bytes"))}},
       // MIOpen: deeper stacks with sandwich and QK norms multiply the normalisation kernels,
       // SwiGLU/GELU add fused elementwise kernels, and the depthwise causal conv on Q/K/V is
       // a convolution, which on ROCm goes through MIOpen's Find/solver machinery.
-      {"fusion", "MIOpen (and fused elementwise/norm kernels)",
-       "deeper residual stack, more LayerNorms, SwiGLU/GELU, depthwise conv on Q/K/V",
-       {"num_layers", "norm_layout", "qk_norm", "activation", "qkv_conv_kernel"},
-       [](const TrainingConfig& c, const StressProfile& p) {
-         TrainingConfig out = c;
-         out.num_layers = std::max(c.num_layers, p.fusion.min_num_layers);
-         out.norm_layout = "sandwich";
-         out.qk_norm = true;
-         out.activation = p.fusion.activation;
-         out.qkv_conv_kernel = std::max(c.qkv_conv_kernel, p.fusion.qkv_conv_kernel);
-         return out;
-       }},
+      {.name = "fusion",
+       .targets = "MIOpen (and fused elementwise/norm kernels)",
+       .summary = "deeper residual stack, more LayerNorms, SwiGLU/GELU, depthwise conv on Q/K/V",
+       .intensities = {{"min_num_layers", 24, at_least(1), "num_layers floor"},
+                       {"activation", "swiglu", one_of({"gelu", "swiglu"}), "MLP activation to use"},
+                       {"qkv_conv_kernel", 3, at_least(0), "qkv_conv_kernel floor"}},
+       .rules = {raise_to("num_layers", intensity("min_num_layers")), set_to("norm_layout", fixed("sandwich")),
+                 switch_on("qk_norm"), set_to("activation", intensity("activation")),
+                 raise_to("qkv_conv_kernel", intensity("qkv_conv_kernel"))}},
   };
+}
+
+std::vector<StressMode>& registry() {
+  static std::vector<StressMode> modes = builtin_modes();
+  return modes;
 }
 
 const StressMode& find_mode(const std::string& name) {
@@ -100,17 +89,192 @@ const StressMode& find_mode(const std::string& name) {
   throw ConfigError("unknown stress mode '" + name + "'");
 }
 
+StressRule make_rule(std::string field, StressOp op, RuleValue value) {
+  return {.field = std::move(field), .op = op, .intensity = std::move(value.intensity),
+          .literal = std::move(value.literal)};
+}
+
+// The mode's {key: value}: the profile's, else the declared default.
+nlohmann::json intensities_of(const StressMode& mode, const StressProfile& profile) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& f : mode.intensities)
+    out[f.name] = profile.has(mode.name, f.name) ? profile.at(mode.name, f.name) : f.default_value;
+  return out;
+}
+
+void apply_mode(const StressMode& mode, const StressProfile& profile, nlohmann::json& config) {
+  const nlohmann::json intensities = intensities_of(mode, profile);
+  for (const auto& rule : mode.rules) apply_stress_rule(rule, intensities, config);
+}
+
+std::string value_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
 }  // namespace
 
-const std::vector<StressMode>& stress_mode_registry() {
-  static const std::vector<StressMode> registry = make_registry();
-  return registry;
+RuleValue intensity(std::string key) { return {.intensity = std::move(key)}; }
+RuleValue fixed(nlohmann::json literal) { return {.literal = std::move(literal)}; }
+
+StressRule raise_to(std::string field, RuleValue value) {
+  return make_rule(std::move(field), StressOp::kAtLeast, std::move(value));
 }
+StressRule raise_to_multiple(std::string field, RuleValue value, std::string read_field, int64_t factor) {
+  StressRule rule = raise_to(std::move(field), std::move(value));
+  rule.multiple_of = std::move(read_field);
+  rule.multiple_factor = factor;
+  return rule;
+}
+StressRule lower_to(std::string field, RuleValue value) {
+  return make_rule(std::move(field), StressOp::kAtMost, std::move(value));
+}
+StressRule switch_on(std::string field) { return make_rule(std::move(field), StressOp::kSwitchOn, fixed(true)); }
+StressRule at_least_every(std::string field, RuleValue value) {
+  return make_rule(std::move(field), StressOp::kEvery, std::move(value));
+}
+StressRule set_to(std::string field, RuleValue value) {
+  return make_rule(std::move(field), StressOp::kSet, std::move(value));
+}
+StressRule replace(std::string field, nlohmann::json replaced, RuleValue value) {
+  StressRule rule = make_rule(std::move(field), StressOp::kReplace, std::move(value));
+  rule.replaces = std::move(replaced);
+  return rule;
+}
+
+Capabilities Capabilities::of_this_build(bool gpu) {
+  return {.torch_major = TORCH_VERSION_MAJOR, .torch_minor = TORCH_VERSION_MINOR, .gpu = gpu};
+}
+
+std::string CapabilityRequirement::describe() const {
+  std::vector<std::string> parts;
+  if (torch_major > 0 || torch_minor > 0) parts.push_back(fmt::format("libtorch >= {}.{}", torch_major, torch_minor));
+  if (gpu) parts.push_back("GPU");
+  return join(parts);
+}
+
+std::string CapabilityRequirement::unmet(const Capabilities& c) const {
+  std::vector<std::string> reasons;
+  if (std::pair(c.torch_major, c.torch_minor) < std::pair(torch_major, torch_minor))
+    reasons.push_back(fmt::format("needs libtorch >= {}.{} (this build has {}.{})", torch_major, torch_minor,
+                                  c.torch_major, c.torch_minor));
+  if (gpu && !c.gpu) reasons.push_back("needs a GPU (this run is on the CPU)");
+  return join(reasons, "; ");
+}
+
+std::vector<std::string> StressMode::writes() const {
+  std::vector<std::string> fields;
+  for (const auto& rule : rules) fields.push_back(rule.field);
+  return fields;
+}
+
+std::vector<std::string> StressMode::reads() const {
+  std::vector<std::string> fields;
+  for (const auto& rule : rules)
+    if (!rule.multiple_of.empty()) fields.push_back(rule.multiple_of);
+  return fields;
+}
+
+const std::vector<StressMode>& stress_mode_registry() { return registry(); }
 
 std::vector<std::string> stress_mode_names() {
   std::vector<std::string> names;
   for (const auto& mode : stress_mode_registry()) names.push_back(mode.name);
   return names;
+}
+
+StressModeRegistration register_stress_mode(StressMode mode) {
+  const auto names = stress_mode_names();
+  if (mode.name.empty() || mode.name == "all" || std::find(names.begin(), names.end(), mode.name) != names.end())
+    throw ConfigError("cannot register stress mode '" + mode.name + "': the name is empty, 'all' or taken");
+  std::string name = mode.name;
+  registry().push_back(std::move(mode));
+  return StressModeRegistration(std::move(name));
+}
+
+StressModeRegistration::~StressModeRegistration() {
+  auto& modes = registry();
+  modes.erase(std::remove_if(modes.begin(), modes.end(), [&](const StressMode& m) { return m.name == name_; }),
+              modes.end());
+}
+
+void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities, nlohmann::json& config) {
+  const nlohmann::json& value = rule.intensity.empty() ? rule.literal : intensities.at(rule.intensity);
+  nlohmann::json& slot = config.at(rule.field);
+  switch (rule.op) {
+    case StressOp::kAtLeast:
+      if (!(slot < value)) return;
+      if (rule.multiple_of.empty()) {
+        slot = value;
+      } else {
+        const int64_t step = config.at(rule.multiple_of).get<int64_t>() * rule.multiple_factor;
+        slot = (value.get<int64_t>() + step - 1) / step * step;
+      }
+      return;
+    case StressOp::kAtMost:
+      if (value < slot) slot = value;
+      return;
+    case StressOp::kSwitchOn:
+    case StressOp::kSet:
+      slot = value;
+      return;
+    case StressOp::kEvery:  // 0 means off, so any positive interval tightens it
+      if (slot == 0 || value < slot) slot = value;
+      return;
+    case StressOp::kReplace:
+      if (slot == rule.replaces) slot = value;
+      return;
+  }
+}
+
+std::string describe_rule(const StressRule& rule, bool markdown) {
+  const auto code = [&](const std::string& s) { return markdown ? "`" + s + "`" : s; };
+  const std::string field = code(rule.field);
+  const std::string value =
+      rule.intensity.empty() ? value_text(rule.literal) : (markdown ? "*" + rule.intensity + "*" : "<" + rule.intensity + ">");
+  switch (rule.op) {
+    case StressOp::kAtLeast:
+      return field + " >= " + value +
+             (rule.multiple_of.empty()
+                  ? ""
+                  : fmt::format(", rounded up to a multiple of {} x {}", rule.multiple_factor, code(rule.multiple_of)));
+    case StressOp::kAtMost: return field + " <= " + value;
+    case StressOp::kSwitchOn: return field + " on";
+    case StressOp::kEvery: return field + " at least every " + value + " (0 = off counts as never)";
+    case StressOp::kSet: return field + " = " + value;
+    case StressOp::kReplace: return field + " " + value_text(rule.replaces) + " -> " + value;
+  }
+  return field;
+}
+
+StressProfile complete_stress_profile(const StressProfile& profile) {
+  StressProfile out = profile;
+  for (const auto& mode : stress_mode_registry()) {
+    for (const auto& f : mode.intensities) {
+      nlohmann::json value = profile.has(mode.name, f.name) ? profile.at(mode.name, f.name) : f.default_value;
+      if (f.default_value.is_number_float() && value.is_number()) value = value.get<double>();
+      out.set(mode.name, f.name, std::move(value));
+    }
+  }
+  return out;
+}
+
+void validate(const StressProfile& profile) {
+  for (const auto& [mode_name, values] : profile.values().items()) {
+    const auto names = stress_mode_names();
+    if (std::find(names.begin(), names.end(), mode_name) == names.end())
+      throw ConfigError("unknown config key 'stress_profile." + mode_name + "': known keys are " + join(names));
+    const StressMode& mode = find_mode(mode_name);
+    const std::string where = "stress_profile." + mode_name;
+    if (!values.is_object()) throw ConfigError(where + ": expected a JSON object, got " + values.dump());
+    for (const auto& [key, value] : values.items()) {
+      const auto field = std::find_if(mode.intensities.begin(), mode.intensities.end(),
+                                      [&](const ConfigField& f) { return f.name == key; });
+      if (field == mode.intensities.end()) {
+        std::vector<std::string> known;
+        for (const auto& f : mode.intensities) known.push_back(f.name);
+        throw ConfigError("unknown config key '" + where + "." + key + "': known keys are " + join(known));
+      }
+      validate_field(value, *field, where + "." + key);
+    }
+  }
 }
 
 std::vector<std::string> parse_stress_list(const std::string& text) {
@@ -147,11 +311,20 @@ std::vector<std::string> parse_stress_list(const std::string& text) {
   return canonical;
 }
 
-TrainingConfig compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
-                                    const StressProfile& profile) {
-  TrainingConfig cfg = base;
-  for (const auto& name : modes) cfg = find_mode(name).apply(cfg, profile);
-  return cfg;
+StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
+                                       const StressProfile& profile, const Capabilities& caps) {
+  StressComposition out;
+  nlohmann::json config = base;
+  for (const auto& name : modes) {
+    const StressMode& mode = find_mode(name);
+    const std::string reason = mode.requires_capability.unmet(caps);
+    if (reason.empty())
+      apply_mode(mode, profile, config);
+    else
+      out.skipped[name] = reason;
+  }
+  out.training = config.get<TrainingConfig>();
+  return out;
 }
 
 nlohmann::json config_diff(const TrainingConfig& before, const TrainingConfig& after) {
@@ -163,9 +336,39 @@ nlohmann::json config_diff(const TrainingConfig& before, const TrainingConfig& a
 }
 
 nlohmann::json explain_stress(const TrainingConfig& base, const std::vector<std::string>& modes,
-                              const StressProfile& profile) {
+                              const StressProfile& profile, const Capabilities& caps) {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& name : modes) out[name] = config_diff(base, find_mode(name).apply(base, profile));
+  for (const auto& name : modes) {
+    const auto composed = compose_stress_modes(base, {name}, profile, caps);
+    if (composed.skipped.empty()) out[name] = config_diff(base, composed.training);
+  }
+  return out;
+}
+
+std::string describe_stress_modes(bool markdown) {
+  std::string out = markdown ? "| mode | targets | rules | reads | capability |\n|---|---|---|---|---|\n" : "";
+  for (const auto& mode : stress_mode_registry()) {
+    std::vector<std::string> rules, reads;
+    for (const auto& rule : mode.rules) rules.push_back(describe_rule(rule, markdown));
+    for (const auto& field : mode.reads()) reads.push_back(markdown ? "`" + field + "`" : field);
+    const std::string capability = mode.requires_capability.describe();
+    if (markdown) {
+      out += fmt::format("| `{}` | {} | {} | {} | {} |\n", mode.name, mode.targets, join(rules, "<br>"),
+                         reads.empty() ? "none" : join(reads), capability.empty() ? "none" : capability);
+      continue;
+    }
+    out += fmt::format("{:<7} targets {}\n        {}\n        rules: {}\n", mode.name, mode.targets, mode.summary,
+                       join(rules, "; "));
+    if (!reads.empty()) out += fmt::format("        reads: {}\n", join(reads));
+    if (!capability.empty()) out += fmt::format("        requires: {}\n", capability);
+  }
+  return out;
+}
+
+std::string describe_stress_intensities(bool markdown) {
+  std::string out;
+  for (const auto& mode : stress_mode_registry())
+    out += describe_fields(mode.intensities, "stress_profile." + mode.name, markdown);
   return out;
 }
 

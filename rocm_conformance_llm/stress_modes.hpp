@@ -1,15 +1,15 @@
-// Stress modes: pure, composable mutators of a TrainingConfig.
+// Stress modes as data: each mode is a registry entry with its intensities and a list of
+// rules, each rule one monotone change to one TrainingConfig field.
 //
-// Why composition is order-independent: every mode only raises a field to at least its
-// intensity, lowers it to at most, or switches a feature on, and no two modes touch the same
-// field (each declares its fields; tests check both). Such mutators commute, and applying one
-// twice changes nothing, so `--stress a,b` == `--stress b,a` == `--stress a,a,b`.
+// Why composition is order-independent: every rule only raises a field to at least its
+// intensity, lowers it to at most, switches it on, tightens an every-N interval, or sets it to
+// one value; no two modes write the same field, and no mode writes a field any mode reads
+// (tests check this for the whole registry). Such changes commute, and applying one twice
+// changes nothing, so `--stress a,b` == `--stress b,a` == `--stress a,a,b`.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,32 +18,134 @@
 
 namespace rcl {
 
-struct StressMode {
-  std::string name;
-  std::string targets;                      // the ROCm components it stresses
-  std::string summary;                      // one line: what it changes
-  std::vector<std::string> declared_fields; // the only TrainingConfig fields apply() may change
-  std::function<TrainingConfig(const TrainingConfig&, const StressProfile&)> apply;
+enum class StressOp {
+  kAtLeast,  // raise to at least the value (optionally rounded up to a multiple of a read field)
+  kAtMost,   // lower to at most the value
+  kSwitchOn, // set a bool to true
+  kEvery,    // an every-N-steps interval at least this often (0 = off counts as never)
+  kSet,      // set to the value (a string enum)
+  kReplace,  // replace one specific value (`replaces`) by the value, leave any other alone
 };
 
-// Every known mode, in canonical order (gemm, rng, comm, memory, fusion).
+// One change to one TrainingConfig field. The value is the mode's intensity `intensity`, or the
+// fixed `literal` when `intensity` is empty.
+struct StressRule {
+  std::string field;
+  StressOp op = StressOp::kSet;
+  std::string intensity{};
+  nlohmann::json literal{};
+  nlohmann::json replaces{};     // kReplace only
+  std::string multiple_of{};     // kAtLeast only: a read field; a raised value is rounded up to
+  int64_t multiple_factor = 1;   // a multiple of multiple_factor × that field
+};
+
+// Where a rule's value comes from.
+struct RuleValue {
+  std::string intensity{};
+  nlohmann::json literal{};
+};
+RuleValue intensity(std::string key);
+RuleValue fixed(nlohmann::json literal);
+
+StressRule raise_to(std::string field, RuleValue value);
+// raise_to, rounded up to a multiple of factor × `read_field` when it raises.
+StressRule raise_to_multiple(std::string field, RuleValue value, std::string read_field, int64_t factor);
+StressRule lower_to(std::string field, RuleValue value);
+StressRule switch_on(std::string field);
+StressRule at_least_every(std::string field, RuleValue value);
+StressRule set_to(std::string field, RuleValue value);
+StressRule replace(std::string field, nlohmann::json replaced, RuleValue value);
+
+// What a run can do; a mode whose requirement does not hold is skipped with the reason.
+struct Capabilities {
+  int torch_major = 0;
+  int torch_minor = 0;
+  bool gpu = false;  // the run uses a GPU
+  // This build's libtorch (TORCH_VERSION_MAJOR/MINOR) and `gpu`.
+  static Capabilities of_this_build(bool gpu);
+};
+
+struct CapabilityRequirement {
+  int torch_major = 0;  // libtorch >= torch_major.torch_minor (0.0: any)
+  int torch_minor = 0;
+  bool gpu = false;     // needs a GPU
+  std::string describe() const;                   // "libtorch >= 2.0, GPU", or "" for none
+  std::string unmet(const Capabilities& c) const; // "" when it holds, else the reason
+};
+
+struct StressMode {
+  std::string name;
+  std::string targets;                    // the ROCm components it stresses
+  std::string summary;                    // one line: what it changes
+  std::vector<ConfigField> intensities;   // stress_profile.<name>.<key>: default, check, meaning
+  std::vector<StressRule> rules;
+  CapabilityRequirement requires_capability{};
+
+  std::vector<std::string> writes() const;  // the fields its rules change, in rule order
+  std::vector<std::string> reads() const;   // fields its rules read (never written by any mode)
+};
+
+// Every known mode, in canonical order (gemm, rng, comm, memory, fusion, then modes registered
+// at run time in registration order).
 const std::vector<StressMode>& stress_mode_registry();
 std::vector<std::string> stress_mode_names();
+
+// Adds a mode until the returned guard is destroyed (tests add throwaway modes this way).
+// ConfigError when the name is empty, "all" or taken.
+class StressModeRegistration {
+ public:
+  explicit StressModeRegistration(std::string name) : name_(std::move(name)) {}
+  ~StressModeRegistration();
+  StressModeRegistration(const StressModeRegistration&) = delete;
+  StressModeRegistration& operator=(const StressModeRegistration&) = delete;
+
+ private:
+  std::string name_;
+};
+[[nodiscard]] StressModeRegistration register_stress_mode(StressMode mode);
+
+// Applies one rule to the JSON form of a TrainingConfig; `intensities` is the mode's
+// {key: value}.
+void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities, nlohmann::json& config);
+// The rule in words, e.g. "seq_len >= <min_seq_len>" (an intensity in <>); `markdown` gives
+// "`seq_len` >= *min_seq_len*".
+std::string describe_rule(const StressRule& rule, bool markdown);
+
+// Every registered intensity at its default, overlaid by `profile` (values coerced to the
+// declared type, e.g. 5 -> 5.0 for a number). Presets give only the modes they know.
+StressProfile complete_stress_profile(const StressProfile& profile);
+// Driven by the registry's declared intensities: unknown keys, wrong types and values outside
+// a key's check are ConfigErrors "invalid stress_profile.MODE.KEY=VALUE: ...".
+void validate(const StressProfile& profile);
 
 // Parses `--stress` text: comma list, `all` = every mode, duplicates ignored, whitespace
 // tolerated. Unknown or empty names are ConfigErrors listing the known modes. The result is
 // in canonical order, so it is also the order shown in logs.
 std::vector<std::string> parse_stress_list(const std::string& text);
 
-// Applies the named modes to `base` in the order given (any order gives the same result).
-TrainingConfig compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
-                                    const StressProfile& profile);
+struct StressComposition {
+  TrainingConfig training;
+  std::map<std::string, std::string> skipped;  // mode -> why its capability requirement failed
+};
+
+// Applies the named modes to `base` in the order given (any order gives the same result);
+// modes whose requirement `caps` does not meet change nothing and are listed in `skipped`.
+// Intensities missing from `profile` take the mode's declared defaults.
+StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
+                                       const StressProfile& profile, const Capabilities& caps);
 
 // Field-by-field changes: {field: [before, after]} for fields that differ.
 nlohmann::json config_diff(const TrainingConfig& before, const TrainingConfig& after);
 
-// What each mode changed from `base`: {mode: {field: [before, after]}}.
+// What each applied mode changed from `base`: {mode: {field: [before, after]}} (skipped modes
+// are absent).
 nlohmann::json explain_stress(const TrainingConfig& base, const std::vector<std::string>& modes,
-                              const StressProfile& profile);
+                              const StressProfile& profile, const Capabilities& caps);
+
+// `--list-stress`: per mode its targets, summary and rules; `markdown` gives the table of
+// docs/stress-modes.md (mode, targets, rules, reads, capability).
+std::string describe_stress_modes(bool markdown);
+// `--help-config` entries of every registered intensity (see describe_fields).
+std::string describe_stress_intensities(bool markdown);
 
 }  // namespace rcl

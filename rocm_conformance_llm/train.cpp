@@ -12,10 +12,16 @@ int main(int argc, char** argv) {
   if (!options) return exit_code;
   try {
     if (options->list_stress) {
-      std::cout << describe_stress_modes();
+      std::cout << describe_stress_modes(options->markdown);
+      return kExitClean;
+    }
+    if (options->help_config) {
+      std::cout << help_config_text(options->markdown);
       return kExitClean;
     }
     const RunConfig run = resolve_run_config(*options, gpu_available());
+    for (const auto& [mode, reason] : run.stress_skipped)
+      std::cerr << "note: stress mode " << mode << " skipped: " << reason << "\n";
     if (options->print_config) {
       std::cout << to_json(run).dump(2) << "\n";
       return kExitClean;

@@ -11,10 +11,12 @@
 #include "rocm_conformance_llm/config.hpp"
 
 using namespace rcl;
+using rcl::testing::read_text;
 using rcl::testing::run_cli;
 
 namespace {
-void expect_invalid(TrainingConfig c, const std::string& needle) {
+template <typename Config>
+void expect_invalid(const Config& c, const std::string& needle) {
   try {
     validate(c);
     ADD_FAILURE() << "accepted config expected to fail with '" << needle << "'";
@@ -57,6 +59,40 @@ TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
   expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
 }
 
+TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {
+  const TrainingConfig ok = find_preset("smoke").training;
+  auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
+  expect_invalid(with([](auto& c) { c.max_duration_s = -1; }), "invalid max_duration_s=-1: must be >= 0 (0 = no time limit)");
+  expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "invalid dropout=1: must be in [0, 1)");
+  expect_invalid(with([](auto& c) { c.min_lr_ratio = 2; }), "invalid min_lr_ratio=2: must be in [0, 1]");
+  expect_invalid(with([](auto& c) { c.bucket_mb = 0; }), "invalid bucket_mb=0: must be > 0");
+  expect_invalid(with([](auto& c) { c.norm = "batchnorm"; }), "invalid norm='batchnorm': allowed: layernorm, rmsnorm");
+  DiagnosticsConfig d;
+  d.window_steps = 2;
+  expect_invalid(d, "invalid diagnostics.window_steps=2: must be >= 3");
+  d = {};
+  d.slowdown_ratio_warn = 1.0;
+  expect_invalid(d, "invalid diagnostics.slowdown_ratio_warn=1: must be > 1");
+  StressProfile s = find_preset("small").stress;
+  s.set("gemm", "precision", "fp32");
+  expect_invalid(s, "invalid stress_profile.gemm.precision='fp32': allowed: bf16, fp16");
+  s = find_preset("small").stress;
+  s.set("memory", "min_seq_len", "long");
+  expect_invalid(s, "invalid stress_profile.memory.min_seq_len=\"long\": expected a number");
+  s = find_preset("small").stress;
+  s.set("memory", "max_seq_len", 1);
+  expect_invalid(s, "unknown config key 'stress_profile.memory.max_seq_len'");
+}
+
+TEST(FieldTables, CoverEveryMemberWithItsDefault) {
+  // The X-macros put every member in its table; the tables' defaults are the structs'.
+  const nlohmann::json training = TrainingConfig{}, diagnostics = DiagnosticsConfig{};
+  EXPECT_EQ(training.size(), training_fields().size());
+  EXPECT_EQ(diagnostics.size(), diagnostics_fields().size());
+  for (const auto& f : training_fields()) EXPECT_EQ(training.at(f.name), f.default_value) << f.name;
+  for (const auto& f : diagnostics_fields()) EXPECT_EQ(diagnostics.at(f.name), f.default_value) << f.name;
+}
+
 TEST(Presets, UnknownPresetListsKnownOnes) {
   try {
     find_preset("huge");
@@ -79,6 +115,13 @@ TEST(Overrides, SetNamesTrainingStressProfileAndDiagnosticsFields) {
   EXPECT_THROW(resolve_args({"--set", "seq_len=abc"}), ConfigError);
   EXPECT_THROW(resolve_args({"--set", "seq_len=1.5"}), ConfigError);
   EXPECT_THROW(resolve_args({"--set", "seq_len"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "stress_profile.memory.nope=1"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "stress_profile.memory.min_seq_len=1.5"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "stress_profile.gemm.precision=fp32"}), ConfigError);
+  // A number intensity given as an integer stays a number, as the struct field did.
+  const auto wide = resolve_args({"--set", "stress_profile.gemm.min_ffn_multiplier=5"});
+  EXPECT_TRUE(to_json(wide).at("stress_profile").at("gemm").at("min_ffn_multiplier").is_number_float());
+  EXPECT_EQ(wide.stress_profile.number("gemm", "min_ffn_multiplier"), 5.0);
 }
 
 TEST(Overrides, DedicatedFlagsWinAndStressAppliesLast) {
@@ -145,4 +188,41 @@ TEST(Cli, ListAndExplainStress) {
   const auto explain = run_cli("--stress all --explain-stress");
   EXPECT_EQ(explain.exit_code, 0);
   EXPECT_NE(explain.out.find("memory  seq_len"), std::string::npos) << explain.out;
+}
+
+TEST(Cli, HelpConfigListsEveryKeyWithTypeDefaultAllowedAndMeaning) {
+  const auto r = run_cli("--help-config");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* entry : {"training.hidden_size (integer, default 128, >= 1)\n    model width",
+                            "training.mixed_precision (string, default \"fp32\", fp32 | bf16 | fp16)",
+                            "stress_profile.memory.min_seq_len (integer, default 8192, >= 1)",
+                            "stress_profile.rng.min_dropout (number, default 0.1, [0, 1))",
+                            "diagnostics.window_steps (integer, default 10, >= 3)"})
+    EXPECT_NE(r.out.find(entry), std::string::npos) << entry;
+  for (const auto& f : training_fields()) EXPECT_NE(r.out.find("training." + f.name + " ("), std::string::npos);
+  for (const auto& f : diagnostics_fields()) EXPECT_NE(r.out.find("diagnostics." + f.name + " ("), std::string::npos);
+}
+
+// Each block between "<!-- generated: rocm-conformance-llm ARGS -->" and "<!-- end generated -->"
+// in these pages is the binary's output for ARGS, so the docs cannot drift from the code.
+// Regenerate with scripts/update_docs.sh.
+TEST(Docs, GeneratedBlocksMatchWhatTheBinaryPrintsNow) {
+  const std::string begin = "<!-- generated: rocm-conformance-llm ", end = "<!-- end generated -->";
+  for (const char* page : {"docs/stress-modes.md", "docs/configuration.md"}) {
+    const std::string text = read_text(std::filesystem::path(RCL_SOURCE_DIR) / page);
+    int blocks = 0;
+    for (size_t at = text.find(begin); at != std::string::npos; at = text.find(begin, at + 1), ++blocks) {
+      const size_t args_end = text.find(" -->\n", at);
+      ASSERT_NE(args_end, std::string::npos) << page;
+      const std::string args = text.substr(at + begin.size(), args_end - at - begin.size());
+      const size_t body = args_end + 5;
+      const size_t stop = text.find(end, body);
+      ASSERT_NE(stop, std::string::npos) << page << ": no end marker after " << args;
+      const auto r = run_cli(args);
+      ASSERT_EQ(r.exit_code, 0) << args << ": " << r.err;
+      EXPECT_EQ(text.substr(body, stop - body), r.out)
+          << page << ": the block for '" << args << "' is stale; run scripts/update_docs.sh";
+    }
+    EXPECT_GE(blocks, 1) << page << " has no generated block";
+  }
 }
