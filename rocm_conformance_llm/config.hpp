@@ -103,7 +103,7 @@ struct ConfigField {
   X(int64_t, num_threads, 0, at_least(0), "intra-op CPU threads (0 = all cores)")                        \
   X(bool, phase_timing, false, unchecked(), "per-phase timing (data/forward/backward/grad_sync/optimizer)")
 
-// Detector thresholds and intervals; severities are documented in README.
+// Detector thresholds and intervals; the signatures each governs: docs/detectors.md.
 #define RCL_DIAGNOSTICS_FIELDS(X)                                                                       \
   X(bool, enabled, true, unchecked(), "run the detectors and active checks")                             \
   X(int64_t, warmup_steps, 5, at_least(0), "steps excluded from timing baselines")                       \

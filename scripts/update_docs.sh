@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the generated blocks of docs/*.md: everything between
+# Regenerates the generated blocks of README.md and docs/*.md: everything between
 # "<!-- generated: rocm-conformance-llm ARGS -->" and "<!-- end generated -->" becomes the
 # output of the built binary run with ARGS. tests/test_config.cpp (Docs.*) fails when a block
 # differs from what the binary prints now.
@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/rocm-conformance-llm}
 [[ -x $bin ]] || { echo "error: no binary at $bin (build first, or pass its path)" >&2; exit 2; }
-for page in "$root"/docs/*.md; do
+for page in "$root"/README.md "$root"/docs/*.md; do
   grep -q '^<!-- generated: rocm-conformance-llm ' "$page" || continue
   awk -v bin="$bin" '
     /^<!-- end generated -->$/ { skipping = 0 }

@@ -208,7 +208,7 @@ TEST(Cli, HelpConfigListsEveryKeyWithTypeDefaultAllowedAndMeaning) {
 // Regenerate with scripts/update_docs.sh.
 TEST(Docs, GeneratedBlocksMatchWhatTheBinaryPrintsNow) {
   const std::string begin = "<!-- generated: rocm-conformance-llm ", end = "<!-- end generated -->";
-  for (const char* page : {"docs/stress-modes.md", "docs/configuration.md"}) {
+  for (const char* page : {"README.md", "docs/stress-modes.md", "docs/configuration.md"}) {
     const std::string text = read_text(std::filesystem::path(RCL_SOURCE_DIR) / page);
     int blocks = 0;
     for (size_t at = text.find(begin); at != std::string::npos; at = text.find(begin, at + 1), ++blocks) {
