@@ -102,19 +102,21 @@ std::vector<Preset> make_presets() {
           {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
           {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
 
+  // `large` scales `small`'s intensities up where its memory allows.
+  nlohmann::json large_stress = small.stress.values();
+  large_stress.merge_patch({{"gemm", {{"min_hidden_size", 4096}}},
+                            {"rng", {{"replay_check_interval", 100}}},
+                            {"comm", {{"max_checksum_interval", 20}}},
+                            {"memory", {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16},
+                                        {"memory_pressure_bytes", 8 * 1024 * MiB}}},
+                            {"fusion", {{"min_num_layers", 48}}}});
   const Preset large{
       .name = "large",
       .description = "MI300-class memory (192 GB): a 1.5B-parameter-class model",
       .training = {.hidden_size = 2048, .num_layers = 24, .batch_size = 8, .seq_len = 2048,
                    .mixed_precision = "bf16", .num_heads = 16, .steps = 1000, .learning_rate = 3e-4,
                    .warmup_steps = 100, .eval_interval = 200, .eval_batches = 8},
-      .stress = nlohmann::json{
-          {"gemm", {{"min_hidden_size", 4096}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
-          {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 100}}},
-          {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 20}}},
-          {"memory",
-           {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16}, {"memory_pressure_bytes", 8 * 1024 * MiB}}},
-          {"fusion", {{"min_num_layers", 48}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
+      .stress = large_stress};
 
   return {smoke, cpu_medium, small, large};
 }
