@@ -66,6 +66,7 @@ TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {
   expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "invalid dropout=1: must be in [0, 1)");
   expect_invalid(with([](auto& c) { c.min_lr_ratio = 2; }), "invalid min_lr_ratio=2: must be in [0, 1]");
   expect_invalid(with([](auto& c) { c.bucket_mb = 0; }), "invalid bucket_mb=0: must be > 0");
+  expect_invalid(with([](auto& c) { c.collective_timeout_s = 0; }), "invalid collective_timeout_s=0: must be > 0");
   expect_invalid(with([](auto& c) { c.norm = "batchnorm"; }), "invalid norm='batchnorm': allowed: layernorm, rmsnorm");
   DiagnosticsConfig d;
   d.window_steps = 2;

@@ -457,8 +457,6 @@ TEST(MakeGradientSyncTest, OneProcessIsLocalAndGpuWithoutRcclIsRefused) {
     EXPECT_NE(std::string(e.what()).find("needs RCCL"), std::string::npos) << e.what();
   }
 #endif
-  cfg.collective_timeout_s = 0;
-  EXPECT_THROW(make_gradient_sync(loopback_launch(0, 2, free_port()), cfg, torch::kCPU), ConfigError);
 }
 
 }  // namespace
