@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include <spdlog/spdlog.h>
