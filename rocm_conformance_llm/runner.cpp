@@ -122,9 +122,7 @@ class Job {
     // The main thread may be stuck (a collective, a wedged kernel): the signal watcher writes
     // the verdict then.
     signals::set_force_stop([this](int sig) {
-      const bool in_loop = stage_.load() == stage::training;  // the watchdog exists from then on
-      const int code = interrupted(sig, in_loop ? watchdog_->current_phase() : stage_.load(),
-                                   in_loop ? watchdog_->current_step() : 0);
+      const int code = interrupted(sig, current_phase(), in_loop() ? watchdog_->current_step() : 0);
       spdlog::default_logger()->flush();
       std::_Exit(code);
     });
@@ -151,6 +149,10 @@ class Job {
     return doc;
   }
 
+  // The watchdog exists, and knows the loop's phase, from the training stage on.
+  bool in_loop() const { return stage_.load() == stage::training; }
+  std::string current_phase() const { return in_loop() ? watchdog_->current_phase() : stage_.load(); }
+
   // A CollectiveError carries its own finding (a rank missing from the rendezvous names it).
   int crashed(const CollectiveError& e) {
     if (watchdog_) watchdog_->stop();
@@ -161,7 +163,7 @@ class Job {
   int crashed(std::string_view what) {
     if (watchdog_) watchdog_->stop();
     spdlog::error("run crashed: {}", what);
-    return report_.write_crash(what, stage_.load() == stage::training ? watchdog_->current_phase() : stage_.load());
+    return report_.write_crash(what, current_phase());
   }
 
   // `phase` and `step`: where the run was when the signal stopped it.
