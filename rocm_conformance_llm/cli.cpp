@@ -1,6 +1,9 @@
 #include "rocm_conformance_llm/cli.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <limits>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -13,6 +16,21 @@
 
 namespace rcl {
 
+namespace {
+// CLI11's integer conversion clamps out-of-range text (strtoll) and wraps "-1" into an unsigned
+// seed: integers are read here instead, whole decimal text in range or an error naming it.
+template <typename T>
+T parse_integer(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty())
+    throw ConfigError(fmt::format("invalid {} '{}': must be a decimal integer in [{}, {}]", flag, text,
+                                  std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  return value;
+}
+}  // namespace
+
 std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit_code) {
   CliOptions o;
   CLI::App app{"rocm-conformance-llm: validate a ROCm software stack by training a real decoder "
@@ -22,8 +40,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
       "--stress", stress, "Stress modes: comma list of " + join(stress_mode_names(), ",") + " or 'all'");
   app.add_option("--preset", o.preset, "Scale preset: smoke, cpu-medium, small, large (default: smoke on "
                                        "CPU, small on GPU)");
-  app.add_option("--steps", o.steps, "Optimizer steps");
-  app.add_option("--seed", o.seed, "Seed for init, data order and dropout");
+  std::string steps, seed;
+  auto* steps_flag = app.add_option("--steps", steps, "Optimizer steps")->type_name("INT");
+  auto* seed_flag = app.add_option("--seed", seed, "Seed for init, data order and dropout")->type_name("UINT");
   app.add_option("--device", o.device, "auto | cpu | gpu");
   app.add_option("--precision", o.precision, "fp32 | bf16 | fp16 (gemm mode raises fp32 to its precision)");
   app.add_option("--data", o.data, "Text or JSONL file (default: the embedded synthetic corpus)");
@@ -45,6 +64,12 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   try {
     app.parse(argc, argv);
     if (stress_flag->count() > 0) o.stress = stress;
+    if (steps_flag->count() > 0) o.steps = parse_integer<int64_t>("--steps", steps);
+    if (seed_flag->count() > 0) o.seed = parse_integer<uint64_t>("--seed", seed);
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    exit_code = kExitUsage;
+    return std::nullopt;
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     exit_code = kExitClean;
@@ -94,11 +119,33 @@ std::string default_output_dir(const std::string& preset) {
 }  // namespace
 
 namespace {
+
+// A config file's top level: what resolve() reads, and what to_json(RunConfig) and config.json
+// add for the record (a run's config.json repeats it), which is ignored. Anything else is a typo.
+constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training", "stress_profile", "diagnostics",
+                                           "inject"};
+constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
+                                             "output_dir",     "world_size",    "launcher",       "environment"};
+
+void check_top_level_keys(const nlohmann::json& file, const std::string& path) {
+  for (const auto& item : file.items()) {
+    const std::string& key = item.key();
+    if (std::ranges::find(kConfigFileKeys, key) != std::end(kConfigFileKeys) ||
+        std::ranges::find(kConfigRecordKeys, key) != std::end(kConfigRecordKeys))
+      continue;
+    throw ConfigError(fmt::format("invalid --config '{}': unknown key '{}' (known: {}; ignored as the record of a "
+                                  "run: {})",
+                                  path, key, fmt::join(std::begin(kConfigFileKeys), std::end(kConfigFileKeys), ", "),
+                                  fmt::join(std::begin(kConfigRecordKeys), std::end(kConfigRecordKeys), ", ")));
+  }
+}
+
 RunConfig resolve(const CliOptions& o, bool gpu_present) {
   nlohmann::json file = nlohmann::json::object();
   if (!o.config_file.empty()) {
     file = read_json_file(o.config_file);
     if (!file.is_object()) throw ConfigError("invalid --config '" + o.config_file + "': expected a JSON object");
+    check_top_level_keys(file, o.config_file);
   }
 
   // 1. Preset: --preset, then the file's, then by device.

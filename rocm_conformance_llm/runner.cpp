@@ -1,7 +1,11 @@
 #include "rocm_conformance_llm/runner.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
@@ -16,6 +20,7 @@
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/signals.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
@@ -42,8 +47,20 @@ class MetricsObserver final : public StepObserver {
   MetricsWriter writer_;
 };
 
+// The output directory must be one this process can create files in; checked before anything
+// runs, so every later failure has somewhere to put its report.
+void check_output_dir(const std::string& dir) {
+  fs::path existing = fs::absolute(dir);
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing))
+    throw ConfigError("--output-dir '" + dir + "': " + existing.string() + " exists and is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw ConfigError("--output-dir '" + dir + "': " + existing.string() + " is not writable");
+}
+
 // What the run is, decided before anything is written: every ConfigError (exit 2) comes from
-// here, so a rejected run leaves no file behind.
+// here, so a rejected run leaves no file behind. Anything that throws later gets a report.
 struct RunSetup {
   LaunchInfo launch;
   FaultPlan faults;
@@ -57,6 +74,10 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   s.launch = detect_launch();
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
+  check_output_dir(run.output_dir);
+  if (!run.training.data_path.empty() && !(fs::is_regular_file(run.training.data_path) &&
+                                           std::ifstream(run.training.data_path).good()))
+    throw ConfigError("invalid data_path '" + run.training.data_path + "': not a readable regular file");
   // A run never writes into a directory holding another run's results unless asked to: those
   // reports may be someone's baseline.
   if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite)
@@ -72,7 +93,19 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   return s;
 }
 
+// Where the job is; a crash or a stop before the training loop names it as its phase (in the
+// loop, the watchdog's phase is the precise one).
+namespace stage {
+inline constexpr const char* rendezvous = "setup_rendezvous";
+inline constexpr const char* model = "setup_model";  // data, model, optimizer, memory ballast
+inline constexpr const char* detectors = "setup_detectors";
+inline constexpr const char* training = "training";
+inline constexpr const char* final_checks = "final_checks";
+}  // namespace stage
+
 // One run's parts, built in order; the watchdog is destroyed first.
+// The error boundary: from run() on, every exception ends in a "crashed" report (exit 3) and
+// every stop signal in an "interrupted" one (exit 4).
 class Job {
  public:
   Job(const RunConfig& run, RunSetup setup)
@@ -83,11 +116,29 @@ class Job {
                 run.diagnostics.warmup_steps) {
     report_.add_section("faults", s_.faults.to_json());
   }
+  ~Job() { signals::set_force_stop({}); }
 
   int run() {
-    if (auto early_exit = preflight()) return *early_exit;
-    if (auto crashed = train()) return *crashed;
-    return finish();
+    // The main thread may be stuck (a collective, a wedged kernel): the signal watcher writes
+    // the verdict then.
+    signals::set_force_stop([this](int sig) {
+      const int code = interrupted(sig, current_phase(), in_loop() ? watchdog_->current_step() : 0);
+      spdlog::default_logger()->flush();
+      std::_Exit(code);
+    });
+    try {
+      fs::create_directories(run_.output_dir);
+      preflight();
+      if (auto stopped = train()) return *stopped;
+      stage_ = stage::final_checks;
+      return finish();
+    } catch (const CollectiveError& e) {
+      return crashed(e);
+    } catch (const std::exception& e) {
+      return crashed(e.what());
+    } catch (...) {
+      return crashed("unknown exception");
+    }
   }
 
  private:
@@ -98,26 +149,39 @@ class Job {
     return doc;
   }
 
+  // The watchdog exists, and knows the loop's phase, from the training stage on.
+  bool in_loop() const { return stage_.load() == stage::training; }
+  std::string current_phase() const { return in_loop() ? watchdog_->current_phase() : stage_.load(); }
+
+  // A CollectiveError carries its own finding (a rank missing from the rendezvous names it).
   int crashed(const CollectiveError& e) {
     if (watchdog_) watchdog_->stop();
     findings_.add(e.finding());
-    fs::create_directories(run_.output_dir);
     return report_.write(RunOutcome::crashed, e.what());
   }
 
+  int crashed(std::string_view what) {
+    if (watchdog_) watchdog_->stop();
+    spdlog::error("run crashed: {}", what);
+    return report_.write_crash(what, current_phase());
+  }
+
+  // `phase` and `step`: where the run was when the signal stopped it.
+  int interrupted(int sig, const std::string& phase, int64_t step) {
+    report_.add_section("interruption", {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}});
+    return report_.write(RunOutcome::interrupted,
+                         fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step));
+  }
+
   // Rendezvous, trainer, files, observers, detectors, watchdog; the cross-rank preflight.
-  // Returns an exit code when the run cannot start (a rank missing from the rendezvous).
-  std::optional<int> preflight() {
+  void preflight() {
     const TrainingConfig& cfg = run_.training;
-    // A rank that never arrives is a CollectiveError naming it. The trainer rejects a bad data
-    // file or an attention backend this libtorch lacks (ConfigError: nothing written yet).
-    try {
-      sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
-    } catch (const CollectiveError& e) {
-      return crashed(e);
-    }
+    stage_ = stage::rendezvous;
+    sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
+    stage_ = stage::model;
     trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, run_.stress_modes, s_.device, run_.output_dir},
                                          sync_);
+    trainer_->set_stop_check([] { return signals::received() != 0; });
     write_run_header();
 
     // Observers, in order: the summary first so a crash report has every finished step.
@@ -129,13 +193,10 @@ class Job {
     // Faults strike before the checks look.
     injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
     trainer_->add_hooks(&*injector_);
+    stage_ = stage::detectors;
     detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
                                                 .faults = &s_.faults, .sync = sync_});
-    try {
-      for (auto& d : detectors_) d->preflight();
-    } catch (const CollectiveError& e) {
-      return crashed(e);
-    }
+    for (auto& d : detectors_) d->preflight();
     for (auto& d : detectors_) {
       trainer_->add_observer(d.get());
       trainer_->add_hooks(d.get());
@@ -149,11 +210,10 @@ class Job {
                                            });
     trainer_->add_observer(watchdog_.get());
     trainer_->add_hooks(watchdog_.get());
-    return std::nullopt;
+    stage_ = stage::training;
   }
 
   void write_run_header() {
-    fs::create_directories(run_.output_dir);
     config_doc_["environment"] = s_.environment;
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", config_doc_.dump(2) + "\n");
     spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
@@ -166,21 +226,14 @@ class Job {
     if (!s_.faults.empty()) spdlog::warn("fault injection on: {}", s_.faults.to_string());
   }
 
-  // Returns an exit code when the loop crashed.
+  // Returns an exit code when a stop signal ended the loop (no whole-run checks on a cut run).
   std::optional<int> train() {
-    try {
-      const TrainSummary result = trainer_->run();
-      spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tok/s{}", result.steps_done,
-                   result.losses.empty() ? 0.0 : result.losses.back(), result.mean_tokens_per_s,
-                   result.loss_floor ? fmt::format(" (corpus loss floor {:.4f})", *result.loss_floor) : "");
-    } catch (const CollectiveError& e) {
-      return crashed(e);
-    } catch (const std::exception& e) {
-      watchdog_->stop();
-      spdlog::error("run crashed: {}", e.what());
-      return report_.write_crash(e.what(), watchdog_->current_phase());
-    }
+    const TrainSummary result = trainer_->run();
     watchdog_->stop();
+    if (result.stopped_by_request) return interrupted(signals::received(), "step_boundary", result.steps_done);
+    spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tok/s{}", result.steps_done,
+                 result.losses.empty() ? 0.0 : result.losses.back(), result.mean_tokens_per_s,
+                 result.loss_floor ? fmt::format(" (corpus loss floor {:.4f})", *result.loss_floor) : "");
     return std::nullopt;
   }
 
@@ -209,10 +262,14 @@ class Job {
   std::optional<FaultInjector> injector_;
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::atomic<const char*> stage_{stage::rendezvous};  // read by the signal watcher
 };
 
 }  // namespace
 
-int run_job(const RunConfig& run, bool overwrite) { return Job(run, setup(run, overwrite)).run(); }
+int run_job(const RunConfig& run, bool overwrite) {
+  signals::install();
+  return Job(run, setup(run, overwrite)).run();
+}
 
 }  // namespace rcl

@@ -7,7 +7,9 @@
 
 namespace rcl {
 
-// Returns one of ExitCode. Throws ConfigError for bad input found before anything ran.
+// Returns one of ExitCode. Throws (ConfigError for bad input) only before the output directory
+// is usable; from then on every failure is a report (crashed, exit 3) and every stop signal
+// too (interrupted, exit 4).
 int run_job(const RunConfig& run, bool overwrite);
 
 }  // namespace rcl

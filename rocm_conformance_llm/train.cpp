@@ -7,10 +7,10 @@
 
 int main(int argc, char** argv) {
   using namespace rcl;
-  int exit_code = kExitClean;
-  auto options = parse_cli(argc, argv, exit_code);
-  if (!options) return exit_code;
   try {
+    int exit_code = kExitClean;
+    const auto options = parse_cli(argc, argv, exit_code);
+    if (!options) return exit_code;
     if (options->list_stress) {
       std::cout << describe_stress_modes(options->markdown);
       return kExitClean;
@@ -31,8 +31,13 @@ int main(int argc, char** argv) {
       return kExitClean;
     }
     return run_job(run, options->overwrite);
-  } catch (const ConfigError& e) {
+  } catch (const std::exception& e) {
+    // ConfigError, or anything else before the output directory was usable (run_job reports
+    // every later failure itself): one line, nothing written.
     std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (...) {
+    std::cerr << "error: unknown exception before the run started\n";
     return kExitUsage;
   }
 }

@@ -300,6 +300,12 @@ TrainSummary Trainer::run() {
     if (pending) publish(*pending, summary);
     pending.emplace(std::move(current));
     hooks_.between_steps(step_);
+    // A stop request reaches ranks at different times: agree on it, as on time_up below.
+    if (stop_check_ && step_ < cfg.steps && sync_->mean_across_ranks(stop_check_() ? 1.0 : 0.0) > 0) {
+      summary.stopped_by_request = true;
+      spdlog::warn("stop requested: stopping after {} of {} steps", step_, cfg.steps);
+      break;
+    }
     // Ranks' clocks differ: stop when any rank's time is up, all at the same step, or the
     // others would wait forever in the next collective.
     const bool time_up = cfg.max_duration_s > 0 && step_ < cfg.steps &&
@@ -311,7 +317,7 @@ TrainSummary Trainer::run() {
     }
   }
   publish(*pending, summary);
-  if (!pending->record.val_loss) summary.final_val_loss = evaluate();
+  if (!pending->record.val_loss && !summary.stopped_by_request) summary.final_val_loss = evaluate();
 
   summary.steps_done = step_;
   summary.skipped_steps = scaler_ ? scaler_->skipped_steps() : 0;

@@ -47,6 +47,7 @@ struct TrainSummary {
   int64_t steps_done = 0;
   int64_t skipped_steps = 0;         // fp16 overflow skips
   bool stopped_by_time = false;      // cfg.max_duration_s reached before cfg.steps
+  bool stopped_by_request = false;   // the stop check (set_stop_check) said so on some rank
   double wall_s = 0;
 };
 
@@ -65,6 +66,9 @@ class Trainer {
   void add_observer(StepObserver* observer);
   // Hooks are called in the order added, at the points StepHooks names.
   void add_hooks(StepHooks* hooks);
+  // Asked between steps (a stop signal, signals.hpp); when it says true on any rank, every rank
+  // stops after the same step and run() returns without the final evaluation.
+  void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
   TrainSummary run();
 
   // Mean loss over cfg.eval_batches validation batches; nullopt when the data has none.
@@ -122,6 +126,7 @@ class Trainer {
   torch::Tensor ballast_;                    // cfg.memory_pressure_bytes held on the device
   std::vector<StepObserver*> observers_;
   StepHookList hooks_;
+  std::function<bool()> stop_check_;
   int64_t step_ = 0;           // optimizer steps done
   int64_t micro_batches_ = 0;  // data cursor: micro-batches consumed
   bool replaying_ = false;

@@ -10,7 +10,7 @@
 namespace rcl {
 
 std::string to_string(RunOutcome o) {
-  static constexpr const char* kNames[] = {"completed", "crashed", "hung"};  // enum order
+  static constexpr const char* kNames[] = {"completed", "crashed", "hung", "interrupted"};  // enum order
   return kNames[static_cast<size_t>(o)];
 }
 
@@ -32,6 +32,7 @@ std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& find
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome) {
   if (outcome == RunOutcome::crashed) return {"CRASHED", kExitCrashOrHang};
   if (outcome == RunOutcome::hung) return {"HUNG", kExitCrashOrHang};
+  if (outcome == RunOutcome::interrupted) return {"INTERRUPTED", kExitInterrupted};
   bool warn = false;
   for (const auto& f : findings) {
     if (f.severity == Severity::fail) return {"FAIL", kExitFailFinding};
@@ -162,8 +163,16 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
   for (const auto& f : findings) report["findings"].push_back(to_json(f));
   for (const auto& [key, value] : sections_.items()) report[key] = value;
 
-  write_file_atomically(report_path_, report.dump(2) + "\n");
-  write_file_atomically(junit_path_, junit_xml(findings, verdict, duration_s));
+  try {
+    write_file_atomically(report_path_, report.dump(2) + "\n");
+    write_file_atomically(junit_path_, junit_xml(findings, verdict, duration_s));
+  } catch (const std::exception& e) {
+    // The verdict cannot reach its files (directory removed, disk full, permissions): say so on
+    // the console and exit as a crash, never with the code of a verdict nobody can read.
+    spdlog::error("cannot write the report ({}): {}; verdict was {}", report_path_.string(), e.what(), verdict.status);
+    written_exit_code_ = kExitCrashOrHang;
+    return kExitCrashOrHang;
+  }
   const auto level = verdict.exit_code == kExitClean ? spdlog::level::info : spdlog::level::err;
   spdlog::log(level, "ROCm component summary ({}):\n{}", report_path_.string(),
               format_component_table(statuses, verdict));

@@ -7,6 +7,7 @@
 //   1 (kExitFailFinding)  completed, or stopped, with at least one fail-severity finding
 //   2 (kExitUsage)        usage or configuration error (ConfigError before the run; no report)
 //   3 (kExitCrashOrHang)  crashed (an exception escaped the loop) or hung (watchdog fired)
+//   4 (kExitInterrupted)  interrupted by a stop signal (signals.hpp)
 #pragma once
 
 #include <chrono>
@@ -24,7 +25,7 @@
 
 namespace rcl {
 
-enum class RunOutcome { completed, crashed, hung };
+enum class RunOutcome { completed, crashed, hung, interrupted };
 std::string to_string(RunOutcome o);
 
 struct ComponentStatus {
@@ -36,7 +37,7 @@ struct ComponentStatus {
 std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings);
 
 struct Verdict {
-  std::string status;  // "PASS" | "WARN" | "FAIL" | "CRASHED" | "HUNG"
+  std::string status;  // "PASS" | "WARN" | "FAIL" | "CRASHED" | "HUNG" | "INTERRUPTED"
   int exit_code = 0;
 };
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome);
@@ -62,6 +63,7 @@ class ReportWriter {
   // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0) and
   // logs the component table; returns the exit code. Thread-safe and first-call-wins: once a
   // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
+  // When the files cannot be written it logs why and returns kExitCrashOrHang.
   int write(RunOutcome outcome, const std::string& note = {});
 
   // For a catch block: classifies `what` (error_classifier.hpp) into a fail finding for the

@@ -49,6 +49,11 @@ std::string Watchdog::current_phase() const {
   return phase_;
 }
 
+int64_t Watchdog::current_step() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return phase_step_;
+}
+
 Finding Watchdog::hang_finding(std::chrono::steady_clock::time_point now) const {
   const bool collective = is_collective_phase(phase_);
   const double stalled_s = std::chrono::duration<double>(now - last_progress_).count();

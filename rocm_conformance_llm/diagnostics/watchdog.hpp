@@ -45,6 +45,7 @@ class Watchdog final : public StepObserver, public StepHooks {
   }
   bool fired() const;
   std::string current_phase() const;  // for a crash report's "phase"
+  int64_t current_step() const;       // the step of that phase
   void stop();
 
  private:
