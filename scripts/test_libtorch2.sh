@@ -103,7 +103,7 @@ mount_in "$root/src" --bind "$repo"
 mount_in "$root/ccache" --bind "$ccache_dir"
 
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/ccache CCACHE_BASEDIR=/src \
+  LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_SLOPPINESS=pch_defines,time_macros \
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"; }
 
 # 3. Refresh: install only what is missing.

@@ -1,6 +1,7 @@
 // Real launchers start real 2-rank runs of the binary on this host: torchrun with its static
 // rendezvous (torchrun's agent serves the store at MASTER_PORT, rank 0 is a client) and with its
-// c10d rendezvous (rank 0 serves the store), and Open MPI's mpirun. Every run must train in
+// c10d rendezvous (torch 1.13: rank 0 serves the store; torch >= 2.4: the agent serves it again,
+// TORCHELASTIC_USE_AGENT_STORE=True), and Open MPI's mpirun. Every run must train in
 // lockstep (the same averaged loss on both ranks) and leave one set of per-rank files that no
 // rank overwrites. A launcher that is not installed skips its test.
 #include <sys/wait.h>
