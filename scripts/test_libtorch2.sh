@@ -80,6 +80,9 @@ if [[ ! -x "$root/usr/bin/apt-get" || ! -f "$root/.rcl-root-complete" ]]; then
   }
   mkdir -p "$cache"
   tmp="$root.partial"
+  if awk -v a="$root/" -v b="$tmp/" 'index($2, a) == 1 || index($2, b) == 1 {found = 1} END {exit !found}' /proc/mounts; then
+    log "something is still mounted under $root or $tmp: not removing it"; exit 1
+  fi
   rm -rf "$tmp" "$root"
   log "creating the sid root at $root from $mirror"
   mmdebstrap --variant=apt --aptopt="$aptopt" \

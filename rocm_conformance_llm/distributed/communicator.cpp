@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -46,12 +47,14 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 // support"), and the query for it (c10d::detail::is_libuv_tcpstore_backend_available) is not
 // exported. So: where the field exists, try the build's default; if the build says it has no
 // libuv, use the classic backend from then on. The check precedes any socket work, so the retry
-// is clean. Older libtorch (1.13) has no such field and no retry.
+// is clean. USE_LIBUV=0 asks for the classic backend, as it does of torch.distributed. Older
+// libtorch (1.13) has no such field and no retry.
 template <typename Options>
 c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, Options options) {
   if constexpr (requires { options.useLibUV; }) {
     static std::atomic<bool> libuv_missing{false};
-    if (libuv_missing.load()) options.useLibUV = false;
+    const char* use_libuv = std::getenv("USE_LIBUV");
+    if (libuv_missing.load() || (use_libuv != nullptr && std::string(use_libuv) == "0")) options.useLibUV = false;
     try {
       return c10::make_intrusive<c10d::TCPStore>(host, options);
     } catch (const std::exception& e) {
