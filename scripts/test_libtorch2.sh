@@ -5,6 +5,7 @@
 # The root is cached at $RCL_SID_ROOT (default /var/cache/rocm-conformance-llm/sid-root) and
 # refreshed (missing packages only) on later runs; ccache lives at $RCL_SID_CCACHE. The build
 # goes to build-libtorch2/ in the repository. Every mount is undone on every exit path.
+# RCL_CTEST_ARGS adds ctest arguments (e.g. RCL_CTEST_ARGS="-R Launcher" for some tests only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -147,7 +148,8 @@ log "built in $(( $(date +%s) - t1 )) s"
 # 5. The whole test suite, with the host lane's flags.
 t2=$(date +%s)
 set +e
-in_root ctest --test-dir /src/build-libtorch2 --output-on-failure -j"$jobs" --timeout 900
+# shellcheck disable=SC2086  # RCL_CTEST_ARGS: extra ctest arguments, e.g. "-R Launcher"
+in_root ctest --test-dir /src/build-libtorch2 --output-on-failure -j"$jobs" --timeout 900 ${RCL_CTEST_ARGS:-}
 rc=$?
 set -e
 log "tests finished in $(( $(date +%s) - t2 )) s (ctest exit $rc); libtorch $torch_version"
