@@ -10,6 +10,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 
 #include "rocm_conformance_llm/stress_modes.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"

@@ -1,10 +1,15 @@
 #include "rocm_conformance_llm/distributed/communicator.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <sstream>
 
 #include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -36,6 +41,30 @@ bool mentions_timeout(const std::string& error) {
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// libtorch 2.x's TCPStoreOptions has `useLibUV`, true by default, but a libtorch built without
+// libuv (Debian's) refuses it ("use_libuv was requested but PyTorch was built without libuv
+// support"), and the query for it (c10d::detail::is_libuv_tcpstore_backend_available) is not
+// exported. So: where the field exists, try the build's default; if the build says it has no
+// libuv, use the classic backend from then on. The check precedes any socket work, so the retry
+// is clean. USE_LIBUV=0 asks for the classic backend, as it does of torch.distributed. Older
+// libtorch (1.13) has no such field and no retry.
+template <typename Options>
+c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, Options options) {
+  if constexpr (requires { options.useLibUV; }) {
+    static std::atomic<bool> libuv_missing{false};
+    const char* use_libuv = std::getenv("USE_LIBUV");
+    if (libuv_missing.load() || (use_libuv != nullptr && std::string(use_libuv) == "0")) options.useLibUV = false;
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    } catch (const std::exception& e) {
+      if (!options.useLibUV || to_lower(e.what()).find("without libuv") == std::string::npos) throw;
+      libuv_missing.store(true);
+      options.useLibUV = false;
+    }
+  }
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
 
 std::string describe(const RankHeartbeat& beat) {
   if (!beat.seen) return fmt::format("rank {} never published a heartbeat", beat.rank);
@@ -212,7 +241,7 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   store_options.waitWorkers = false;  // the group's own rendezvous waits, and names who is missing
   store_options.timeout = timeout;
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, store_options);
+    impl->store = make_tcp_store(launch.master_addr, store_options);
     if (launch.launcher_store_prefix)
       impl->store = c10::make_intrusive<c10d::PrefixStore>(*launch.launcher_store_prefix, impl->store);
     impl->publish_heartbeat("join");

@@ -5,6 +5,9 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 
 namespace rcl {
 namespace {
