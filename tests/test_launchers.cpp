@@ -167,7 +167,7 @@ class LauncherTest : public ::testing::Test {
 // none, as Debian's python3-torch 2.x; the classic backend serves the same protocol, and 1.13
 // ignores the variable. Users of such a torchrun need the same (docs/distributed.md).
 std::string torchrun(const std::string& rendezvous) {
-  return "USE_LIBUV=0 torchrun --nproc_per_node=" + std::to_string(kWorld) +
+  return "env USE_LIBUV=0 torchrun --nproc_per_node=" + std::to_string(kWorld) +
          " --no_python --redirects=1 --tee=1 --log_dir=torchrun-logs --monitor_interval=0.2 " + rendezvous;
 }
 
