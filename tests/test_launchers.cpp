@@ -162,12 +162,10 @@ class LauncherTest : public ::testing::Test {
 // < 2.0 on Python 3.11 crashes parsing their default "0" (IntFlag no longer iterates the 0
 // member, meta-llama/llama#86), so name a stream; stdout lands in --log_dir as well. A short
 // --monitor_interval ends torchrun as soon as the ranks do (the default polls every 5 s).
-// USE_LIBUV=0: torch >= 2.4's torchrun asks for the libuv TCPStore backend by default and stops
-// ("use_libuv was requested but PyTorch was built without libuv support") where the build has
-// none, as Debian's python3-torch 2.x; the classic backend serves the same protocol, and 1.13
-// ignores the variable. Users of such a torchrun need the same (docs/distributed.md).
+// (Debian sid's torchrun 2.14 cannot start here at all: built without libuv, its rendezvous asks
+// for the libuv TCPStore whatever USE_LIBUV says; see docs/distributed.md.)
 std::string torchrun(const std::string& rendezvous) {
-  return "env USE_LIBUV=0 torchrun --nproc_per_node=" + std::to_string(kWorld) +
+  return "torchrun --nproc_per_node=" + std::to_string(kWorld) +
          " --no_python --redirects=1 --tee=1 --log_dir=torchrun-logs --monitor_interval=0.2 " + rendezvous;
 }
 
