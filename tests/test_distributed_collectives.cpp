@@ -434,13 +434,13 @@ TEST(CommMonitorTest, SleepingRankIsNamedStragglerAndOthersSeeTheLatency) {
     EXPECT_EQ(f.evidence["straggler_rank"], slow);
     EXPECT_EQ(f.step, 12);  // warm-up 2 steps, then a full 10-step window
     EXPECT_NE(f.message.find("rank 2 is a straggler"), std::string::npos) << f.message;
-    // The latency spike shows in the others' all-reduce, not in the straggler's own.
-    const double seconds = run.last_samples[r].at(0).seconds;
-    if (r == slow) {
-      EXPECT_LT(seconds, 0.5 * sleep_s);
-    } else {
-      EXPECT_GT(seconds, 0.5 * sleep_s);
-    }
+  }
+  // The latency spike shows in the others' all-reduce (they wait for the sleeper), more than in
+  // the straggler's own: a comparison, not a wall-clock bound, so a loaded host cannot fail it.
+  for (int r = 0; r < 4; ++r) {
+    if (r == slow) continue;
+    EXPECT_GT(run.last_samples[r].at(0).seconds, 0.5 * sleep_s) << "rank " << r;
+    EXPECT_GT(run.last_samples[r].at(0).seconds, run.last_samples[slow].at(0).seconds) << "rank " << r;
   }
 }
 
