@@ -6,6 +6,7 @@
 #   scripts/fault_matrix.sh                  # build/rocm-conformance-llm
 #   RCL_BINARY=path/to/rocm-conformance-llm scripts/fault_matrix.sh
 #   RCL_FAULT_MATRIX_OUT=matrix.md scripts/fault_matrix.sh   # write elsewhere ("-": no file)
+#   RCL_DEVICE=gpu scripts/fault_matrix.sh                  # on the GPU (scripts/gpu/run.sh)
 # Prints a markdown table and "N passed, M failed", and writes both, under a header saying when,
 # on what machine, with which binary and libtorch they were produced, to
 # docs/generated/fault-matrix.md (or RCL_FAULT_MATRIX_OUT). Exits 1 when any row failed.
@@ -20,7 +21,7 @@ started_at="$(date -u '+%Y-%m-%d %H:%M UTC')"
 started_s=$SECONDS
 # One intra-op thread: timing detectors judge step times, which a 2-core machine's own
 # oversubscription would blur.
-common=(--preset smoke --device cpu --set num_threads=1 --set eval_interval=0)
+common=(--preset smoke --device "${RCL_DEVICE:-cpu}" --set num_threads=1 --set eval_interval=0)
 rng_replay=(--stress rng --set replay_check_interval=10)
 
 # ranks | --inject | extra arguments | expected component | signature | step | exit code
