@@ -29,7 +29,8 @@ wants() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 # stage NAME SECONDS COMMAND...: runs it with a time limit, its output in NAME.log; notes the result.
 stage() {
   local name=$1 limit=$2 start=$SECONDS rc; shift 2
-  timeout --kill-after=10 "$limit" "$@" >"$results/$name.log" 2>&1
+  # bash -c: the command may be one of this script's functions (exported below).
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" >"$results/$name.log" 2>&1
   rc=$?
   note "$name: exit $rc after $((SECONDS - start)) s (log: $name.log)"
   return "$rc"
@@ -66,6 +67,8 @@ main_job() {
     --output-dir "$results/main-small-all" --overwrite
 }
 
+export repo deps build jobs results binary
+export -f build_project main_job
 note "stages: ${stages[*]}; results in $results"
 machine_facts >"$results/machine.txt" 2>&1
 cat "$results/machine.txt"
