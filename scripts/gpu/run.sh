@@ -81,13 +81,13 @@ if wants test; then
   stage test 220 ctest --test-dir "$build" -j"$jobs" --timeout 300 --output-on-failure || status=1
   grep -E '^[0-9]+% tests passed|\(Failed\)|\(Timeout\)|Not Run|Skipped' "$results/test.log" | tee -a "$summary"
 fi
-if wants main; then stage main 300 main_job || status=1; fi
+if wants main; then stage main 150 main_job || status=1; fi
 if wants faults; then
   RCL_BINARY="$binary" RCL_DEVICE=gpu RCL_FAULT_MATRIX_OUT="$results/fault-matrix.md" \
-    stage faults 300 bash scripts/fault_matrix.sh || status=1
+    stage faults 180 bash scripts/fault_matrix.sh || status=1
   tail -n1 "$results/faults.log" | tee -a "$summary"
 fi
 if wants bench; then
-  stage bench 420 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" || status=1
+  stage bench 240 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" || status=1
 fi
 exit "$status"
