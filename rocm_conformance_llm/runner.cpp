@@ -84,7 +84,9 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
     throw ConfigError("--output-dir '" + run.output_dir +
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
+  const std::string gemm_env = prepare_gemm_environment(run.training.deterministic);
   s.device = resolve_device(run.training.device, s.launch.local_rank);
+  if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
   // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
   // (world size is the upper bound of ranks per host).
   configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #if __has_include(<fmt/ranges.h>)
 #include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
 #endif
@@ -220,19 +221,20 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->rank = launch.rank;
   impl->world_size = launch.world_size;
   impl->device = device;
+#if defined(RCL_HAVE_RCCL)
   impl->backend = device.is_cpu() ? "gloo" : "rccl";
+#else
+  // A GPU build without our RCCL backend (e.g. a CUDA wheel): Gloo takes device tensors, so
+  // several ranks still train on GPUs; the collectives then stress host copies, not RCCL.
+  impl->backend = "gloo";
+  if (!device.is_cpu())
+    spdlog::warn("rank {}: this {} build has no RCCL backend: collectives of device tensors go through Gloo",
+                 launch.rank, RCL_TORCH_BUILD);
+#endif
   impl->timeout = timeout;
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
   const bool serve_store = launch.rank == 0 && !launch.launcher_store_prefix;
   impl->store_server = launch.launcher_store_prefix ? launch.launcher : "rank 0";
-#if !defined(RCL_HAVE_RCCL)
-  if (!device.is_cpu()) {
-    throw ConfigError(fmt::format(
-        "multi-rank training on device '{}' needs RCCL, but this binary was built against a {} libtorch "
-        "without it: rebuild against a ROCm libtorch, or pass --device cpu (Gloo)",
-        device.str(), RCL_TORCH_BUILD));
-  }
-#endif
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(launch.master_port);

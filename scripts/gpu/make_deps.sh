@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes the folder of build dependencies the GPU machine lacks (it has no apt and no network):
-# CLI11, nlohmann-json, spdlog, fmt and GoogleTest's sources, unpacked from Debian sid's packages
+# CLI11, nlohmann-json, spdlog, fmt, Gloo's headers (c10d's ProcessGroupGloo.hpp includes them; PyTorch
+# wheels link Gloo statically and ship no headers) and GoogleTest's sources, unpacked from Debian sid's packages
 # (the versions the libtorch 2.14 lane builds with) and used header-only there.
 #   bash scripts/gpu/make_deps.sh [DEST]      # DEST defaults to .gpudeps/ (git-ignored)
 # Run where apt reaches a Debian mirror (as root or not). Prints the folder's size: the device
@@ -8,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:-.gpudeps}
-packages=(libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev googletest)
+packages=(libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev googletest libgloo-dev)
 
 mirror=$(grep -hsoE '^URIs:[[:space:]]*\S+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
   | awk '{print $2}' | grep -v security | head -n1 || true)
