@@ -60,6 +60,14 @@ mount_in() {  # mount_in TARGET mount-args...
   mounts+=("$target")
 }
 
+# One run at a time per root: a second one would remount (and unmount) under the first.
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+  log "another run holds $cache/.lock: waiting for it"
+  flock 9
+fi
+
 # Mounts left under the root by a run that was killed (-9): undo them before anything else.
 unmount_stale() {
   local m
@@ -135,6 +143,10 @@ if [[ "$blas" != *openblas* ]]; then
     /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 >/dev/null
   blas=$(in_root readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)
 fi
+# Debian's torch has no libuv but its torchrun asks for it: see the module's docstring.
+site=$root/usr/lib/python3/dist-packages
+cp scripts/libtorch2-root/rcl_tcpstore_without_libuv.py "$site/"
+echo "import rcl_tcpstore_without_libuv" >"$site/rcl_tcpstore_without_libuv.pth"
 torch_version=$(in_root dpkg-query -W -f='${Version}' libtorch-dev)
 log "root ready in $(( $(date +%s) - t0 )) s: libtorch-dev $torch_version, libblas.so.3 -> $blas"
 
