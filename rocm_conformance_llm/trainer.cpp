@@ -1,5 +1,6 @@
 #include "rocm_conformance_llm/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -24,7 +25,9 @@ c10::Stream current_stream(const torch::Device& device) {
 
 // Blocks until the device has run everything queued so far (no-op on CPU, which is synchronous).
 void wait_for_device(const torch::Device& device) {
-  if (device.type() != torch::kCPU) current_stream(device).synchronize();
+  if (device.type() == torch::kCPU) return;
+  note_device_wait();
+  current_stream(device).synchronize();
 }
 
 // Device scalars on their way to the host. The copy is queued behind the step's kernels into
@@ -128,6 +131,8 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay});
 
+  update_withheld_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  if (ctx_.diag.count_host_reads) host_reads_.emplace();
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
 
@@ -207,7 +212,14 @@ Trainer::PendingStep Trainer::train_step() {
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
-    if (!rec.skipped) optimizer_->step(rec.lr);
+    // Decided on the device, read by the host one step later (publish): an ordinary step never
+    // waits for the GPU to say whether its loss was finite.
+    update_withheld_.logical_or_(loss_sum.isfinite().logical_and(grad_norm.isfinite()).logical_not());
+    if (!rec.skipped) {
+      optimizer_->step(rec.lr, update_withheld_.logical_not());
+      if (!replaying_) queued_updates_.push_back(rec.step);
+      if (queued_updates_.size() > 8) queued_updates_.pop_front();
+    }
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
   finish_step(rec, start);
@@ -220,6 +232,10 @@ StepRecord Trainer::begin_step() {
   rec.rank = sync_->rank();
   rec.world_size = sync_->world_size();
   rec.lr = learning_rate_at(ctx_.cfg, rec.step);
+  if (host_reads_ && !replaying_) {
+    reads_in_previous_step_ = host_reads_->count() - reads_at_step_begin_;
+    reads_at_step_begin_ = host_reads_->count();
+  }
   sync_->begin_step(rec.step);
   hooks_.on_step_begin(rec.step);
   return rec;
@@ -253,7 +269,8 @@ Trainer::Snapshot Trainer::snapshot() {
                   .scaler = scaler_,
                   .rng = capture_rng(ctx_.device),
                   .step = step_,
-                  .micro_batches = micro_batches_};
+                  .micro_batches = micro_batches_,
+                  .update_withheld = update_withheld_.clone()};
 }
 
 void Trainer::restore(Snapshot snap) {
@@ -264,6 +281,7 @@ void Trainer::restore(Snapshot snap) {
   restore_rng(snap.rng, ctx_.device);
   step_ = snap.step;
   micro_batches_ = snap.micro_batches;
+  update_withheld_.copy_(snap.update_withheld);
 }
 
 void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
@@ -273,11 +291,28 @@ void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);
   rec.grad_norm = values[1];
+  // Step N is published during step N+1: the reads of step N's iteration are complete unless
+  // N is the last step.
+  if (host_reads_) rec.host_reads = rec.step < step_ ? reads_in_previous_step_ : host_reads_->count() - reads_at_step_begin_;
   summary.losses.push_back(rec.loss);
   if (rec.val_loss) summary.final_val_loss = rec.val_loss;
   // With several ranks the observers include the comm monitor's cross-rank checks (RCCL).
   if (rec.world_size > 1) enter_phase(phase::checksum, rec.step);
   for (auto* observer : observers_) observer->on_step(rec);
+  // The observers have localised the fault from the weights it left untouched.
+  if ((!std::isfinite(values[0]) || !std::isfinite(values[1])) && rec.step > withheld_released_through_)
+    release_withheld_updates(rec.step);
+}
+
+void Trainer::release_withheld_updates(int64_t first_step) {
+  const auto withheld = std::count_if(queued_updates_.begin(), queued_updates_.end(),
+                                      [&](int64_t s) { return s >= first_step; });
+  optimizer_->forget_steps(withheld);
+  update_withheld_.fill_(false);
+  withheld_released_through_ = step_;
+  spdlog::warn("step {}: non-finite loss or gradients: the updates of steps {}..{} were withheld on the device; "
+               "training goes on from the weights before step {}",
+               first_step, first_step, step_, first_step);
 }
 
 TrainSummary Trainer::run() {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "rocm_conformance_llm/precision.hpp"
 #include "rocm_conformance_llm/step_hooks.hpp"
 #include "rocm_conformance_llm/step_record.hpp"
+#include "rocm_conformance_llm/utils/host_reads.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
@@ -89,6 +91,7 @@ class Trainer {
     RngSnapshot rng;
     int64_t step = 0;
     int64_t micro_batches = 0;
+    torch::Tensor update_withheld;
   };
   Snapshot snapshot();
   // A reload as a checkpoint loader does it: parameters copied into (load_state_dict), the
@@ -112,6 +115,9 @@ class Trainer {
   StepRecord begin_step();  // the record's identity, the LR, the hooks told
   void finish_step(StepRecord& rec, SteadyClock::time_point start);
   void publish(PendingStep& pending, TrainSummary& summary);
+  // After the host has read a non-finite step (and the observers localised it): the updates
+  // withheld on the device since then are released and uncounted.
+  void release_withheld_updates(int64_t first_step);
   // One phase of step `rec.step`: the hooks hear of it, and with cfg.phase_timing it is timed
   // into rec.phase_s.
   Phase enter(const char* name, StepRecord& rec, std::string last_collective = {});
@@ -130,6 +136,13 @@ class Trainer {
   int64_t step_ = 0;           // optimizer steps done
   int64_t micro_batches_ = 0;  // data cursor: micro-batches consumed
   bool replaying_ = false;
+  // Device bool: set by a non-finite loss or gradient norm, it withholds every update until the
+  // host has read that step (one step late) and cleared it; the weights stay as they were.
+  torch::Tensor update_withheld_;
+  int64_t withheld_released_through_ = 0;  // steps up to here are already accounted for
+  std::deque<int64_t> queued_updates_;      // recent steps whose optimizer update was queued
+  std::optional<HostReadCounter> host_reads_;  // diag.count_host_reads
+  int64_t reads_at_step_begin_ = 0, reads_in_previous_step_ = 0;
 };
 
 }  // namespace rcl

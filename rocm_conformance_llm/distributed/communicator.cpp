@@ -212,6 +212,15 @@ struct Communicator::Impl {
   }
 };
 
+std::string collective_backend(const torch::Device& device) {
+#if defined(RCL_HAVE_RCCL)
+  return device.is_cpu() ? "gloo" : "rccl";
+#else
+  (void)device;
+  return "gloo";
+#endif
+}
+
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
@@ -221,16 +230,11 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->rank = launch.rank;
   impl->world_size = launch.world_size;
   impl->device = device;
-#if defined(RCL_HAVE_RCCL)
-  impl->backend = device.is_cpu() ? "gloo" : "rccl";
-#else
-  // A GPU build without our RCCL backend (e.g. a CUDA wheel): Gloo takes device tensors, so
-  // several ranks still train on GPUs; the collectives then stress host copies, not RCCL.
-  impl->backend = "gloo";
-  if (!device.is_cpu())
-    spdlog::warn("rank {}: this {} build has no RCCL backend: collectives of device tensors go through Gloo",
+  impl->backend = collective_backend(device);
+  if (!device.is_cpu() && impl->backend == "gloo")
+    spdlog::warn("rank {}: this {} build has no RCCL backend: collectives of device tensors go through Gloo "
+                 "(they stress host copies, not RCCL)",
                  launch.rank, RCL_TORCH_BUILD);
-#endif
   impl->timeout = timeout;
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
   const bool serve_store = launch.rank == 0 && !launch.launcher_store_prefix;

@@ -41,6 +41,7 @@ nlohmann::json to_json(const StepRecord& r) {
         {"source", r.memory.source}}},
   };
   if (!r.phase_s.empty()) j["phase_s"] = r.phase_s;
+  if (r.host_reads) j["host_reads"] = *r.host_reads;
   if (!r.collectives.empty()) {
     auto& list = j["collectives"] = nlohmann::json::array();
     for (const auto& c : r.collectives)
