@@ -7,6 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
@@ -108,6 +112,10 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   return s;
 }
 
+// How long a rank whose collective failed watches its peers' heartbeat files for a sign of life
+// (kHeartbeatInterval is 1 s: a live peer, even on a loaded host, rewrites its file within it).
+inline constexpr std::chrono::milliseconds kStalledPeerWindow{3000};
+
 // Where the job is; a crash or a stop before the training loop names it as its phase (in the
 // loop, the watchdog's phase is the precise one).
 namespace stage {
@@ -171,12 +179,27 @@ class Job {
   std::string current_phase() const { return in_loop() ? watchdog_->current_phase() : stage_.load(); }
 
   // A CollectiveError carries its own finding (a rank missing from the rendezvous names it).
+  // When the store could not name the lost peer, the peers' heartbeat files may. Then the process
+  // exits at once: tearing down the process group can wait forever on the lost peer (Gloo's
+  // worker, and libtorch 1.13's store server blocked on a request the peer left half-sent).
   int crashed(const CollectiveError& e) {
     if (watchdog_) watchdog_->stop();
-    findings_.add(e.finding());
-    const int code = report_.write(RunOutcome::crashed, e.what());
+    Finding finding = e.finding();
+    if (finding.evidence.value("missing_ranks", nlohmann::json::array()).empty() && s_.launch.world_size > 1) {
+      const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size,
+                                         kStalledPeerWindow);
+      if (!stalled.empty()) {
+        finding.evidence["missing_ranks"] = stalled;
+        finding.evidence["named_by"] = "heartbeat files";
+        finding.message += fmt::format("; rank{} {} stopped updating {} (stopped or gone)", stalled.size() > 1 ? "s" : "",
+                                       fmt::join(stalled, ","), stalled.size() > 1 ? "their heartbeats" : "its heartbeat");
+      }
+    }
+    findings_.add(finding);
+    const int code = report_.write(RunOutcome::crashed, finding.message);
     if (heartbeat_) heartbeat_->finish("crashed");
-    return code;
+    spdlog::default_logger()->flush();
+    std::_Exit(code);
   }
 
   int crashed(std::string_view what) {

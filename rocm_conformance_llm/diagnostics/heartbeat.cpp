@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <fstream>
+#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,8 +15,39 @@
 
 namespace rcl {
 
+std::filesystem::path heartbeat_path(const std::filesystem::path& output_dir, int rank) {
+  return output_dir / (rank == 0 ? "heartbeat.json" : fmt::format("heartbeat.rank{}.json", rank));
+}
+
+namespace {
+// The file's write time as it says; nullopt when absent or unreadable.
+std::optional<double> written_at(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  const auto beat = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!beat.is_object() || !beat.contains("unix_time") || !beat["unix_time"].is_number()) return std::nullopt;
+  return beat["unix_time"].get<double>();
+}
+}  // namespace
+
+std::vector<int> stalled_peers(const std::filesystem::path& output_dir, int rank, int world_size,
+                               std::chrono::milliseconds window) {
+  std::map<int, double> first;  // peer -> unix_time at the start, for peers with a file
+  for (int r = 0; r < world_size; ++r)
+    if (const auto t = r == rank ? std::nullopt : written_at(heartbeat_path(output_dir, r))) first[r] = *t;
+  const auto deadline = std::chrono::steady_clock::now() + window;
+  std::vector<int> stalled;
+  while (true) {
+    stalled.clear();
+    for (const auto& [r, t] : first)
+      if (written_at(heartbeat_path(output_dir, r)).value_or(t) == t) stalled.push_back(r);
+    if (stalled.empty() || std::chrono::steady_clock::now() >= deadline) return stalled;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 HeartbeatFile::HeartbeatFile(const std::filesystem::path& output_dir, int rank, const Watchdog& watchdog)
-    : path_(output_dir / (rank == 0 ? "heartbeat.json" : fmt::format("heartbeat.rank{}.json", rank))),
+    : path_(heartbeat_path(output_dir, rank)),
       rank_(rank),
       watchdog_(watchdog) {
   write("running");

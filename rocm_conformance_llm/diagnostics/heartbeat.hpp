@@ -13,12 +13,24 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rocm_conformance_llm/diagnostics/watchdog.hpp"
 
 namespace rcl {
 
-inline constexpr std::chrono::seconds kHeartbeatInterval{2};
+inline constexpr std::chrono::seconds kHeartbeatInterval{1};
+
+// heartbeat.json for rank 0, heartbeat.rank<N>.json for the others.
+std::filesystem::path heartbeat_path(const std::filesystem::path& output_dir, int rank);
+
+// The peers (ranks other than `rank` of `world_size`) whose heartbeat file in `output_dir` did not
+// change within `window` (a few intervals): stopped or gone. A collective that timed out cannot
+// always name its lost peer through the store (the peer may have entered the collective before it
+// stopped, or left a store request half-sent, which blocks libtorch 1.13's store server); a shared
+// output directory still can. Peers without a file (no shared directory) are not named.
+std::vector<int> stalled_peers(const std::filesystem::path& output_dir, int rank, int world_size,
+                               std::chrono::milliseconds window);
 
 class HeartbeatFile {
  public:
