@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kFormatVersion = 1;
+constexpr const char* kPhase = "checkpoint";  // what the watchdog and heartbeat.json call a write
 constexpr const char* kFormatName = "rocm-conformance-llm checkpoint";
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kState = "state.json";
@@ -318,7 +319,7 @@ fs::path Checkpointer::save(const std::string& reason) {
   const auto snap = trainer_.snapshot();
   const fs::path final_dir = root_ / step_dir_name(snap.step);
   if (snap.step == last_saved_step_) return final_dir;
-  trainer_.enter_phase(phase::checkpoint, snap.step);  // the watchdog and heartbeat.json name it
+  trainer_.enter_phase(kPhase, snap.step);  // the watchdog and heartbeat.json name it
   const auto start = SteadyClock::now();
   const int rank = trainer_.sync().rank();
   const fs::path tmp = root_ / (".tmp-" + step_dir_name(snap.step));

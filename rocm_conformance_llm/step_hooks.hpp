@@ -29,7 +29,6 @@ inline constexpr const char* eval = "eval";
 inline constexpr const char* canary = "canary";
 inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
 inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
-inline constexpr const char* checkpoint = "checkpoint";  // writing a training checkpoint (run_checkpoint.hpp)
 }  // namespace phase
 
 class StepHooks {
