@@ -152,6 +152,7 @@ TEST(Heartbeat, TellsAStuckRunFromALiveOneAndNamesTheOutcome) {
   run.signal(SIGTERM);
   ASSERT_TRUE(run.wait(60s));
   fs::remove_all(dir);
+  fs::remove(dir.string() + ".log");
 
   // A run that ends: the last heartbeat names its outcome and its last step.
   const fs::path done = fresh_dir("heartbeat-done");
