@@ -57,6 +57,15 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   app.add_option("--watchdog-timeout", o.watchdog_timeout_s, "Seconds without a finished step before the "
                                                              "run is declared hung");
   app.add_option("--baseline", o.baseline_dir, "A previous run's output dir to compare against");
+  app.add_option("--duration", o.duration, "Time box: stop at the first step boundary after this long, e.g. 90s, "
+                                           "30m, 8h (sets max_duration_s; --steps still bounds the run)");
+  app.add_option("--checkpoint-interval", o.checkpoint_interval,
+                 "Write a checkpoint every N steps, or every duration (e.g. 30m); also at the end and on a stop "
+                 "signal (docs/checkpoints.md)");
+  std::string keep;
+  auto* keep_flag = app.add_option("--keep-checkpoints", keep, "Checkpoints kept (default 2)")->type_name("INT");
+  app.add_option("--resume", o.resume, "Continue from a checkpoint: its directory, a run directory (its newest), "
+                                       "or 'latest' (the newest under --output-dir)");
   app.add_flag("--print-config", o.print_config, "Print the resolved config as JSON and exit");
   app.add_flag("--explain-stress", o.explain_stress, "Print what each stress mode changes and exit");
   app.add_flag("--list-stress", o.list_stress, "List stress modes, their ROCm targets and rules and exit");
@@ -69,6 +78,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
     if (stress_flag->count() > 0) o.stress = stress;
     if (steps_flag->count() > 0) o.steps = parse_integer<int64_t>("--steps", steps);
     if (seed_flag->count() > 0) o.seed = parse_integer<uint64_t>("--seed", seed);
+    if (keep_flag->count() > 0) o.keep_checkpoints = parse_integer<int64_t>("--keep-checkpoints", keep);
   } catch (const ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     exit_code = kExitUsage;
@@ -128,7 +138,8 @@ namespace {
 constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training", "stress_profile", "diagnostics",
                                            "inject"};
 constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
-                                             "output_dir",     "world_size",    "launcher",       "environment"};
+                                             "output_dir",     "world_size",    "launcher",       "environment",
+                                             "checkpoint"};
 
 void check_top_level_keys(const nlohmann::json& file, const std::string& path) {
   for (const auto& item : file.items()) {
@@ -183,6 +194,7 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   if (!o.precision.empty()) run.base.mixed_precision = o.precision;
   if (!o.data.empty()) run.base.data_path = o.data;
   if (o.watchdog_timeout_s) run.diagnostics.watchdog_timeout_s = *o.watchdog_timeout_s;
+  if (!o.duration.empty()) run.base.max_duration_s = parse_duration_s("--duration", o.duration);
   validate(run.base);
   validate(run.stress_profile);
   validate(run.diagnostics);
@@ -209,6 +221,11 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   run.inject = !o.inject.empty() ? o.inject : file.value("inject", std::string());
   run.baseline_dir = o.baseline_dir;
   run.output_dir = !o.output_dir.empty() ? o.output_dir : default_output_dir(run.preset);
+  run.checkpoint_interval = o.checkpoint_interval;
+  run.checkpoint = parse_checkpoint_policy(o.checkpoint_interval, o.keep_checkpoints.value_or(CheckpointPolicy{}.keep));
+  run.resume = o.resume;
+  if (run.resume == "latest" && o.output_dir.empty())
+    throw ConfigError("--resume latest needs --output-dir (the run directory whose newest checkpoint to continue)");
   return run;
 }
 }  // namespace
@@ -232,7 +249,8 @@ nlohmann::json to_json(const RunConfig& run) {
           {"diagnostics", run.diagnostics},
           {"inject", run.inject},
           {"baseline", run.baseline_dir},
-          {"output_dir", run.output_dir}};
+          {"output_dir", run.output_dir},
+          {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}}};
 }
 
 std::string explain_text(const RunConfig& run) {

@@ -11,6 +11,7 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/errors.hpp"
+#include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
 
 namespace rcl {
@@ -29,6 +30,10 @@ struct CliOptions {
   std::string inject;
   std::optional<double> watchdog_timeout_s;
   std::string baseline_dir;
+  std::string duration;             // --duration: 90s, 30m, 8h
+  std::string checkpoint_interval;  // --checkpoint-interval: steps or a duration
+  std::optional<int64_t> keep_checkpoints;
+  std::string resume;               // --resume DIR | latest
   bool print_config = false;
   bool explain_stress = false;
   bool list_stress = false;
@@ -49,6 +54,9 @@ struct RunConfig {
   std::string inject;
   std::string baseline_dir;
   std::string output_dir;
+  std::string checkpoint_interval;  // as given; `checkpoint` is what it means
+  CheckpointPolicy checkpoint;
+  std::string resume;  // as given; resolved and verified when the run starts
 };
 
 // Parses argv. Returns std::nullopt after printing help or a usage error; `exit_code` says which.
@@ -58,7 +66,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
 
 // {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
-//  "stress_profile", "diagnostics", "inject", "baseline", "output_dir"}
+//  "stress_profile", "diagnostics", "inject", "baseline", "output_dir", "checkpoint"}
 nlohmann::json to_json(const RunConfig& run);
 
 // Console text for --explain-stress.

@@ -7,10 +7,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/diagnostics/baseline.hpp"
+#include "rocm_conformance_llm/diagnostics/heartbeat.hpp"
 #include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/report.hpp"
 #include "rocm_conformance_llm/diagnostics/run_summary.hpp"
@@ -20,8 +25,10 @@
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/signals.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
+#include "rocm_conformance_llm/utils/files.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
 namespace rcl {
@@ -40,7 +47,8 @@ class ConsoleObserver final : public StepObserver {
 
 class MetricsObserver final : public StepObserver {
  public:
-  MetricsObserver(const fs::path& dir, int rank, std::vector<std::string> modes) : writer_(dir, rank, std::move(modes)) {}
+  MetricsObserver(const fs::path& dir, int rank, std::vector<std::string> modes, std::optional<int64_t> keep_through)
+      : writer_(dir, rank, std::move(modes), keep_through) {}
   void on_step(const StepRecord& r) override { writer_.write(r); }
 
  private:
@@ -67,7 +75,13 @@ struct RunSetup {
   std::optional<RunRecord> baseline;
   torch::Device device{torch::kCPU};
   nlohmann::json environment;
+  std::optional<ResumePoint> resume_from;  // a verified checkpoint that fits this run
+  bool resume_in_place = false;         // it is one of --output-dir's own checkpoints
 };
+
+RunIdentity identity_of(const RunConfig& run, int world_size) {
+  return {nlohmann::json(run.training), run.stress_modes, world_size};
+}
 
 RunSetup setup(const RunConfig& run, bool overwrite) {
   RunSetup s;
@@ -75,12 +89,17 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
   check_output_dir(run.output_dir);
+  if (!run.resume.empty()) {
+    s.resume_from = resolve_resume(run.resume, run.output_dir, identity_of(run, s.launch.world_size));
+    std::error_code ec;
+    s.resume_in_place = fs::equivalent(s.resume_from->dir.parent_path().parent_path(), run.output_dir, ec);
+  }
   if (!run.training.data_path.empty() && !(fs::is_regular_file(run.training.data_path) &&
                                            std::ifstream(run.training.data_path).good()))
     throw ConfigError("invalid data_path '" + run.training.data_path + "': not a readable regular file");
   // A run never writes into a directory holding another run's results unless asked to: those
   // reports may be someone's baseline.
-  if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite)
+  if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite && !s.resume_in_place)
     throw ConfigError("--output-dir '" + run.output_dir +
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
@@ -94,6 +113,10 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   s.environment = environment_report(s.device);
   return s;
 }
+
+// How long a rank whose collective failed watches its peers' heartbeat files for a sign of life
+// (kHeartbeatInterval is 1 s: a live peer, even on a loaded host, rewrites its file within it).
+inline constexpr std::chrono::milliseconds kStalledPeerWindow{3000};
 
 // Where the job is; a crash or a stop before the training loop names it as its phase (in the
 // loop, the watchdog's phase is the precise one).
@@ -134,6 +157,8 @@ class Job {
       if (auto stopped = train()) return *stopped;
       stage_ = stage::final_checks;
       return finish();
+    } catch (const CheckpointError&) {
+      throw;  // a checkpoint that does not fit: exit 2 with one line, like any bad input
     } catch (const CollectiveError& e) {
       return crashed(e);
     } catch (const std::exception& e) {
@@ -156,16 +181,35 @@ class Job {
   std::string current_phase() const { return in_loop() ? watchdog_->current_phase() : stage_.load(); }
 
   // A CollectiveError carries its own finding (a rank missing from the rendezvous names it).
+  // When the store could not name the lost peer, the peers' heartbeat files may. Then the process
+  // exits at once: tearing down the process group can wait forever on the lost peer (Gloo's
+  // worker, and libtorch 1.13's store server blocked on a request the peer left half-sent).
   int crashed(const CollectiveError& e) {
     if (watchdog_) watchdog_->stop();
-    findings_.add(e.finding());
-    return report_.write(RunOutcome::crashed, e.what());
+    Finding finding = e.finding();
+    if (finding.evidence.value("missing_ranks", nlohmann::json::array()).empty() && s_.launch.world_size > 1) {
+      const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size,
+                                         kStalledPeerWindow);
+      if (!stalled.empty()) {
+        finding.evidence["missing_ranks"] = stalled;
+        finding.evidence["named_by"] = "heartbeat files";
+        finding.message += fmt::format("; rank{} {} stopped updating {} (stopped or gone)", stalled.size() > 1 ? "s" : "",
+                                       fmt::join(stalled, ","), stalled.size() > 1 ? "their heartbeats" : "its heartbeat");
+      }
+    }
+    findings_.add(finding);
+    const int code = report_.write(RunOutcome::crashed, finding.message);
+    if (heartbeat_) heartbeat_->finish("crashed");
+    spdlog::default_logger()->flush();
+    std::_Exit(code);
   }
 
   int crashed(std::string_view what) {
     if (watchdog_) watchdog_->stop();
     spdlog::error("run crashed: {}", what);
-    return report_.write_crash(what, current_phase());
+    const int code = report_.write_crash(what, current_phase());
+    if (heartbeat_) heartbeat_->finish("crashed");
+    return code;
   }
 
   // `phase` and `step`: where the run was when the signal stopped it.
@@ -187,7 +231,9 @@ class Job {
     write_run_header();
 
     // Observers, in order: the summary first so a crash report has every finished step.
-    metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes);
+    // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
+    metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
+                     s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
     console_.emplace(run_.stress_modes);
     trainer_->add_observer(&summary_);
     trainer_->add_observer(&*metrics_);
@@ -199,6 +245,10 @@ class Job {
     detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
                                                 .faults = &s_.faults, .sync = sync_});
     for (auto& d : detectors_) d->preflight();
+    if (s_.resume_from) {
+      load_checkpoint(*trainer_, s_.resume_from->dir);
+      report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()}, {"step", s_.resume_from->step}});
+    }
     for (auto& d : detectors_) {
       trainer_->add_observer(d.get());
       trainer_->add_hooks(d.get());
@@ -212,6 +262,12 @@ class Job {
                                            });
     trainer_->add_observer(watchdog_.get());
     trainer_->add_hooks(watchdog_.get());
+    heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
+    // Last: a checkpoint holds the state after every check between steps (a replay rewinds).
+    if (!run_.checkpoint_interval.empty()) {
+      checkpointer_.emplace(*trainer_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
+      trainer_->add_hooks(&*checkpointer_);
+    }
     stage_ = stage::training;
   }
 
@@ -232,7 +288,14 @@ class Job {
   std::optional<int> train() {
     const TrainSummary result = trainer_->run();
     watchdog_->stop();
-    if (result.stopped_by_request) return interrupted(signals::received(), "step_boundary", result.steps_done);
+    // Within the signal's grace (signals::kStopGrace) from the signal: a checkpoint that does
+    // not fit is cut short by the forced report, and the previous one stays (docs/checkpoints.md).
+    if (checkpointer_) checkpointer_->save(result.stopped_by_request ? "signal" : "final");
+    if (result.stopped_by_request) {
+      const int code = interrupted(signals::received(), "step_boundary", result.steps_done);
+      heartbeat_->finish("interrupted");
+      return code;
+    }
     spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tok/s{}", result.steps_done,
                  result.losses.empty() ? 0.0 : result.losses.back(), result.mean_tokens_per_s,
                  result.loss_floor ? fmt::format(" (corpus loss floor {:.4f})", *result.loss_floor) : "");
@@ -248,7 +311,9 @@ class Job {
       for (auto& f : comparison.findings) findings_.add(std::move(f));
       report_.add_section("baseline", comparison.summary);
     }
-    return report_.write(RunOutcome::completed);
+    const int code = report_.write(RunOutcome::completed);
+    heartbeat_->finish("completed");
+    return code;
   }
 
   const RunConfig& run_;
@@ -264,6 +329,8 @@ class Job {
   std::optional<FaultInjector> injector_;
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::optional<HeartbeatFile> heartbeat_;  // reads the watchdog: destroyed before it
+  std::optional<Checkpointer> checkpointer_;
   std::atomic<const char*> stage_{stage::rendezvous};  // read by the signal watcher
 };
 

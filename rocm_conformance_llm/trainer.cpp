@@ -320,15 +320,16 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.loss_floor = data_->loss_floor();
   const auto start = Clock::now();
-  double timed_s = 0;  // steps after the first, which pays for kernel selection and warm-up
+  double timed_s = 0;  // steps after this process's first, which pays for kernel selection and warm-up
   int64_t timed_tokens = 0;
+  const int64_t first_step = step_ + 1;  // > 1 when resumed from a checkpoint
 
   // Step N's record is published after step N+1 has been queued, when its loss has reached
   // the host without stalling the device.
   std::optional<PendingStep> pending;
   while (step_ < cfg.steps) {
     PendingStep current = train_step();
-    if (current.record.step > 1) {
+    if (current.record.step > first_step) {
       timed_s += current.record.step_time_s;
       timed_tokens += current.record.tokens;
     }
@@ -351,12 +352,13 @@ TrainSummary Trainer::run() {
       break;
     }
   }
-  publish(*pending, summary);
-  if (!pending->record.val_loss && !summary.stopped_by_request) summary.final_val_loss = evaluate();
+  // No step ran when resumed from a checkpoint of the last step.
+  if (pending) publish(*pending, summary);
+  if (!(pending && pending->record.val_loss) && !summary.stopped_by_request) summary.final_val_loss = evaluate();
 
   summary.steps_done = step_;
   summary.skipped_steps = scaler_ ? scaler_->skipped_steps() : 0;
-  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : pending->record.tokens_per_s;
+  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : pending ? pending->record.tokens_per_s : 0;
   summary.wall_s = seconds_since(start);
   return summary;
 }

@@ -31,64 +31,18 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using rcl::testing::read_text;
 using rcl::testing::run_cli;
+using rcl::testing::BackgroundRun;
+using rcl::testing::wait_until;
 using namespace std::chrono_literals;
 
 // The smoke preset on one CPU thread, validation off.
 const std::string kSmoke = "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 ";
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("rcl-life-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return rcl::testing::fresh_dir("life", name); }
 
 json read_report(const fs::path& dir) {
   return fs::exists(dir / "report.json") ? json::parse(read_text(dir / "report.json")) : json();
 }
-
-// Polls `done` every 50 ms for at most `limit`.
-bool wait_until(const std::function<bool()>& done, std::chrono::seconds limit) {
-  for (const auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;
-       std::this_thread::sleep_for(50ms))
-    if (done()) return true;
-  return done();
-}
-
-// The binary, run in the background with its output in `log`.
-class BackgroundRun {
- public:
-  BackgroundRun(const std::string& args, const fs::path& log) {
-    const std::string cmd = std::string("exec ") + RCL_BINARY + " " + args + " >" + log.string() + " 2>&1";
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~BackgroundRun() {
-    if (!exit_code_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  void signal(int sig) const { ::kill(pid_, sig); }
-  // The exit code, or nullopt when the run is still going after `limit` (then it is killed).
-  std::optional<int> wait(std::chrono::seconds limit) {
-    wait_until(
-        [&] {
-          int status = 0;
-          if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
-          exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-          return true;
-        },
-        limit);
-    return exit_code_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
 
 // The loop is running once the first step reached metrics.jsonl (the handlers are installed).
 bool training_started(const fs::path& dir) { return !read_text(dir / "metrics.jsonl").empty(); }
@@ -151,6 +105,63 @@ TEST_P(StuckRun, SignalWatcherWritesTheInterruptedReport) {
 
 INSTANTIATE_TEST_SUITE_P(Signals, StuckRun, ::testing::Values(false, true),
                          [](const auto& info) { return std::string(info.param ? "SecondSignal" : "AfterGrace"); });
+
+// --- long runs: --duration and heartbeat.json ---
+
+TEST(Duration, TimeBoxEndsTheRunAtAStepBoundaryWithANormalVerdict) {
+  const fs::path dir = fresh_dir("duration");
+  const auto r = run_cli(kSmoke + "--steps 100000000 --duration 2s --output-dir " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const json report = read_report(dir);
+  EXPECT_EQ(report.value("outcome", ""), "completed") << report.dump();
+  const int64_t steps = report["summary"]["steps"];
+  EXPECT_GE(steps, 1);
+  EXPECT_LT(steps, 100000000);
+  EXPECT_EQ(json::parse(read_text(dir / "config.json"))["training"]["max_duration_s"], 2.0);
+  fs::remove_all(dir);
+}
+
+json read_heartbeat(const fs::path& dir) {
+  const std::string text = read_text(dir / "heartbeat.json");
+  return text.empty() ? json() : json::parse(text);  // rewritten by rename: never half a file
+}
+
+// A stuck run keeps a fresh heartbeat whose step stays put and whose seconds_since_progress grow
+// (a slow run's step moves); at the end it names the outcome.
+TEST(Heartbeat, TellsAStuckRunFromALiveOneAndNamesTheOutcome) {
+  const fs::path dir = fresh_dir("heartbeat");
+  BackgroundRun run(kSmoke + "--steps 1000 --inject hang@step=3 --watchdog-timeout 3600 --output-dir " + dir.string(),
+                    dir.string() + ".log");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json h = read_heartbeat(dir);
+        return h.is_object() && h["phase"] == "forward" && h["step"] == 3 && h["seconds_since_progress"] > 1.0;
+      },
+      120s))
+      << read_text(dir / "heartbeat.json") << read_text(dir.string() + ".log");
+  const json first = read_heartbeat(dir);
+  EXPECT_EQ(first["pid"], run.pid());
+  EXPECT_EQ(first["rank"], 0);
+  EXPECT_EQ(first["status"], "running");
+  EXPECT_EQ(first["last_completed_step"], 1);  // step 2 is published once step 3 has run
+  ASSERT_TRUE(wait_until([&] { return read_heartbeat(dir)["unix_time"] > first["unix_time"]; }, 30s));
+  const json later = read_heartbeat(dir);
+  EXPECT_EQ(later["step"], 3);
+  EXPECT_GT(later["seconds_since_progress"].get<double>(), first["seconds_since_progress"].get<double>());
+  run.signal(SIGTERM);
+  run.signal(SIGTERM);
+  ASSERT_TRUE(run.wait(60s));
+  fs::remove_all(dir);
+  fs::remove(dir.string() + ".log");
+
+  // A run that ends: the last heartbeat names its outcome and its last step.
+  const fs::path done = fresh_dir("heartbeat-done");
+  ASSERT_EQ(run_cli(kSmoke + "--steps 3 --output-dir " + done.string()).exit_code, 0);
+  const json last = read_heartbeat(done);
+  EXPECT_EQ(last["status"], "completed");
+  EXPECT_EQ(last["last_completed_step"], 3);
+  fs::remove_all(done);
+}
 
 // --- the error boundary ---
 
@@ -273,7 +284,9 @@ TEST(StrictInput, UnknownTopLevelConfigKeyIsRefused) {
 TEST(StrictInput, OutOfRangeNumericFlagsAreRefusedNotClamped) {
   for (const std::string args : {"--steps 99999999999999999999", "--steps -5", "--seed 99999999999999999999",
                                  "--seed -1", "--watchdog-timeout -3", "--watchdog-timeout nan",
-                                 "--watchdog-timeout inf"}) {
+                                 "--watchdog-timeout inf", "--duration 5x", "--duration 0", "--duration -3m",
+                                 "--duration 30min", "--checkpoint-interval 0", "--checkpoint-interval 5q",
+                                 "--keep-checkpoints 0", "--keep-checkpoints many"}) {
     const auto r = run_cli(args + " --print-config");
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     const std::string value = args.substr(args.find(' ') + 1);

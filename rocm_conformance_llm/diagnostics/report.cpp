@@ -5,6 +5,7 @@
 
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/diagnostics/error_classifier.hpp"
+#include "rocm_conformance_llm/utils/files.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
 namespace rcl {

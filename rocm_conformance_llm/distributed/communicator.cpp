@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <future>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -35,6 +37,9 @@ std::vector<uint8_t> to_bytes(const std::string& text) { return {text.begin(), t
 std::string from_bytes(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
 std::string heartbeat_key(int rank) { return "heartbeat/" + std::to_string(rank); }
+
+// Reading every rank's heartbeat from a healthy store takes milliseconds.
+constexpr std::chrono::milliseconds kHeartbeatReadLimit{5000};
 
 bool mentions_timeout(const std::string& error) {
   const std::string lower = to_lower(error);
@@ -137,7 +142,10 @@ struct Communicator::Impl {
     store->set(heartbeat_key(rank), to_bytes(fmt::format("{} {} {}", step, sequence, op)));
   }
 
-  std::optional<std::vector<RankHeartbeat>> read_heartbeats() const {
+  std::optional<std::vector<RankHeartbeat>> read_heartbeats() const { return read_heartbeats_from(store, world_size); }
+
+  static std::optional<std::vector<RankHeartbeat>> read_heartbeats_from(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                       int world_size) {
     std::vector<RankHeartbeat> beats(world_size);
     try {
       for (int r = 0; r < world_size; ++r) {
@@ -153,10 +161,30 @@ struct Communicator::Impl {
     return beats;
   }
 
+  // The heartbeats, read on a helper thread that is given at most kHeartbeatReadLimit (or the
+  // timeout, when shorter): a store server blocked by a stopped peer would otherwise hold this
+  // rank for another full timeout. The helper owns a reference to the store, so it may outlive
+  // this object.
+  std::optional<std::vector<RankHeartbeat>> read_heartbeats_bounded() const {
+    auto result = std::make_shared<std::promise<std::optional<std::vector<RankHeartbeat>>>>();
+    auto future = result->get_future();
+    std::thread([store = store, world = world_size, result] { result->set_value(read_heartbeats_from(store, world)); })
+        .detach();
+    if (future.wait_for(std::min(timeout, kHeartbeatReadLimit)) != std::future_status::ready) return std::nullopt;
+    return future.get();
+  }
+
   // Who never reached collective #`seq` (0: the rendezvous), from the heartbeats, as a clause
   // for an error message; fills evidence with the heartbeats and the missing ranks.
   std::string absentees(int64_t seq, const std::string& verb, nlohmann::json& evidence) const {
-    const auto beats = read_heartbeats();
+    const auto beats = read_heartbeats_bounded();
+    if (!beats && store_server == "rank 0" && rank == 0) {
+      // Served by this very process: its server thread is stuck, typically reading a request a
+      // stopped peer left half-sent (libtorch 1.13's server reads each request to its end).
+      return fmt::format("the rendezvous store this rank serves at {} stopped answering (a peer stopped in the "
+                         "middle of a store request?)",
+                         store_address);
+    }
     if (!beats) {
       return fmt::format("the rendezvous store at {} (served by {}) is unreachable, so {} is likely gone",
                          store_address, store_server, store_server);
