@@ -73,8 +73,22 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
                                                "and exit");
   app.add_flag("--markdown", o.markdown, "With --list-stress or --help-config: markdown tables (as in docs/)");
   app.add_flag("--overwrite", o.overwrite, "Allow writing into an output dir that holds a previous run");
+  std::string level;
+  auto* level_flag = app.add_option("--level", level, "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
+                                                      "4 soak; explicit flags and keys win (docs/levels.md)")
+                         ->type_name("1|2|3|4");
+  app.add_flag("--memory-profile", o.memory_profile, "Memory after model creation, on the device, after step 1 "
+                                                     "and at peak, in report.json");
+  auto* doctor = app.add_subcommand("doctor", "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
+                                              "(docs/doctor.md); exit 1 when a check fails");
+  doctor->add_flag("--json", o.doctor_json, "Print the checks as JSON");
+  doctor->add_option("--proc-cmdline", o.doctor_cmdline, "Kernel command line file (default /proc/cmdline)");
+  doctor->add_option("--kfd-topology", o.doctor_kfd_topology,
+                     "KFD topology nodes directory (default /sys/class/kfd/kfd/topology/nodes)");
   try {
     app.parse(argc, argv);
+    o.doctor = doctor->parsed();
+    if (level_flag->count() > 0) o.level = find_run_level(parse_integer<int>("--level", level)).level;
     if (stress_flag->count() > 0) o.stress = stress;
     if (steps_flag->count() > 0) o.steps = parse_integer<int64_t>("--steps", steps);
     if (seed_flag->count() > 0) o.seed = parse_integer<uint64_t>("--seed", seed);
@@ -136,10 +150,14 @@ namespace {
 // A config file's top level: what resolve() reads, and what to_json(RunConfig) and config.json
 // add for the record (a run's config.json repeats it), which is ignored. Anything else is a typo.
 constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training", "stress_profile", "diagnostics",
-                                           "inject"};
+                                           "rocm",   "inject"};
 constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
                                              "output_dir",     "world_size",    "launcher",       "environment",
-                                             "checkpoint"};
+                                             "checkpoint",     "level",         "doctor",
+                                             "rocm_knobs"};
+
+// The sections a config file, a level and --set overlay onto a preset.
+constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
 
 void check_top_level_keys(const nlohmann::json& file, const std::string& path) {
   for (const auto& item : file.items()) {
@@ -154,35 +172,60 @@ void check_top_level_keys(const nlohmann::json& file, const std::string& path) {
   }
 }
 
-RunConfig resolve(const CliOptions& o, bool gpu_present) {
-  nlohmann::json file = nlohmann::json::object();
-  if (!o.config_file.empty()) {
-    file = read_json_file(o.config_file);
-    if (!file.is_object()) throw ConfigError("invalid --config '" + o.config_file + "': expected a JSON object");
-    check_top_level_keys(file, o.config_file);
-  }
+nlohmann::json read_config_file(const CliOptions& o) {
+  if (o.config_file.empty()) return nlohmann::json::object();
+  nlohmann::json file = read_json_file(o.config_file);
+  if (!file.is_object()) throw ConfigError("invalid --config '" + o.config_file + "': expected a JSON object");
+  check_top_level_keys(file, o.config_file);
+  return file;
+}
 
-  // 1. Preset: --preset, then the file's, then by device.
-  RunConfig run;
-  const bool cpu_only = o.device == "cpu" || !gpu_present;
-  run.preset = !o.preset.empty() ? o.preset
-               : file.contains("preset") ? file.at("preset").get<std::string>()
-                                         : default_preset_name(!cpu_only);
-  const Preset& preset = find_preset(run.preset);
-
-  // 2. The file, then --set overrides, overlay the preset (strictly: unknown keys are errors).
-  nlohmann::json doc = {{"training", preset.training},
-                        {"stress_profile", complete_stress_profile(preset.stress)},
-                        {"diagnostics", DiagnosticsConfig{}}};
+// Overlays the level's bundle, then the file's sections, then --set onto `doc` (strictly:
+// unknown keys are errors).
+void overlay_sections(nlohmann::json& doc, const CliOptions& o, const nlohmann::json& file) {
+  if (o.level) merge_json_strict(doc, find_run_level(*o.level).patch, "");
   nlohmann::json file_patch = nlohmann::json::object();
-  for (const char* section : {"training", "stress_profile", "diagnostics"})
+  for (const char* section : kConfigSections)
     if (file.contains(section)) file_patch[section] = file.at(section);
   merge_json_strict(doc, file_patch, "");
   for (const auto& assignment : o.overrides) apply_override(doc, assignment);
+}
+
+nlohmann::json sections_of(const Preset& preset) {
+  return {{"training", preset.training},
+          {"stress_profile", complete_stress_profile(preset.stress)},
+          {"diagnostics", DiagnosticsConfig{}},
+          {"rocm", RocmConfig{}}};
+}
+
+RocmConfig rocm_of(const nlohmann::json& doc) {
+  auto rocm = doc.at("rocm").get<RocmConfig>();
+  validate(rocm);
+  return rocm;
+}
+
+RunConfig resolve(const CliOptions& o, bool gpu_present) {
+  const nlohmann::json file = read_config_file(o);
+  const RunLevel* level = o.level ? &find_run_level(*o.level) : nullptr;
+
+  // 1. Preset: --preset, then the file's, then the level's, then by device.
+  RunConfig run;
+  run.level = o.level.value_or(0);
+  const bool cpu_only = o.device == "cpu" || !gpu_present;
+  run.preset = !o.preset.empty()                  ? o.preset
+               : file.contains("preset")          ? file.at("preset").get<std::string>()
+               : level && !level->preset.empty() ? level->preset
+                                                  : default_preset_name(!cpu_only);
+  const Preset& preset = find_preset(run.preset);
+
+  // 2. The level, the file, then --set overrides overlay the preset.
+  nlohmann::json doc = sections_of(preset);
+  overlay_sections(doc, o, file);
   try {
     run.base = doc.at("training").get<TrainingConfig>();
     run.stress_profile = complete_stress_profile(doc.at("stress_profile").get<StressProfile>());
     run.diagnostics = doc.at("diagnostics").get<DiagnosticsConfig>();
+    run.rocm = rocm_of(doc);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(std::string("invalid config: ") + e.what());
   }
@@ -195,6 +238,7 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   if (!o.data.empty()) run.base.data_path = o.data;
   if (o.watchdog_timeout_s) run.diagnostics.watchdog_timeout_s = *o.watchdog_timeout_s;
   if (!o.duration.empty()) run.base.max_duration_s = parse_duration_s("--duration", o.duration);
+  if (o.memory_profile) run.diagnostics.memory_profile = true;
   validate(run.base);
   validate(run.stress_profile);
   validate(run.diagnostics);
@@ -205,6 +249,8 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   } else if (file.contains("stress_modes")) {
     const std::string listed = stress_text(file.at("stress_modes"));
     if (!listed.empty()) run.stress_modes = parse_stress_list(listed);
+  } else if (level && !level->stress_modes.empty()) {
+    run.stress_modes = parse_stress_list(level->stress_modes);
   }
   run.capabilities = Capabilities::of_this_build(!cpu_only);
   auto composed = compose_stress_modes(run.base, run.stress_modes, run.stress_profile, run.capabilities);
@@ -238,6 +284,17 @@ RunConfig resolve_run_config(const CliOptions& options, bool gpu_present) {
   }
 }
 
+RocmConfig resolve_rocm_config(const CliOptions& options) {
+  try {
+    // Any preset: the overlay checks keys and types only, which no preset changes.
+    nlohmann::json doc = sections_of(presets().front());
+    overlay_sections(doc, options, read_config_file(options));
+    return rocm_of(doc);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("invalid config: ") + e.what());
+  }
+}
+
 nlohmann::json to_json(const RunConfig& run) {
   return {{"preset", run.preset},
           {"stress_modes", run.stress_modes},
@@ -247,6 +304,8 @@ nlohmann::json to_json(const RunConfig& run) {
           {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities)},
           {"stress_profile", run.stress_profile},
           {"diagnostics", run.diagnostics},
+          {"rocm", run.rocm},
+          {"level", run.level},
           {"inject", run.inject},
           {"baseline", run.baseline_dir},
           {"output_dir", run.output_dir},
@@ -274,11 +333,13 @@ std::string help_config_text(bool markdown) {
   const std::string training = describe_fields(training_fields(), "training", markdown);
   const std::string stress = describe_stress_intensities(markdown);
   const std::string diagnostics = describe_fields(diagnostics_fields(), "diagnostics", markdown);
+  const std::string rocm = describe_fields(rocm_fields(), "rocm", markdown);
   if (markdown)
-    return "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n" + training + stress + diagnostics;
+    return "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n" + training + stress + diagnostics +
+           rocm;
   return "Config keys, for --set KEY=VALUE (training keys also bare) and --config files. Defaults are the\n"
          "built-in ones; presets change many (--print-config shows a run's values).\n\n" +
-         training + "\n" + stress + "\n" + diagnostics;
+         training + "\n" + stress + "\n" + diagnostics + "\n" + rocm;
 }
 
 }  // namespace rcl

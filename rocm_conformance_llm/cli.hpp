@@ -1,5 +1,5 @@
-// The command line: flags -> a fully resolved RunConfig (preset, then config file, then
-// --set overrides and dedicated flags, then stress modes), validated before anything runs.
+// The command line: flags -> a fully resolved RunConfig (preset, then --level, then config file,
+// then --set overrides and dedicated flags, then stress modes), validated before anything runs.
 #pragma once
 
 #include <map>
@@ -40,6 +40,13 @@ struct CliOptions {
   bool help_config = false;
   bool markdown = false;  // --list-stress / --help-config as markdown tables
   bool overwrite = false;
+  std::optional<int> level;   // --level 1..4
+  bool memory_profile = false;
+  // `rocm-conformance-llm doctor`
+  bool doctor = false;
+  bool doctor_json = false;
+  std::string doctor_cmdline = "/proc/cmdline";
+  std::string doctor_kfd_topology = "/sys/class/kfd/kfd/topology/nodes";
 };
 
 struct RunConfig {
@@ -51,6 +58,8 @@ struct RunConfig {
   Capabilities capabilities;              // what stress modes may require of this run
   std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
   DiagnosticsConfig diagnostics;
+  RocmConfig rocm;
+  int level = 0;                          // 0: no --level
   std::string inject;
   std::string baseline_dir;
   std::string output_dir;
@@ -65,14 +74,18 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
 // Applies the resolution order; throws ConfigError on any invalid input.
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
 
+// The `rocm` section alone, which no preset or device changes: main applies these knobs before
+// the first HIP call (asking whether a GPU is present is one). Same errors as resolve_run_config.
+RocmConfig resolve_rocm_config(const CliOptions& options);
+
 // {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
-//  "stress_profile", "diagnostics", "inject", "baseline", "output_dir", "checkpoint"}
+//  "stress_profile", "diagnostics", "rocm", "level", "inject", "baseline", "output_dir", "checkpoint"}
 nlohmann::json to_json(const RunConfig& run);
 
 // Console text for --explain-stress.
 std::string explain_text(const RunConfig& run);
 
-// `--help-config`: every key (training.*, stress_profile.*.*, diagnostics.*) with its type,
+// `--help-config`: every key (training.*, stress_profile.*.*, diagnostics.*, rocm.*) with its type,
 // default, allowed values and meaning; `markdown` gives the table in docs/configuration.md.
 std::string help_config_text(bool markdown);
 

@@ -16,9 +16,11 @@
 
 #include "rocm_conformance_llm/diagnostics/baseline.hpp"
 #include "rocm_conformance_llm/diagnostics/heartbeat.hpp"
+#include "rocm_conformance_llm/diagnostics/memory.hpp"
 #include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/report.hpp"
 #include "rocm_conformance_llm/diagnostics/run_summary.hpp"
+#include "rocm_conformance_llm/diagnostics/telemetry.hpp"
 #include "rocm_conformance_llm/diagnostics/watchdog.hpp"
 #include "rocm_conformance_llm/distributed/communicator.hpp"
 #include "rocm_conformance_llm/distributed/launch.hpp"
@@ -26,6 +28,8 @@
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/run_checkpoint.hpp"
+#include "rocm_conformance_llm/platform/doctor.hpp"
+#include "rocm_conformance_llm/platform/rocm_knobs.hpp"
 #include "rocm_conformance_llm/signals.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 #include "rocm_conformance_llm/utils/files.hpp"
@@ -77,6 +81,8 @@ struct RunSetup {
   nlohmann::json environment;
   std::optional<ResumePoint> resume_from;  // a verified checkpoint that fits this run
   bool resume_in_place = false;         // it is one of --output-dir's own checkpoints
+  nlohmann::json rocm_knobs;  // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
+  nlohmann::json doctor;      // the doctor's checks (platform/doctor.hpp)
 };
 
 RunIdentity identity_of(const RunConfig& run, int world_size) {
@@ -110,7 +116,17 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   // (world size is the upper bound of ranks per host).
   configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());
   tune_host_allocator();
+  // Again now that the output directory is known (rocm.miopen_user_db=per-run); main applied
+  // the rest before the first HIP call.
+  s.rocm_knobs = apply_rocm_knobs(run.rocm, run.output_dir);
+  for (const auto& [variable, knob] : s.rocm_knobs.items())
+    if (knob.contains("replaced"))
+      spdlog::warn("rocm config replaces {}={} from the environment with {}", variable,
+                   knob.at("replaced").get<std::string>(), knob.at("value").get<std::string>());
   s.environment = environment_report(s.device);
+  DoctorInputs doctor = doctor_inputs_of_this_process();
+  doctor.device = s.device;
+  s.doctor = doctor_to_json(run_doctor(doctor));
   return s;
 }
 
@@ -173,6 +189,8 @@ class Job {
     nlohmann::json doc = to_json(run_);
     doc["world_size"] = s_.launch.world_size;
     doc["launcher"] = s_.launch.launcher;
+    doc["rocm_knobs"] = s_.rocm_knobs;
+    doc["doctor"] = s_.doctor;
     return doc;
   }
 
@@ -186,6 +204,7 @@ class Job {
   // worker, and libtorch 1.13's store server blocked on a request the peer left half-sent).
   int crashed(const CollectiveError& e) {
     if (watchdog_) watchdog_->stop();
+    stop_node_monitor();
     Finding finding = e.finding();
     if (finding.evidence.value("missing_ranks", nlohmann::json::array()).empty() && s_.launch.world_size > 1) {
       const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size,
@@ -206,6 +225,7 @@ class Job {
 
   int crashed(std::string_view what) {
     if (watchdog_) watchdog_->stop();
+    stop_node_monitor();
     spdlog::error("run crashed: {}", what);
     const int code = report_.write_crash(what, current_phase());
     if (heartbeat_) heartbeat_->finish("crashed");
@@ -214,6 +234,7 @@ class Job {
 
   // `phase` and `step`: where the run was when the signal stopped it.
   int interrupted(int sig, const std::string& phase, int64_t step) {
+    node_sections_as_of_now();
     report_.add_section("interruption", {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}});
     return report_.write(RunOutcome::interrupted,
                          fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step));
@@ -253,9 +274,20 @@ class Job {
       trainer_->add_observer(d.get());
       trainer_->add_hooks(d.get());
     }
+    if (run_.diagnostics.memory_profile) {
+      memory_profile_.emplace(trainer_->setup_memory());
+      trainer_->add_observer(&*memory_profile_);
+    }
+    // One monitor per node (its first local rank), from here to the end: the "before" sample.
+    if (run_.diagnostics.enabled && s_.launch.local_rank == 0) {
+      node_ = std::make_unique<NodeMonitor>(run_.diagnostics, findings_, run_.output_dir, s_.launch.rank);
+      node_->start();
+      trainer_->add_observer(node_.get());
+    }
     // A hang never returns control to the training thread: the watchdog writes the verdict and exits.
     watchdog_ = std::make_unique<Watchdog>(run_.diagnostics.watchdog_timeout_s, s_.launch.rank, findings_,
                                            [this](const Finding& hang) {
+                                             node_sections_as_of_now();
                                              const int code = report_.write(RunOutcome::hung, hang.message);
                                              spdlog::default_logger()->flush();
                                              std::_Exit(code);
@@ -302,8 +334,27 @@ class Job {
     return std::nullopt;
   }
 
+  // The "after" sample and the throttle findings, then the sections. Not for a hang: a sampler
+  // stuck in a driver call would hold the verdict back.
+  void stop_node_monitor() {
+    if (node_) node_->stop();
+    node_sections_as_of_now();
+  }
+
+  // What the node monitor knows now (the kernel log read once more: a GPU reset line is a hang's
+  // best evidence), and the memory profile so far.
+  void node_sections_as_of_now() {
+    if (node_) {
+      node_->drain_kernel_log();
+      const nlohmann::json sections = node_->report_sections();
+      for (const auto& [key, value] : sections.items()) report_.add_section(key, value);
+    }
+    if (memory_profile_) report_.add_section("memory_profile", memory_profile_->to_json());
+  }
+
   // Whole-run checks, the --baseline comparison, the verdict.
   int finish() {
+    stop_node_monitor();
     for (auto& d : detectors_) d->finish();
     if (s_.baseline) {
       const RunRecord now{summary_.steps(), findings_.snapshot(), config_doc_};
@@ -328,6 +379,8 @@ class Job {
   std::optional<ConsoleObserver> console_;
   std::optional<FaultInjector> injector_;
   std::vector<std::unique_ptr<Detector>> detectors_;
+  std::optional<MemoryProfile> memory_profile_;
+  std::unique_ptr<NodeMonitor> node_;
   std::unique_ptr<Watchdog> watchdog_;
   std::optional<HeartbeatFile> heartbeat_;  // reads the watchdog: destroyed before it
   std::optional<Checkpointer> checkpointer_;

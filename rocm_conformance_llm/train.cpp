@@ -3,6 +3,8 @@
 
 #include "rocm_conformance_llm/cli.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/platform/doctor.hpp"
+#include "rocm_conformance_llm/platform/rocm_knobs.hpp"
 #include "rocm_conformance_llm/runner.hpp"
 
 int main(int argc, char** argv) {
@@ -18,6 +20,20 @@ int main(int argc, char** argv) {
     if (options->help_config) {
       std::cout << help_config_text(options->markdown);
       return kExitClean;
+    }
+    // The rocm.* knobs before the first HIP call (gpu_available() is one): ROCr reads
+    // HSA_ENABLE_SDMA once, when HIP initialises. The runner applies them again with the output
+    // directory known (per-run MIOpen user DB); platform/rocm_knobs.hpp has the rule.
+    apply_rocm_knobs(resolve_rocm_config(*options), options->output_dir);
+    if (options->doctor) {
+      const auto checks = run_doctor([&] {
+        DoctorInputs in = doctor_inputs_of_this_process();
+        in.cmdline_path = options->doctor_cmdline;
+        in.kfd_topology = options->doctor_kfd_topology;
+        return in;
+      }());
+      std::cout << (options->doctor_json ? doctor_to_json(checks).dump(2) + "\n" : doctor_text(checks));
+      return doctor_to_json(checks).at("status") == "fail" ? kExitFailFinding : kExitClean;
     }
     const RunConfig run = resolve_run_config(*options, gpu_available());
     for (const auto& [mode, reason] : run.stress_skipped)

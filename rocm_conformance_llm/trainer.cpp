@@ -126,7 +126,9 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   // Then each rank continues from its own seed, so dropout masks differ across ranks.
   seed_everything(cfg.seed, device);
   model_ = GPT(cfg, model_options);
+  setup_memory_.emplace_back("after_model_creation", sample_memory(device));
   model_->to(device);
+  setup_memory_.emplace_back("after_to_device", sample_memory(device));
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay});

@@ -81,6 +81,8 @@ class Trainer {
   const RunContext& ctx() const { return ctx_; }  // cfg.vocab_size resolved
   GradientSync& sync() { return *sync_; }
   int64_t steps_done() const { return step_; }
+  // Memory after the model was built and after it moved to the device (--memory-profile).
+  const std::vector<std::pair<std::string, MemorySample>>& setup_memory() const { return setup_memory_; }
 
   // --- for the loop-side checks ---
   // Everything a step reads or changes: what a checkpoint holds, plus the RNG and data cursor.
@@ -130,6 +132,7 @@ class Trainer {
   AutocastState autocast_;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
   torch::Tensor ballast_;                    // cfg.memory_pressure_bytes held on the device
+  std::vector<std::pair<std::string, MemorySample>> setup_memory_;
   std::vector<StepObserver*> observers_;
   StepHookList hooks_;
   std::function<bool()> stop_check_;

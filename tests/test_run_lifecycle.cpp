@@ -274,7 +274,7 @@ TEST(StrictInput, UnknownTopLevelConfigKeyIsRefused) {
   const auto r = run_cli("--config " + file.string() + " --print-config");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("unknown key 'trainig'"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("known: preset, stress_modes, training, stress_profile, diagnostics, inject"),
+  EXPECT_NE(r.err.find("known: preset, stress_modes, training, stress_profile, diagnostics, rocm, inject"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
