@@ -123,7 +123,9 @@ struct ConfigField {
   X(double, baseline_loss_rel_tolerance, 1e-2, within(0, 1, true),                                       \
     "--baseline loss compare when not deterministic")                                                    \
   X(double, baseline_memory_growth_ratio, 0.10, at_least(0), "--baseline peak memory growth")            \
-  X(int64_t, fingerprint_interval, 50, at_least(0), "steps between ATen op-count fingerprints (0 = off)")
+  X(int64_t, fingerprint_interval, 50, at_least(0), "steps between ATen op-count fingerprints (0 = off)")   \
+  X(int64_t, prom_interval, 10, at_least(0, "0 = only the final one"),                                   \
+    "steps between rewrites of metrics.prom (Prometheus textfile)")
 
 #define RCL_DECLARE_MEMBER(type, member, default_value, check, meaning) type member = default_value;
 
