@@ -100,7 +100,7 @@ std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* arg
   CLI::App app{"rocm-conformance-llm compare: runs of one configuration side by side, each judged against the "
                "group's median (or a baseline); exit code 0 none flagged, 1 some flagged, 2 bad input",
                "rocm-conformance-llm compare"};
-  app.add_option("runs", o.run_dirs, "Run directories (or quoted globs)")->required()->type_name("RUN_DIR...");
+  app.add_option("runs", o.run_dirs, "Run directories (or quoted globs)")->required()->type_name("RUN_DIR");
   app.add_option("--rules", o.rules_file, "JSON rule file overlaying the defaults (docs/compare.md)");
   app.add_option("--baseline", o.baseline_in, "Judge against this baseline file instead of the group");
   app.add_option("--baseline-out", o.baseline_out, "Write a baseline (expected ranges) from these runs when none "
