@@ -6,6 +6,7 @@
 #include <limits>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -31,6 +32,27 @@ T parse_integer(const std::string& flag, const std::string& text) {
     throw ConfigError(fmt::format("invalid {} '{}': must be a decimal integer in [{}, {}]", flag, text,
                                   std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
   return value;
+}
+
+// CLI11's parse, then `after` (reads the flags' texts): false after printing the help (exit 0)
+// or a usage error (exit 2), one line pointing at `help`.
+bool parse_args(CLI::App& app, int argc, const char* const* argv, const char* help, int& exit_code,
+                const std::function<void()>& after = [] {}) {
+  try {
+    app.parse(argc, argv);
+    after();
+    return true;
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    exit_code = kExitClean;
+    return false;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << " (see " << help << ")\n";
+  }
+  exit_code = kExitUsage;
+  return false;
 }
 }  // namespace
 
@@ -85,28 +107,30 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   doctor->add_option("--proc-cmdline", o.doctor_cmdline, "Kernel command line file (default /proc/cmdline)");
   doctor->add_option("--kfd-topology", o.doctor_kfd_topology,
                      "KFD topology nodes directory (default /sys/class/kfd/kfd/topology/nodes)");
-  try {
-    app.parse(argc, argv);
+  app.footer("Compare runs: rocm-conformance-llm compare RUN_DIR... (see compare --help)");
+  const bool parsed = parse_args(app, argc, argv, "--help", exit_code, [&] {
     o.doctor = doctor->parsed();
     if (level_flag->count() > 0) o.level = find_run_level(parse_integer<int>("--level", level)).level;
     if (stress_flag->count() > 0) o.stress = stress;
     if (steps_flag->count() > 0) o.steps = parse_integer<int64_t>("--steps", steps);
     if (seed_flag->count() > 0) o.seed = parse_integer<uint64_t>("--seed", seed);
     if (keep_flag->count() > 0) o.keep_checkpoints = parse_integer<int64_t>("--keep-checkpoints", keep);
-  } catch (const ConfigError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    exit_code = kExitUsage;
-    return std::nullopt;
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    exit_code = kExitClean;
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "error: " << e.what() << " (see --help)\n";
-    exit_code = kExitUsage;
-    return std::nullopt;
-  }
-  return o;
+  });
+  return parsed ? std::optional(o) : std::nullopt;
+}
+
+std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code) {
+  CompareOptions o;
+  CLI::App app{"rocm-conformance-llm compare: runs of one configuration side by side, each judged against the "
+               "group's median (or a baseline); exit code 0 none flagged, 1 some flagged, 2 bad input",
+               "rocm-conformance-llm compare"};
+  app.add_option("runs", o.run_dirs, "Run directories (or quoted globs)")->required()->type_name("RUN_DIR");
+  app.add_option("--rules", o.rules_file, "JSON rule file overlaying the defaults (docs/compare.md)");
+  app.add_option("--baseline", o.baseline_in, "Judge against this baseline file instead of the group");
+  app.add_option("--baseline-out", o.baseline_out, "Write a baseline (expected ranges) from these runs when none "
+                                                   "is flagged");
+  app.add_option("--output-dir", o.output_dir, "Where compare.json and compare.html go (default: .)");
+  return parse_args(app, argc, argv, "compare --help", exit_code) ? std::optional(o) : std::nullopt;
 }
 
 namespace {

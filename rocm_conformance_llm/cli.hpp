@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/diagnostics/compare.hpp"
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
@@ -70,6 +71,10 @@ struct RunConfig {
 
 // Parses argv. Returns std::nullopt after printing help or a usage error; `exit_code` says which.
 std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit_code);
+
+// `rocm-conformance-llm compare ...`: argv starts at "compare". Returns std::nullopt after
+// printing help or a usage error; `exit_code` says which.
+std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code);
 
 // Applies the resolution order; throws ConfigError on any invalid input.
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);

@@ -131,7 +131,9 @@ struct ConfigField {
   X(std::string, kernel_log_source, "auto", unchecked(),                                                 \
     "amdgpu kernel log: auto (/dev/kmsg, else dmesg), off, or a recorded log file read whole")           \
   X(bool, memory_profile, false, unchecked(),                                                            \
-    "memory after model creation, on the device, after step 1 and at peak, in report.json")
+    "memory after model creation, on the device, after step 1 and at peak, in report.json")              \
+  X(int64_t, prom_interval, 10, at_least(0, "0 = only the final one"),                                   \
+    "steps between rewrites of metrics.prom (Prometheus textfile)")
 
 // ROCm knobs: each sets an environment variable libtorch or a ROCm library reads when it
 // initialises ("default" / "" / 0 leaves the variable as the environment has it). Which variable,

@@ -17,6 +17,7 @@
 #include "rocm_conformance_llm/diagnostics/baseline.hpp"
 #include "rocm_conformance_llm/diagnostics/heartbeat.hpp"
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
+#include "rocm_conformance_llm/diagnostics/prometheus.hpp"
 #include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/report.hpp"
 #include "rocm_conformance_llm/diagnostics/run_summary.hpp"
@@ -34,19 +35,43 @@
 #include "rocm_conformance_llm/trainer.hpp"
 #include "rocm_conformance_llm/utils/files.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
+#include "rocm_conformance_llm/utils/progress.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;
 
 namespace {
 
+// On a terminal (rank 0) one updating status line; elsewhere a plain line per step, so CI logs
+// hold no control characters.
 class ConsoleObserver final : public StepObserver {
  public:
-  explicit ConsoleObserver(std::vector<std::string> modes) : modes_(std::move(modes)) {}
-  void on_step(const StepRecord& r) override { spdlog::info("{}", format_step_line(r, modes_)); }
+  ConsoleObserver(std::vector<std::string> modes, const TrainingConfig& cfg, const FindingLog& findings,
+                  std::shared_ptr<StatusLineSink> status)
+      : modes_(std::move(modes)), total_steps_(cfg.steps), max_duration_s_(cfg.max_duration_s),
+        findings_(findings), status_(std::move(status)) {}
+  void on_step(const StepRecord& r) override {
+    if (!status_) {
+      spdlog::info("{}", format_step_line(r, modes_));
+      return;
+    }
+    busy_s_ += r.step_time_s;
+    Progress p{.step = r.step, .total_steps = total_steps_, .elapsed_s = seconds_since(started_),
+               .max_duration_s = max_duration_s_, .tokens_per_s = r.tokens_per_s,
+               .mean_step_time_s = busy_s_ / static_cast<double>(r.step)};
+    for (const auto& f : findings_.snapshot())
+      ++(f.severity == Severity::fail ? p.fail : f.severity == Severity::warn ? p.warn : p.info);
+    status_->show(format_progress(p));
+  }
 
  private:
   std::vector<std::string> modes_;
+  const int64_t total_steps_;
+  const double max_duration_s_;
+  const FindingLog& findings_;
+  std::shared_ptr<StatusLineSink> status_;  // null: plain lines
+  const SteadyClock::time_point started_ = SteadyClock::now();
+  double busy_s_ = 0;
 };
 
 class MetricsObserver final : public StepObserver {
@@ -249,15 +274,19 @@ class Job {
     trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, run_.stress_modes, s_.device, run_.output_dir},
                                          sync_);
     trainer_->set_stop_check([] { return signals::received() != 0; });
+    if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
     write_run_header();
 
     // Observers, in order: the summary first so a crash report has every finished step.
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
     metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
                      s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
-    console_.emplace(run_.stress_modes);
+    prometheus_.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, findings_);
+    console_.emplace(run_.stress_modes, cfg, findings_,
+                     s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);
     trainer_->add_observer(&summary_);
     trainer_->add_observer(&*metrics_);
+    trainer_->add_observer(&*prometheus_);
     trainer_->add_observer(&*console_);
     // Faults strike before the checks look.
     injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
@@ -376,6 +405,7 @@ class Job {
   std::shared_ptr<GradientSync> sync_;
   std::unique_ptr<Trainer> trainer_;
   std::optional<MetricsObserver> metrics_;
+  std::optional<PrometheusObserver> prometheus_;
   std::optional<ConsoleObserver> console_;
   std::optional<FaultInjector> injector_;
   std::vector<std::unique_ptr<Detector>> detectors_;

@@ -1,5 +1,6 @@
 // Entry point: parse the command line, resolve the configuration, run the job.
 #include <iostream>
+#include <string_view>
 
 #include "rocm_conformance_llm/cli.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
@@ -11,6 +12,10 @@ int main(int argc, char** argv) {
   using namespace rcl;
   try {
     int exit_code = kExitClean;
+    if (argc > 1 && std::string_view(argv[1]) == "compare") {
+      const auto compare = parse_compare_cli(argc - 1, argv + 1, exit_code);
+      return compare ? run_compare(*compare) : exit_code;
+    }
     const auto options = parse_cli(argc, argv, exit_code);
     if (!options) return exit_code;
     if (options->list_stress) {

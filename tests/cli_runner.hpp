@@ -37,6 +37,16 @@ inline std::filesystem::path fresh_dir(const std::string& suite, const std::stri
   return dir;
 }
 
+// The smoke preset on one CPU thread with validation off: the short real run most tests use.
+inline const std::string kSmokeCpu = "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 ";
+
+// Occurrences of `what` in `text`.
+inline size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // `args` is appended to the binary's path through /bin/sh, so quote what needs quoting.
 inline CliResult run_cli(const std::string& args, const std::string& env = "") {
   static int counter = 0;

@@ -1,11 +1,15 @@
 #include "rocm_conformance_llm/diagnostics/report.hpp"
 
+#include <functional>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/diagnostics/error_classifier.hpp"
 #include "rocm_conformance_llm/utils/files.hpp"
+#include "rocm_conformance_llm/diagnostics/html_report.hpp"
+#include "rocm_conformance_llm/diagnostics/prometheus.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
 namespace rcl {
@@ -129,6 +133,9 @@ ReportWriter::ReportWriter(std::filesystem::path output_dir, int rank, nlohmann:
                            int64_t warmup_steps)
     : report_path_(per_rank(output_dir, "report", ".json", rank)),
       junit_path_(per_rank(output_dir, "junit", ".xml", rank)),
+      html_path_(per_rank(output_dir, "report", ".html", rank)),
+      metrics_path_(per_rank(output_dir, "metrics", ".jsonl", rank)),
+      prom_path_(prom_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
       rank_(rank), config_(std::move(config_snapshot)), environment_(std::move(environment)),
       findings_(findings), summary_(summary), warmup_steps_(warmup_steps),
       started_(std::chrono::steady_clock::now()) {}
@@ -174,11 +181,28 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
     written_exit_code_ = kExitCrashOrHang;
     return kExitCrashOrHang;
   }
+  write_views(report, findings, verdict);
   const auto level = verdict.exit_code == kExitClean ? spdlog::level::info : spdlog::level::err;
   spdlog::log(level, "ROCm component summary ({}):\n{}", report_path_.string(),
               format_component_table(statuses, verdict));
   written_exit_code_ = verdict.exit_code;
   return verdict.exit_code;
+}
+
+void ReportWriter::write_views(const nlohmann::json& report, const std::vector<Finding>& findings,
+                               const Verdict& verdict) {
+  const auto steps = summary_.steps();
+  PromState prom{run_name_, rank_, std::nullopt, findings, verdict};
+  if (!steps.empty()) prom.last_step = steps.back();
+  const auto write_view = [](const std::filesystem::path& path, const std::function<std::string()>& render) {
+    try {
+      write_file_atomically(path, render());
+    } catch (const std::exception& e) {
+      spdlog::error("cannot write {}: {}", path.string(), e.what());
+    }
+  };
+  write_view(html_path_, [&] { return report_html(report, metrics_path_); });
+  write_view(prom_path_, [&] { return prometheus_text(prom); });
 }
 
 int ReportWriter::write_crash(std::string_view what, const std::string& phase) {

@@ -60,8 +60,9 @@ class ReportWriter {
   // Extra top-level sections, e.g. "baseline" (the --baseline comparison), "faults".
   void add_section(const std::string& key, nlohmann::json value);
 
-  // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0) and
-  // logs the component table; returns the exit code. Thread-safe and first-call-wins: once a
+  // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
+  // report.html and the final metrics.prom beside them, and logs the component table; returns
+  // the exit code. Thread-safe and first-call-wins: once a
   // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
   // When the files cannot be written it logs why and returns kExitCrashOrHang.
   int write(RunOutcome outcome, const std::string& note = {});
@@ -73,7 +74,12 @@ class ReportWriter {
   const std::filesystem::path& report_path() const { return report_path_; }
 
  private:
-  const std::filesystem::path report_path_, junit_path_;
+  // report.html and metrics.prom: views of the verdict; failing to write them is logged, the
+  // verdict stands.
+  void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict);
+
+  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_;
+  const std::string run_name_;
   const int rank_;
   const nlohmann::json config_, environment_;
   FindingLog& findings_;
