@@ -18,6 +18,7 @@
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
+#include "rocm_conformance_llm/utils/files.hpp"
 
 namespace rcl {
 

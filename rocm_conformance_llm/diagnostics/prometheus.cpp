@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/utils/logging.hpp"
+#include "rocm_conformance_llm/utils/files.hpp"
 
 namespace rcl {
 
