@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/diagnostics/attention_probe.hpp"
 #include "rocm_conformance_llm/diagnostics/baseline.hpp"
 #include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/report.hpp"
@@ -85,6 +87,7 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
   s.device = resolve_device(run.training.device, s.launch.local_rank);
+  check_attention_backend(run.training, s.device.type());
   // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
   // (world size is the upper bound of ranks per host).
   configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());
@@ -270,6 +273,20 @@ class Job {
 int run_job(const RunConfig& run, bool overwrite) {
   signals::install();
   return Job(run, setup(run, overwrite)).run();
+}
+
+int run_attention_probe(const RunConfig& run) {
+  const FaultPlan faults = FaultPlan::parse(run.inject);
+  const torch::Device device = resolve_device(run.training.device, 0);
+  check_attention_backend(run.training, device.type());
+  configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
+  spdlog::set_level(spdlog::level::warn);  // stdout is the probe's JSON only
+  Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
+  // As at the first step: a fault meant for later steps does not strike a one-shot probe.
+  const auto results = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));
+  const nlohmann::json report = attention_probe_report(trainer, results);
+  std::cout << report.dump(2) << "\n";
+  return report.at("passed").get<bool>() ? kExitClean : kExitFailFinding;
 }
 
 }  // namespace rcl

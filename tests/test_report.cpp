@@ -141,7 +141,7 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   EXPECT_EQ(back.severity, Severity::fail);
   EXPECT_EQ(back.step, 6);
   EXPECT_EQ(back.evidence["k"], 1);
-  ASSERT_EQ(report["components"].size(), 6u);
+  ASSERT_EQ(report["components"].size(), 7u);
   EXPECT_EQ(report["components"][3]["component"], component::allocator);
   EXPECT_EQ(report["components"][3]["status"], "WARN");
 
