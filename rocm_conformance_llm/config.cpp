@@ -75,7 +75,8 @@ std::vector<Preset> make_presets() {
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
           {"comm", {{"max_batch_size", 8}, {"max_checksum_interval", 10}}},
           {"memory", {{"min_seq_len", 128}, {"min_grad_accum_steps", 2}, {"memory_pressure_bytes", 64 * MiB}}},
-          {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
+          {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
+          {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 256}}}}};
 
   nlohmann::json cpu_medium_stress = smoke.stress.values();
   cpu_medium_stress.merge_patch({{"gemm", {{"min_hidden_size", 512}}},
@@ -100,7 +101,8 @@ std::vector<Preset> make_presets() {
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
           {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 10}}},
           {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
-          {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
+          {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
+          {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 2048}}}}};
 
   // `large` scales `small`'s intensities up where its memory allows.
   nlohmann::json large_stress = small.stress.values();
@@ -109,7 +111,8 @@ std::vector<Preset> make_presets() {
                             {"comm", {{"max_checksum_interval", 20}}},
                             {"memory", {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16},
                                         {"memory_pressure_bytes", 8 * 1024 * MiB}}},
-                            {"fusion", {{"min_num_layers", 48}}}});
+                            {"fusion", {{"min_num_layers", 48}}},
+                            {"attention", {{"probe_seq_len", 4096}}}});
   const Preset large{
       .name = "large",
       .description = "MI300-class memory (192 GB): a 1.5B-parameter-class model",

@@ -69,6 +69,13 @@ struct ConfigField {
   X(int64_t, qkv_conv_kernel, 0, at_least(0), "Primer depthwise causal conv after Q/K/V (0 = off)")      \
   X(std::string, attention_backend, "math",                                                              \
     one_of({"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}), "attention kernel")       \
+  /* --- attention mode --- */                                                                          \
+  X(double, attention_pad_fraction, 0.0, within(0, 1, false),                                            \
+    "tail share of every second sequence masked as padding (a padded batch's attention mask)")           \
+  X(bool, attention_noncontiguous_v, false, unchecked(), "V reaches the kernel as a strided (non-contiguous) view") \
+  X(int64_t, attention_probe_interval, 0, at_least(0),                                                   \
+    "steps between attention parity probes, also run at start-up (0 = off)")                              \
+  X(int64_t, attention_probe_seq_len, 0, at_least(0), "sequence length of the probe (0: seq_len)")       \
   /* --- optimisation --- */                                                                            \
   X(int64_t, steps, 60, at_least(1), "optimizer steps")                                                  \
   X(double, max_duration_s, 0.0, at_least(0, "0 = no time limit"),                                       \

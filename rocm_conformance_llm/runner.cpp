@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <fmt/format.h>
 #if __has_include(<fmt/ranges.h>)
@@ -14,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/diagnostics/attention_probe.hpp"
 #include "rocm_conformance_llm/diagnostics/baseline.hpp"
 #include "rocm_conformance_llm/diagnostics/heartbeat.hpp"
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
@@ -137,6 +139,7 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   const std::string gemm_env = prepare_gemm_environment(run.training.deterministic);
   s.device = resolve_device(run.training.device, s.launch.local_rank);
   if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
+  check_attention_backend(run.training, s.device.type());
   // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
   // (world size is the upper bound of ranks per host).
   configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());
@@ -422,6 +425,20 @@ class Job {
 int run_job(const RunConfig& run, bool overwrite) {
   signals::install();
   return Job(run, setup(run, overwrite)).run();
+}
+
+int run_attention_probe(const RunConfig& run) {
+  const FaultPlan faults = FaultPlan::parse(run.inject);
+  const torch::Device device = resolve_device(run.training.device, 0);
+  check_attention_backend(run.training, device.type());
+  configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
+  spdlog::set_level(spdlog::level::warn);  // stdout is the probe's JSON only
+  Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
+  // As at the first step: a fault meant for later steps does not strike a one-shot probe.
+  const auto results = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));
+  const nlohmann::json report = attention_probe_report(trainer, results);
+  std::cout << report.dump(2) << "\n";
+  return report.at("passed").get<bool>() ? kExitClean : kExitFailFinding;
 }
 
 }  // namespace rcl

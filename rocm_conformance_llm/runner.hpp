@@ -12,4 +12,9 @@ namespace rcl {
 // too (interrupted, exit 4).
 int run_job(const RunConfig& run, bool overwrite);
 
+// `probe attention`: the attention parity probe alone, on the configured model at its
+// initialisation; its JSON on stdout. 0 every backend within its bound, 1 a mismatch; throws
+// ConfigError (exit 2) for bad input. `--inject attention-mask-corrupt` proves the exit code.
+int run_attention_probe(const RunConfig& run);
+
 }  // namespace rcl

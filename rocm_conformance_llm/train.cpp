@@ -1,5 +1,6 @@
 // Entry point: parse the command line, resolve the configuration, run the job.
 #include <iostream>
+#include <string>
 #include <string_view>
 
 #include "rocm_conformance_llm/cli.hpp"
@@ -15,6 +16,17 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string_view(argv[1]) == "compare") {
       const auto compare = parse_compare_cli(argc - 1, argv + 1, exit_code);
       return compare ? run_compare(*compare) : exit_code;
+    }
+    // `probe attention [flags]`: the same flags as a run, the probe alone.
+    const bool probe = argc > 1 && std::string(argv[1]) == "probe";
+    if (probe && (argc < 3 || std::string(argv[2]) != "attention")) {
+      std::cerr << "error: invalid probe '" << (argc < 3 ? "" : argv[2]) << "': known probes: attention\n";
+      return kExitUsage;
+    }
+    if (probe) {
+      argv[2] = argv[0];
+      argc -= 2;
+      argv += 2;
     }
     const auto options = parse_cli(argc, argv, exit_code);
     if (!options) return exit_code;
@@ -51,6 +63,7 @@ int main(int argc, char** argv) {
       std::cout << explain_text(run);
       return kExitClean;
     }
+    if (probe) return run_attention_probe(run);
     return run_job(run, options->overwrite);
   } catch (const std::exception& e) {
     // ConfigError, or anything else before the output directory was usable (run_job reports

@@ -28,6 +28,7 @@ constexpr const char* kRocblas = "rocBLAS/hipBLASLt";
 constexpr const char* kRocrand = "rocRAND";
 constexpr const char* kAllocator = "ROCr allocator";
 constexpr const char* kHipRuntime = "HIP runtime";
+constexpr const char* kAttention = "AOTriton/CK attention";
 
 struct RunOutput {
   int exit_code = -1;
@@ -150,6 +151,12 @@ INSTANTIATE_TEST_SUITE_P(
                   1, "FAIL"},
         FaultCase{"gemm_corrupt", "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt",
                   {{"gemm_wrong_result", kRocblas, 5, "fail"}}, 1, "FAIL"},
+        // One backend's masked outputs come out wrong at the probe of step 4 (the start-up probe,
+        // step 0, is before the fault): the explicit math path on 1.13, a fused one on 2.x.
+        FaultCase{"attention_mask_corrupt",
+                  "--steps 4 --set attention_probe_interval=4 --set attention_probe_seq_len=96 "
+                  "--inject attention-mask-corrupt",
+                  {{"attention_backend_mismatch", kAttention, 4, "fail"}}, 1, "FAIL"},
         // Memory leaked between the replay check's save (step 10) and its reload.
         FaultCase{"reload_leak",
                   "--stress rng --set replay_check_interval=10 --steps 12 --inject memory-leak=48MiB/step@step=11",

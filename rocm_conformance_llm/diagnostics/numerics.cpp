@@ -37,7 +37,7 @@ void NumericsDetector::on_step(const StepRecord& r) {
   consecutive_skips_ = r.skipped ? consecutive_skips_ + 1 : 0;
   if (!std::isfinite(r.grad_norm) && !r.skipped)
     report(numerics_finding("nonfinite_grad_norm", Severity::fail, r,
-                            fmt::format("gradient norm is {} and the update was applied", r.grad_norm),
+                            fmt::format("gradient norm is {} outside fp16 loss scaling: the step's update was withheld", r.grad_norm),
                             values));
   if (consecutive_skips_ >= cfg_.window_steps)
     report(numerics_finding(

@@ -4,6 +4,7 @@
 #include <limits>
 #include <mutex>
 
+#include "rocm_conformance_llm/diagnostics/attention_probe.hpp"
 #include "rocm_conformance_llm/diagnostics/collectives.hpp"
 #include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
@@ -85,6 +86,13 @@ std::vector<DetectorSpec> builtin_detectors() {
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.diag.gemm_canary_interval <= 0) return nullptr;
          return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.trainer, c.faults);
+       }},
+      {"attention_probe", "loop",
+       {{"attention_backend_mismatch", component::attention, fail, kRepeated, "attention-mask-corrupt"}},
+       {"training.attention_probe_interval", "training.attention_probe_seq_len", "training.attention_pad_fraction"},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         if (!c.trainer || c.trainer->ctx().cfg.attention_probe_interval <= 0) return nullptr;
+         return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.trainer, c.faults);
        }},
       // Produces op_counts for metrics.jsonl; `--baseline` judges them (op_fingerprint_changed).
       {"op_fingerprint", "loop", {}, {"diagnostics.fingerprint_interval"},
