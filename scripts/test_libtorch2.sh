@@ -35,6 +35,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   openmpi-bin python3-torch
+  chromium                     # report.html is checked in a headless browser
 )
 optional=(libamdhip64-dev librocm-smi-dev)   # headers for the dlopen shims, if sid has them
 
@@ -104,6 +105,8 @@ fi
 mkdir -p "$root/etc/apt/apt.conf.d"
 echo "$aptopt" > "$root/etc/apt/apt.conf.d/99rcl-no-check-valid-until"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# torchrun's c10d rendezvous advertises the store under this machine's hostname.
+cp -L /etc/hosts "$root/etc/hosts" 2>/dev/null || true
 
 # 2. Mounts: proc, dev, the repository, the ccache directory.
 mkdir -p "$ccache_dir"
