@@ -42,7 +42,11 @@ optional=(libamdhip64-dev librocm-smi-dev)   # headers for the dlopen shims, if 
 mounts=()
 cleanup() {
   local rc=$?
-  local i
+  local i p
+  # A signal while the build or the tests run: stop whatever still runs inside the root first.
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/root" 2>/dev/null)" == "$root" ]] && kill -KILL "${p#/proc/}" 2>/dev/null
+  done
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
     umount -l "${mounts[i]}" 2>/dev/null || true
   done
@@ -117,9 +121,14 @@ mount_in "$root/dev/shm" -t tmpfs tmpfs
 mount_in "$root/src" --bind "$repo"
 mount_in "$root/ccache" --bind "$ccache_dir"
 
-in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_SLOPPINESS=pch_defines,time_macros \
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"; }
+# In the background and waited for: bash runs a trap only once its foreground command ends, so a
+# SIGTERM during a 20-minute build would otherwise wait for the build.
+in_root() {
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_SLOPPINESS=pch_defines,time_macros \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@" &
+  wait $!
+}
 
 # 3. Refresh: install only what is missing.
 missing=()
