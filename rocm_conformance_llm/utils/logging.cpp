@@ -96,9 +96,10 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank,
   if (!out_) throw std::runtime_error("cannot write " + path_.string());
 }
 
-void MetricsWriter::write(const StepRecord& r) {
+void MetricsWriter::write(const StepRecord& r, const nlohmann::json& telemetry) {
   auto j = to_json(r);
   j["stress_modes"] = stress_modes_;
+  if (!telemetry.is_null()) j["telemetry"] = telemetry;
   out_ << j.dump() << '\n';
   out_.flush();
 }
