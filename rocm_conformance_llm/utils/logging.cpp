@@ -34,6 +34,7 @@ nlohmann::json to_json(const StepRecord& r) {
       {"skipped", r.skipped},
       {"tokens", r.tokens},
       {"step_time_s", r.step_time_s},
+      {"step_time_clock", r.step_time_clock},
       {"tokens_per_s", r.tokens_per_s},
       {"memory",
        {{"allocated_bytes", r.memory.allocated_bytes},
