@@ -5,7 +5,8 @@
 // temp_edge, temp_junction, temp_memory, power_w, power_cap_w, gfxclk, uclk, vram_used,
 // vram_total, busy, ecc_ce, ecc_ue, replay, fail), plus `throttle` as the violation flags that are
 // active (bit 0 processor hot ... bit 4 HBM thermal) and `lib_major` (default 26; 24 serves the
-// ROCm 6.0-6.3 struct layouts). amdsmi_init prints what the real library prints without amdgpu.
+// ROCm 6.0-6.3 struct layouts); defaults in fake_script.hpp. amdsmi_init prints what the real
+// library prints without amdgpu.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -18,12 +19,12 @@ namespace {
 using namespace rcl::amdsmi;
 
 fake_smi::Script script;
-double value(const char* key, double fallback = 0) { return script.value(key, fallback); }
+double value(const char* key) { return script.value(key); }
 // Processor handles are 1..devices; the socket handle is a fixed non-null pointer.
 int socket_tag = 0;
 uint32_t index_of(Handle h) { return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(h) - 1); }
 Status answer(Handle h) { return script.answers(index_of(h)) ? kSuccess : kNotSupported; }
-bool old_layout() { return value("lib_major", 26) < kFirstNewLayoutMajor; }
+bool old_layout() { return value("lib_major") < kFirstNewLayoutMajor; }
 
 }  // namespace
 
@@ -36,7 +37,7 @@ Status amdsmi_init(uint64_t flags) {
 }
 
 Status amdsmi_get_lib_version(VersionHead* v) {
-  const auto major = static_cast<uint32_t>(value("lib_major", 26));
+  const auto major = static_cast<uint32_t>(value("lib_major"));
   *v = old_layout() ? VersionHead{major, 7, 0, 0} : VersionHead{major, 0, 0, 0};
   return kSuccess;
 }
@@ -50,7 +51,7 @@ Status amdsmi_get_socket_handles(uint32_t* count, Handle* sockets) {
 
 Status amdsmi_get_processor_handles(Handle socket, uint32_t* count, Handle* processors) {
   if (socket != &socket_tag) return kInvalidArgs;
-  const auto devices = static_cast<uint32_t>(value("devices", 1));
+  const auto devices = static_cast<uint32_t>(value("devices"));
   if (processors)
     for (uint32_t i = 0; i < std::min(*count, devices); ++i) processors[i] = reinterpret_cast<Handle>(uintptr_t{i + 1});
   *count = devices;
@@ -58,15 +59,14 @@ Status amdsmi_get_processor_handles(Handle socket, uint32_t* count, Handle* proc
 }
 
 Status amdsmi_get_temp_metric(Handle h, uint32_t sensor, uint32_t, int64_t* degrees) {
-  *degrees = static_cast<int64_t>(value(sensor == kTempEdge ? "temp_edge" : sensor == kTempHotspot ? "temp_junction"
-                                                                                                    : "temp_memory",
-                                        40));
+  const char* key = sensor == kTempEdge ? "temp_edge" : sensor == kTempHotspot ? "temp_junction" : "temp_memory";
+  *degrees = static_cast<int64_t>(value(key));
   return answer(h);
 }
 
 // MI300-style (current power) on the new layout, Navi/MI200-style (average only) on the old one.
 Status amdsmi_get_power_info(Handle h, void* info) {
-  const auto watts = static_cast<uint32_t>(value("power_w", 300));
+  const auto watts = static_cast<uint32_t>(value("power_w"));
   if (old_layout()) {
     PowerInfoV24 p{.current_socket_power = 0xFFFF, .average_socket_power = watts, .gfx_voltage = 900,
                    .soc_voltage = 800, .mem_voltage = 1200, .power_limit = 750};
@@ -80,27 +80,27 @@ Status amdsmi_get_power_info(Handle h, void* info) {
 }
 
 Status amdsmi_get_power_cap_info(Handle h, uint32_t, PowerCapInfo* info) {
-  info->power_cap = static_cast<uint64_t>(value("power_cap_w", 750) * 1e6);
+  info->power_cap = static_cast<uint64_t>(value("power_cap_w") * 1e6);
   return answer(h);
 }
 
 Status amdsmi_get_clock_info(Handle h, uint32_t type, ClkInfo* info) {
-  info->clk = static_cast<uint32_t>(type == kClkGfx ? value("gfxclk", 2100) : value("uclk", 1300));
+  info->clk = static_cast<uint32_t>(type == kClkGfx ? value("gfxclk") : value("uclk"));
   return answer(h);
 }
 
 Status amdsmi_get_gpu_memory_usage(Handle h, uint32_t, uint64_t* used) {
-  *used = static_cast<uint64_t>(value("vram_used", 1 << 30));
+  *used = static_cast<uint64_t>(value("vram_used"));
   return answer(h);
 }
 
 Status amdsmi_get_gpu_memory_total(Handle h, uint32_t, uint64_t* total) {
-  *total = static_cast<uint64_t>(value("vram_total", 64.0 * (1 << 30)));
+  *total = static_cast<uint64_t>(value("vram_total"));
   return answer(h);
 }
 
 Status amdsmi_get_gpu_activity(Handle h, EngineUsage* usage) {
-  usage->gfx_activity = static_cast<uint32_t>(value("busy", 90));
+  usage->gfx_activity = static_cast<uint32_t>(value("busy"));
   return answer(h);
 }
 

@@ -13,9 +13,9 @@
 namespace {
 
 fake_smi::Script script;
-double value(const char* key, double fallback = 0) { return script.value(key, fallback); }
+double value(const char* key) { return script.value(key); }
 rsmi_status_t answer(uint32_t index) {
-  if (index >= value("devices", 1)) return RSMI_STATUS_INVALID_ARGS;
+  if (index >= value("devices")) return RSMI_STATUS_INVALID_ARGS;
   return script.answers(index) ? RSMI_STATUS_SUCCESS : RSMI_STATUS_NOT_SUPPORTED;
 }
 
@@ -31,33 +31,33 @@ rsmi_status_t rsmi_init(uint64_t) {
 
 rsmi_status_t rsmi_num_monitor_devices(uint32_t* count) {
   script.next_round();
-  *count = static_cast<uint32_t>(value("devices", 1));
+  *count = static_cast<uint32_t>(value("devices"));
   return RSMI_STATUS_SUCCESS;
 }
 
 rsmi_status_t rsmi_dev_temp_metric_get(uint32_t index, uint32_t sensor, rsmi_temperature_metric_t, int64_t* temp) {
   const char* key = sensor == RSMI_TEMP_TYPE_EDGE ? "temp_edge" : sensor == RSMI_TEMP_TYPE_JUNCTION ? "temp_junction" : "temp_memory";
-  *temp = static_cast<int64_t>(value(key, 40) * 1000);
+  *temp = static_cast<int64_t>(value(key) * 1000);
   return answer(index);
 }
 rsmi_status_t rsmi_dev_power_ave_get(uint32_t index, uint32_t, uint64_t* power) {
-  *power = static_cast<uint64_t>(value("power_w", 300) * 1e6);
+  *power = static_cast<uint64_t>(value("power_w") * 1e6);
   return answer(index);
 }
 rsmi_status_t rsmi_dev_power_cap_get(uint32_t index, uint32_t, uint64_t* cap) {
-  *cap = static_cast<uint64_t>(value("power_cap_w", 750) * 1e6);
+  *cap = static_cast<uint64_t>(value("power_cap_w") * 1e6);
   return answer(index);
 }
 rsmi_status_t rsmi_dev_memory_usage_get(uint32_t index, rsmi_memory_type_t, uint64_t* used) {
-  *used = static_cast<uint64_t>(value("vram_used", 1 << 30));
+  *used = static_cast<uint64_t>(value("vram_used"));
   return answer(index);
 }
 rsmi_status_t rsmi_dev_memory_total_get(uint32_t index, rsmi_memory_type_t, uint64_t* total) {
-  *total = static_cast<uint64_t>(value("vram_total", 64.0 * (1 << 30)));
+  *total = static_cast<uint64_t>(value("vram_total"));
   return answer(index);
 }
 rsmi_status_t rsmi_dev_busy_percent_get(uint32_t index, uint32_t* busy) {
-  *busy = static_cast<uint32_t>(value("busy", 90));
+  *busy = static_cast<uint32_t>(value("busy"));
   return answer(index);
 }
 // HBM (UMC) carries the counts; the other blocks have no RAS here, as on many boards.
@@ -72,8 +72,8 @@ rsmi_status_t rsmi_dev_pci_replay_counter_get(uint32_t index, uint64_t* counter)
   return answer(index);
 }
 rsmi_status_t rsmi_dev_gpu_metrics_info_get(uint32_t index, rsmi_gpu_metrics_t* m) {
-  m->current_gfxclk = static_cast<uint16_t>(value("gfxclk", 2100));
-  m->current_uclk = static_cast<uint16_t>(value("uclk", 1300));
+  m->current_gfxclk = static_cast<uint16_t>(value("gfxclk"));
+  m->current_uclk = static_cast<uint16_t>(value("uclk"));
   m->throttle_status = static_cast<uint32_t>(value("throttle"));
   return answer(index);
 }

@@ -33,13 +33,19 @@ class Script {
     if (!first_ && current_ + 1 < rounds_.size()) ++current_;
     first_ = false;
   }
-  double value(const char* key, double fallback = 0) const {
+  // The round's value, else the board both fakes describe by default (0 for counters and flags).
+  double value(const std::string& key) const {
+    static const std::map<std::string, double> defaults = {
+        {"devices", 1},   {"temp_edge", 40},  {"temp_junction", 40},    {"temp_memory", 40},
+        {"power_w", 300}, {"power_cap_w", 750}, {"gfxclk", 2100},        {"uclk", 1300},
+        {"busy", 90},     {"vram_used", 1 << 30}, {"vram_total", 64.0 * (1 << 30)}, {"lib_major", 26}};
     const Round& now = rounds_[current_ < rounds_.size() ? current_ : rounds_.size() - 1];
-    const auto it = now.find(key);
-    return it == now.end() ? fallback : it->second;
+    if (const auto it = now.find(key); it != now.end()) return it->second;
+    const auto it = defaults.find(key);
+    return it == defaults.end() ? 0 : it->second;
   }
   // Whether a query about device `index` answers (`fail=1`: none does).
-  bool answers(uint32_t index) const { return index < value("devices", 1) && value("fail") == 0; }
+  bool answers(uint32_t index) const { return index < value("devices") && value("fail") == 0; }
 
  private:
   using Round = std::map<std::string, double>;
