@@ -272,6 +272,7 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
     lines = [
         "# rocm-conformance-llm CPU benchmark: C++ trainer vs Python peer",
         "",
+        *([f"**{args.note}**", ""] if args.note else []),
         f"- date: {facts['date']}; `bench/run_bench.py` took {elapsed_s / 60:.1f} min",
         f"- machine: nproc {facts['nproc']}, CPU {facts['cpu']}, kernel {facts['kernel']}",
         f"- libtorch {facts['libtorch']} (C++) and torch {facts['python_torch']} (Python peer) load the same "
@@ -372,6 +373,7 @@ def main():
     parser.add_argument("--wait-quiet", type=float, default=120.0,
                         help="seconds to wait for an idle machine before starting")
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.md")
+    parser.add_argument("--note", default="", help="a line printed under the title (how it was measured)")
     args = parser.parse_args()
     if not args.binary.exists():
         sys.exit(f"no C++ binary at {args.binary}: build the rocm-conformance-llm target first")

@@ -80,10 +80,13 @@ class MetricsObserver final : public StepObserver {
  public:
   MetricsObserver(const fs::path& dir, int rank, std::vector<std::string> modes, std::optional<int64_t> keep_through)
       : writer_(dir, rank, std::move(modes), keep_through) {}
-  void on_step(const StepRecord& r) override { writer_.write(r); }
+  // The node monitor's latest sample goes into each step line (it starts after the observers).
+  void read_telemetry_from(const NodeMonitor* node) { node_ = node; }
+  void on_step(const StepRecord& r) override { writer_.write(r, node_ ? node_->latest_sample() : nullptr); }
 
  private:
   MetricsWriter writer_;
+  const NodeMonitor* node_ = nullptr;
 };
 
 // The output directory must be one this process can create files in; checked before anything
@@ -315,6 +318,7 @@ class Job {
       node_ = std::make_unique<NodeMonitor>(run_.diagnostics, findings_, run_.output_dir, s_.launch.rank);
       node_->start();
       trainer_->add_observer(node_.get());
+      metrics_->read_telemetry_from(node_.get());
     }
     // A hang never returns control to the training thread: the watchdog writes the verdict and exits.
     watchdog_ = std::make_unique<Watchdog>(run_.diagnostics.watchdog_timeout_s, s_.launch.rank, findings_,

@@ -40,6 +40,7 @@ struct StepRecord {
   bool skipped = false;           // fp16: non-finite gradients, update skipped
   int64_t tokens = 0;             // tokens this rank processed in the step
   double step_time_s = 0.0;
+  std::string step_time_clock = "host";  // "device": timed by device events (trainer.cpp StepClock)
   double tokens_per_s = 0.0;      // this rank's tokens / step time
   MemorySample memory;
   std::map<std::string, double> phase_s;  // data/forward/backward/grad_sync/optimizer when timed

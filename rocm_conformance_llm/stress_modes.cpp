@@ -60,7 +60,12 @@ std::vector<StressMode> builtin_modes() {
        .intensities = {{"min_seq_len", 8192, at_least(1), "seq_len floor"},
                        {"min_grad_accum_steps", 4, at_least(1), "grad_accum_steps floor"},
                        {"memory_pressure_bytes", 0, at_least(0), "device ballast floor (0: no artificial pressure)"}},
-       .rules = {raise_to("seq_len", intensity("min_seq_len")), switch_on("activation_checkpointing"),
+       // On a GPU the long sequences go through fused SDPA, the attention mode's own rule: with
+       // the math path one score tensor is batch x heads x seq^2 (12.9 GB in bf16 at `small`,
+       // 8 x 12 x 8192^2; 29.7 s/step measured on an H100, docs/gpu-run.md).
+       .rules = {raise_to("seq_len", intensity("min_seq_len")),
+                 only_where({.torch_major = 2, .gpu = true}, replace("attention_backend", "math", fixed("sdpa"))),
+                 switch_on("activation_checkpointing"),
                  raise_to("grad_accum_steps", intensity("min_grad_accum_steps")),
                  raise_to("memory_pressure_bytes", intensity("memory_pressure_bytes"))}},
       // MIOpen: deeper stacks with sandwich and QK norms multiply the normalisation kernels,
@@ -121,9 +126,10 @@ nlohmann::json intensities_of(const StressMode& mode, const StressProfile& profi
   return out;
 }
 
-void apply_mode(const StressMode& mode, const StressProfile& profile, nlohmann::json& config) {
+void apply_mode(const StressMode& mode, const StressProfile& profile, const Capabilities& caps, nlohmann::json& config) {
   const nlohmann::json intensities = intensities_of(mode, profile);
-  for (const auto& rule : mode.rules) apply_stress_rule(rule, intensities, config);
+  for (const auto& rule : mode.rules)
+    if (rule.when.unmet(caps).empty()) apply_stress_rule(rule, intensities, config);
 }
 
 std::string value_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
@@ -155,6 +161,10 @@ StressRule set_to(std::string field, RuleValue value) {
 StressRule replace(std::string field, nlohmann::json replaced, RuleValue value) {
   StressRule rule = make_rule(std::move(field), StressOp::kReplace, std::move(value));
   rule.replaces = std::move(replaced);
+  return rule;
+}
+StressRule only_where(CapabilityRequirement when, StressRule rule) {
+  rule.when = when;
   return rule;
 }
 
@@ -243,7 +253,8 @@ void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities
   }
 }
 
-std::string describe_rule(const StressRule& rule, bool markdown) {
+namespace {
+std::string describe_op(const StressRule& rule, bool markdown) {
   const auto code = [&](const std::string& s) { return markdown ? "`" + s + "`" : s; };
   const std::string field = code(rule.field);
   const std::string value =
@@ -261,6 +272,12 @@ std::string describe_rule(const StressRule& rule, bool markdown) {
     case StressOp::kReplace: return field + " " + value_text(rule.replaces) + " -> " + value;
   }
   return field;
+}
+}  // namespace
+
+std::string describe_rule(const StressRule& rule, bool markdown) {
+  const std::string when = rule.when.describe();
+  return describe_op(rule, markdown) + (when.empty() ? "" : " (with " + when + ")");
 }
 
 StressProfile complete_stress_profile(const StressProfile& profile) {
@@ -338,7 +355,7 @@ StressComposition compose_stress_modes(const TrainingConfig& base, const std::ve
     const StressMode& mode = find_mode(name);
     const std::string reason = mode.requires_capability.unmet(caps);
     if (reason.empty())
-      apply_mode(mode, profile, config);
+      apply_mode(mode, profile, caps, config);
     else
       out.skipped[name] = reason;
   }

@@ -4,7 +4,8 @@
 // Why composition is order-independent: every rule only raises a field to at least its
 // intensity, lowers it to at most, switches it on, tightens an every-N interval, or sets it to
 // one value; no two modes write the same field, and no mode writes a field any mode reads
-// (tests check this for the whole registry). Such changes commute, and applying one twice
+// (tests check this for the whole registry; two modes may write one field with the very same
+// rule, which commutes with itself). Such changes commute, and applying one twice
 // changes nothing, so `--stress a,b` == `--stress b,a` == `--stress a,a,b`.
 #pragma once
 
@@ -27,6 +28,23 @@ enum class StressOp {
   kReplace,  // replace one specific value (`replaces`) by the value, leave any other alone
 };
 
+// What a run can do; a mode whose requirement does not hold is skipped with the reason.
+struct Capabilities {
+  int torch_major = 0;
+  int torch_minor = 0;
+  bool gpu = false;  // the run uses a GPU
+  // This build's libtorch (TORCH_VERSION_MAJOR/MINOR) and `gpu`.
+  static Capabilities of_this_build(bool gpu);
+};
+
+struct CapabilityRequirement {
+  int torch_major = 0;  // libtorch >= torch_major.torch_minor (0.0: any)
+  int torch_minor = 0;
+  bool gpu = false;     // needs a GPU
+  std::string describe() const;                   // "libtorch >= 2.0, GPU", or "" for none
+  std::string unmet(const Capabilities& c) const; // "" when it holds, else the reason
+};
+
 // One change to one TrainingConfig field. The value is the mode's intensity `intensity`, or the
 // fixed `literal` when `intensity` is empty.
 struct StressRule {
@@ -37,6 +55,7 @@ struct StressRule {
   nlohmann::json replaces{};     // kReplace only
   std::string multiple_of{};     // kAtLeast only: a read field; a raised value is rounded up to
   int64_t multiple_factor = 1;   // a multiple of multiple_factor × that field
+  CapabilityRequirement when{};  // the rule applies only where the run meets this
 };
 
 // Where a rule's value comes from.
@@ -55,23 +74,8 @@ StressRule switch_on(std::string field);
 StressRule at_least_every(std::string field, RuleValue value);
 StressRule set_to(std::string field, RuleValue value);
 StressRule replace(std::string field, nlohmann::json replaced, RuleValue value);
-
-// What a run can do; a mode whose requirement does not hold is skipped with the reason.
-struct Capabilities {
-  int torch_major = 0;
-  int torch_minor = 0;
-  bool gpu = false;  // the run uses a GPU
-  // This build's libtorch (TORCH_VERSION_MAJOR/MINOR) and `gpu`.
-  static Capabilities of_this_build(bool gpu);
-};
-
-struct CapabilityRequirement {
-  int torch_major = 0;  // libtorch >= torch_major.torch_minor (0.0: any)
-  int torch_minor = 0;
-  bool gpu = false;     // needs a GPU
-  std::string describe() const;                   // "libtorch >= 2.0, GPU", or "" for none
-  std::string unmet(const Capabilities& c) const; // "" when it holds, else the reason
-};
+// `rule`, applied only where the run meets `when` (elsewhere the mode leaves that field alone).
+StressRule only_where(CapabilityRequirement when, StressRule rule);
 
 struct StressMode {
   std::string name;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <concepts>
 #include <thread>
 
 #include <c10/core/Event.h>
@@ -30,6 +31,30 @@ void wait_for_device(const torch::Device& device) {
   current_stream(device).synchronize();
 }
 
+// Whether this libtorch's c10::Event can time and wait (2.x: elapsedTime, synchronize; 1.13:
+// neither). A capability of the type, not a version guess.
+template <typename E>
+concept TimingEvent = requires(const E& e) {
+  { e.elapsedTime(e) } -> std::convertible_to<double>;
+  e.synchronize();
+};
+
+// Waits for `e` to fire: a blocking wait where the event has one, else a poll.
+template <typename E>
+void wait_for_event(const E& e) {
+  if constexpr (TimingEvent<E>)
+    e.synchronize();
+  else
+    while (!e.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+// Milliseconds from `a` to `b`, both fired; only called where TimingEvent holds.
+template <typename E>
+double elapsed_ms(const E& a, const E& b) {
+  if constexpr (TimingEvent<E>) return a.elapsedTime(b);
+  return 0;
+}
+
 // Device scalars on their way to the host. The copy is queued behind the step's kernels into
 // pinned memory and read one step later, by which time it has landed: logging never drains
 // the GPU queue. On CPU the copy is immediate.
@@ -48,8 +73,8 @@ class DeferredScalars {
   }
 
   std::vector<double> get() const {
-    // c10::Event has no blocking wait in libtorch 1.13; by now it has almost always fired.
-    while (ready_ && !ready_->query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // By now it has almost always fired (it is read one step later).
+    if (ready_) wait_for_event(*ready_);
     const auto* data = host_.data_ptr<double>();
     return {data, data + host_.numel()};
   }
@@ -72,9 +97,43 @@ std::string describe_last_collective(const std::vector<CollectiveSample>& collec
 
 }  // namespace
 
+bool device_step_timing_available() { return TimingEvent<c10::Event>; }
+
+// A step's time. On a GPU the host's clock stops when the last kernel is queued, not when it
+// has run (review item 4, shared/notes/gpu-path-review.md: tokens/s came out 1.6-3% high on an
+// H100), so where c10::Event can time, a pair of timing events brackets the step on the
+// device's stream and is read when the step is published, by which time the deferred scalars
+// (queued after the end event) have landed. On the CPU the host clock is the device's.
+class Trainer::StepClock {
+ public:
+  explicit StepClock(const torch::Device& device) : device_(device), start_(Clock::now()) {
+    if (device.is_cpu() || !device_step_timing_available()) return;
+    begin_.emplace(device.type(), c10::EventFlag::BACKEND_DEFAULT);  // BACKEND_DEFAULT: timing on
+    begin_->record(current_stream(device));
+  }
+  double host_seconds() const { return seconds_since(start_); }
+  void stop() {
+    if (!begin_) return;
+    end_.emplace(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+    end_->record(current_stream(device_));
+  }
+  // The device's time for the step, once stopped; nullopt where only the host clock exists.
+  std::optional<double> device_seconds() const {
+    if (!end_) return std::nullopt;
+    wait_for_event(*end_);
+    return elapsed_ms(*begin_, *end_) / 1000.0;
+  }
+
+ private:
+  torch::Device device_;
+  Clock::time_point start_;
+  std::optional<c10::Event> begin_, end_;
+};
+
 struct Trainer::PendingStep {
   StepRecord record;
   DeferredScalars scalars;  // {mean loss, grad norm}
+  StepClock clock;
 };
 
 // RAII: the hooks hear the phase on entry (the watchdog's view). When timed (cfg.phase_timing)
@@ -180,7 +239,7 @@ torch::Tensor Trainer::forward_loss(const Batch& batch, int64_t step, bool first
 // sync (per micro-batch) -> optimizer. Timing, validation and the hooks' checks bracket it.
 Trainer::PendingStep Trainer::train_step() {
   const auto& cfg = ctx_.cfg;
-  const auto start = Clock::now();
+  StepClock clock(ctx_.device);
   StepRecord rec = begin_step();
   optimizer_->zero_grad();
   auto loss_sum = zero_scalar(ctx_.device);
@@ -224,8 +283,9 @@ Trainer::PendingStep Trainer::train_step() {
     }
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
-  finish_step(rec, start);
-  return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm})};
+  finish_step(rec, clock);
+  return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm}),
+                     std::move(clock)};
 }
 
 StepRecord Trainer::begin_step() {
@@ -245,11 +305,14 @@ StepRecord Trainer::begin_step() {
 
 // Step time, memory, and what runs outside the step's time: validation and the checks (those
 // steps must not look slow).
-void Trainer::finish_step(StepRecord& rec, Clock::time_point start) {
+// On a GPU with timing events, step_time_s is the host's until publish() replaces it with the
+// device's (the hooks here see the host's).
+void Trainer::finish_step(StepRecord& rec, StepClock& clock) {
   const auto& cfg = ctx_.cfg;
   rec.tokens = cfg.grad_accum_steps * cfg.batch_size * cfg.seq_len;
-  hooks_.before_step_time(rec, seconds_since(start));
-  rec.step_time_s = seconds_since(start);
+  hooks_.before_step_time(rec, clock.host_seconds());
+  clock.stop();
+  rec.step_time_s = clock.host_seconds();
   rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
   hooks_.after_step_time(rec);
   rec.memory = sample_memory(ctx_.device);
@@ -289,6 +352,11 @@ void Trainer::restore(Snapshot snap) {
 void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   auto& rec = pending.record;
   const auto values = pending.scalars.get();
+  if (const auto device_s = pending.clock.device_seconds()) {
+    rec.step_time_s = *device_s;
+    rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
+    rec.step_time_clock = "device";
+  }
   hooks_.on_loss(rec.step, values[0]);
   enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);
@@ -329,13 +397,17 @@ TrainSummary Trainer::run() {
   // Step N's record is published after step N+1 has been queued, when its loss has reached
   // the host without stalling the device.
   std::optional<PendingStep> pending;
+  // After publish(): the step's device time, where there is one.
+  const auto publish_and_time = [&](PendingStep& p) {
+    publish(p, summary);
+    if (p.record.step > first_step) {
+      timed_s += p.record.step_time_s;
+      timed_tokens += p.record.tokens;
+    }
+  };
   while (step_ < cfg.steps) {
     PendingStep current = train_step();
-    if (current.record.step > first_step) {
-      timed_s += current.record.step_time_s;
-      timed_tokens += current.record.tokens;
-    }
-    if (pending) publish(*pending, summary);
+    if (pending) publish_and_time(*pending);
     pending.emplace(std::move(current));
     hooks_.between_steps(step_);
     // A stop request reaches ranks at different times: agree on it, as on time_up below.
@@ -355,7 +427,7 @@ TrainSummary Trainer::run() {
     }
   }
   // No step ran when resumed from a checkpoint of the last step.
-  if (pending) publish(*pending, summary);
+  if (pending) publish_and_time(*pending);
   if (!(pending && pending->record.val_loss) && !summary.stopped_by_request) summary.final_val_loss = evaluate();
 
   summary.steps_done = step_;

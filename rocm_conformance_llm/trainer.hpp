@@ -41,6 +41,10 @@ struct RunContext {
   std::filesystem::path output_dir;
 };
 
+// Whether steps on a GPU are timed with device events (c10::Event with elapsedTime: libtorch
+// 2.x); otherwise, and always on the CPU, step_time_s is the host's clock.
+bool device_step_timing_available();
+
 struct TrainSummary {
   std::vector<double> losses;  // one per optimizer step
   std::optional<double> final_val_loss;
@@ -112,10 +116,11 @@ class Trainer {
  private:
   struct PendingStep;
   class Phase;
+  class StepClock;
 
   PendingStep train_step();
   StepRecord begin_step();  // the record's identity, the LR, the hooks told
-  void finish_step(StepRecord& rec, SteadyClock::time_point start);
+  void finish_step(StepRecord& rec, StepClock& clock);
   void publish(PendingStep& pending, TrainSummary& summary);
   // After the host has read a non-finite step (and the observers localised it): the updates
   // withheld on the device since then are released and uncounted.

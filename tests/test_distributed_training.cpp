@@ -186,6 +186,39 @@ TEST_P(DataParallelTrainingTest, LossTrajectoryMatchesOneProcessWithTheSameGloba
 
 INSTANTIATE_TEST_SUITE_P(Worlds, DataParallelTrainingTest, ::testing::Values(2, 4));
 
+// Issue 11 item 7 with several ranks: the loss mean and the stop vote of every step travel as
+// host tensors through Gloo, so an ordinary step reads nothing back from the device on any rank
+// (counted by diagnostics.count_host_reads at the call sites a GPU would block on). Validation
+// (every 5th step) and the cross-rank checksum (every 4th, counted in the next step's window:
+// a step is published during the next) do read: the counter counts.
+TEST(HostReadsTest, TwoRanksOrdinaryStepsIssueNone) {
+  const fs::path out = fresh_dir("host-reads");
+  std::vector<std::string> args = training_args(2, out);
+  args[3] = "12";  // --steps
+  for (const char* s : {"--set", "eval_interval=5", "--set", "checksum_interval=4", "--set",
+                        "diagnostics.count_host_reads=true"})
+    args.push_back(s);
+  Ranks ranks = launch(2, args, out);
+  for (const auto& code : ranks.wait_all(180)) ASSERT_EQ(code, 0) << read_text(out / "rank1.log");
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(out / rank_file("metrics", "jsonl", r));
+    int steps = 0;
+    for (std::string line; std::getline(in, line); ++steps) {
+      const auto m = nlohmann::json::parse(line);
+      const int64_t step = m.at("step");
+      ASSERT_TRUE(m.contains("host_reads")) << line;
+      const int64_t reads = m.at("host_reads");
+      const bool validation = step % 5 == 0, after_checksum = step > 1 && (step - 1) % 4 == 0;
+      if (validation || after_checksum)
+        EXPECT_GE(reads, 1) << "rank " << r << " step " << step;
+      else
+        EXPECT_EQ(reads, 0) << "rank " << r << " ordinary step " << step;
+    }
+    EXPECT_EQ(steps, 12) << "rank " << r;
+  }
+  fs::remove_all(out);
+}
+
 // Two ranks: N steps straight equal N/2 + resume N/2 bit for bit on every rank (each rank's RNG
 // state comes back from its own rank-R file; dropout makes the ranks' streams matter).
 TEST(DistributedCheckpointTest, TwoRanksResumeBitExactly) {

@@ -51,13 +51,19 @@ std::vector<json> findings_named(const json& report, const std::string& prefix) 
   return out;
 }
 
+const std::string kNoAmdSmi = "RCL_AMD_SMI_LIBRARY=/nonexistent/libamd_smi.so";
+
+// The fake ROCm SMI, with amd-smi kept out (it is preferred where it loads).
 std::string fake_smi_env(const fs::path& script) {
 #ifdef RCL_FAKE_SMI
-  return std::string("RCL_ROCM_SMI_LIBRARY=") + RCL_FAKE_SMI + " FAKE_RSMI_SCRIPT=" + script.string();
+  return std::string("RCL_ROCM_SMI_LIBRARY=") + RCL_FAKE_SMI + " FAKE_RSMI_SCRIPT=" + script.string() + " " + kNoAmdSmi;
 #else
   (void)script;
-  return "";
+  return kNoAmdSmi;
 #endif
+}
+std::string fake_amd_smi_env(const fs::path& script) {
+  return std::string("RCL_AMD_SMI_LIBRARY=") + RCL_FAKE_AMD_SMI + " FAKE_AMDSMI_SCRIPT=" + script.string();
 }
 
 #ifndef RCL_FAKE_SMI
@@ -76,26 +82,23 @@ json gpu(uint32_t index, uint64_t ce, uint64_t ue, uint32_t throttle, double tem
           {"throttle_status", throttle}, {"temperature_edge_c", temp}};
 }
 
-// Through the real dlopen path into the fake library, one SMI round per script line, then the
+// The script both fake libraries serve in the scripted-findings tests: ECC counts rise after steps
+// 20 (correctable) and 30 (uncorrectable); throttled (bit 2) in the samples after 20 and 30.
+const char* kEccAndThrottleScript = "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=50\n"
+                                    "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=61\n"
+                                    "devices=2 ecc_ce=4 ecc_ue=0 throttle=4 temp_edge=95\n"
+                                    "devices=2 ecc_ce=4 ecc_ue=1 throttle=4 temp_edge=97\n"
+                                    "devices=2 ecc_ce=4 ecc_ue=1 throttle=0 temp_edge=70\n";
+
+// Through the real dlopen path into a fake library, one SMI round per script line, then the
 // tracker: the exact steps of the ECC increases and of the throttle episode.
-TEST(Telemetry, FakeSmiEccIncreaseAndThrottleBecomeFindings) {
-  RCL_REQUIRE_FAKE_SMI();
-  const auto dir = fresh_dir("fake-smi");
-  const auto script = write_file(dir / "script", "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=50\n"
-                                                 "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=61\n"
-                                                 "devices=2 ecc_ce=4 ecc_ue=0 throttle=8 temp_edge=95\n"
-                                                 "devices=2 ecc_ce=4 ecc_ue=1 throttle=8 temp_edge=97\n"
-                                                 "devices=2 ecc_ce=4 ecc_ue=1 throttle=0 temp_edge=70\n");
-#ifdef RCL_FAKE_SMI
-  ::setenv("RCL_ROCM_SMI_LIBRARY", RCL_FAKE_SMI, 1);
-#endif
-  ::setenv("FAKE_RSMI_SCRIPT", script.c_str(), 1);
-  ASSERT_TRUE(rocm_smi_status().available) << rocm_smi_status().reason;
+void expect_scripted_findings(const SmiLibrary& smi) {
+  ASSERT_TRUE(smi.status().available) << smi.status().reason;
   FindingLog log;
   TelemetryTracker tracker(log, 0);
   for (int64_t step : {0, 10, 20, 30, 40}) {
-    TelemetrySample s{.t_s = 0, .step = step, .device_count = rocm_smi_device_count(), .gpus = {}};
-    for (uint32_t i = 0; i < s.device_count.value_or(0); ++i) s.gpus.push_back(rocm_smi_sample(i));
+    TelemetrySample s{.t_s = 0, .step = step, .device_count = smi.device_count(), .gpus = {}};
+    for (uint32_t i = 0; i < s.device_count.value_or(0); ++i) s.gpus.push_back(smi.sample(i));
     tracker.add(s);
   }
   tracker.finish(45);
@@ -119,13 +122,52 @@ TEST(Telemetry, FakeSmiEccIncreaseAndThrottleBecomeFindings) {
   EXPECT_EQ(throttled.step, 21);
   EXPECT_EQ(throttled.evidence.at("episodes").at(0).at("first_step"), 21);
   EXPECT_EQ(throttled.evidence.at("episodes").at(0).at("last_step"), 41);
-  EXPECT_EQ(throttled.evidence.at("episodes").at(0).at("throttle_status"), 8);
+  EXPECT_EQ(throttled.evidence.at("episodes").at(0).at("throttle_status"), 4);
   const json report = tracker.report();
   EXPECT_EQ(report.at("before").at(0).at("temperature_edge_c"), 50.0);
   EXPECT_EQ(report.at("after").at(0).at("temperature_edge_c"), 70.0);
   EXPECT_EQ(report.at("extremes").at("1").at("temperature_edge_c").at("max"), 97.0);
   EXPECT_EQ(report.at("after").at(1).at("gfx_clock_mhz"), 2100);
+  EXPECT_EQ(report.at("after").at(1).at("mem_clock_mhz"), 1300);
+  EXPECT_EQ(report.at("after").at(1).at("power_w"), 300.0);
   EXPECT_EQ(report.at("after").at(1).at("power_cap_w"), 750.0);
+  EXPECT_EQ(report.at("after").at(1).at("vram_total_bytes"), uint64_t{64} << 30);
+  EXPECT_EQ(report.at("after").at(1).at("busy_percent"), 90);
+}
+
+TEST(Telemetry, FakeSmiEccIncreaseAndThrottleBecomeFindings) {
+  RCL_REQUIRE_FAKE_SMI();
+  const auto dir = fresh_dir("fake-smi");
+#ifdef RCL_FAKE_SMI
+  ::setenv("RCL_ROCM_SMI_LIBRARY", RCL_FAKE_SMI, 1);
+#endif
+  ::setenv("FAKE_RSMI_SCRIPT", write_file(dir / "script", kEccAndThrottleScript).c_str(), 1);
+  expect_scripted_findings(kRocmSmi);
+}
+
+// The same script through amd-smi's entry points (processor handles per socket, degrees rather
+// than millidegrees, violation flags as the throttle bits).
+TEST(Telemetry, FakeAmdSmiEccIncreaseAndThrottleBecomeFindings) {
+  const auto dir = fresh_dir("fake-amd-smi");
+  ::setenv("RCL_AMD_SMI_LIBRARY", RCL_FAKE_AMD_SMI, 1);
+  ::setenv("FAKE_AMDSMI_SCRIPT", write_file(dir / "script", kEccAndThrottleScript).c_str(), 1);
+  expect_scripted_findings(kAmdSmi);
+}
+
+// amd-smi 24.x (ROCm 6.0-6.3) lays amdsmi_power_info_t out without the leading socket_power: the
+// library's version picks the layout, and a Navi/MI200-style board reports only the average.
+TEST(Telemetry, FakeAmdSmiOlderStructLayoutStillReadsPower) {
+  const auto dir = fresh_dir("fake-amd-smi-24");
+  ::setenv("RCL_AMD_SMI_LIBRARY", RCL_FAKE_AMD_SMI, 1);
+  ::setenv("FAKE_AMDSMI_SCRIPT", write_file(dir / "script", "lib_major=24 devices=1 power_w=275 throttle=2\n").c_str(),
+           1);
+  ASSERT_TRUE(amd_smi_status().available) << amd_smi_status().reason;
+  ASSERT_EQ(amd_smi_device_count(), 1u);
+  const json gpu0 = amd_smi_sample(0);
+  EXPECT_EQ(gpu0.at("power_w"), 275.0);
+  EXPECT_EQ(gpu0.at("throttle_status"), 2);  // package power (PPT)
+  EXPECT_TRUE(gpu0.at("responding").get<bool>());
+  EXPECT_FALSE(amd_smi_sample(1).at("responding").get<bool>());  // no such GPU
 }
 
 TEST(Telemetry, GpuThatStopsAnsweringOrIsNoLongerListedFails) {
@@ -211,13 +253,79 @@ TEST(Telemetry, CleanRunWithFakeSmiHasNoTelemetryFinding) {
 TEST(Telemetry, LibraryAbsentIsALoggedSkip) {
   const auto dir = fresh_dir("absent");
   const auto r = run_cli(kSmoke + "--output-dir " + (dir / "out").string(),
-                         "RCL_ROCM_SMI_LIBRARY=" + (dir / "no-such-librocm_smi64.so").string());
+                         "RCL_ROCM_SMI_LIBRARY=" + (dir / "no-such-librocm_smi64.so").string() +
+                             " RCL_AMD_SMI_LIBRARY=" + (dir / "no-such-libamd_smi.so").string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("GPU telemetry skipped"), std::string::npos) << r.err;
-  const json telemetry = json::parse(read_text(dir / "out/report.json")).at("telemetry");
+  const json report = json::parse(read_text(dir / "out/report.json"));
+  const json& telemetry = report.at("telemetry");
   EXPECT_FALSE(telemetry.at("available").get<bool>());
-  EXPECT_NE(telemetry.at("reason").get<std::string>().find("not found"), std::string::npos);
+  const auto reason = telemetry.at("reason").get<std::string>();
+  EXPECT_NE(reason.find("no-such-libamd_smi.so not found"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("no-such-librocm_smi64.so not found"), std::string::npos) << reason;
   EXPECT_FALSE(fs::exists(dir / "out/telemetry.jsonl"));
+  // No telemetry: the step lines carry none.
+  std::ifstream metrics(dir / "out/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) EXPECT_FALSE(json::parse(line).contains("telemetry"));
+}
+
+// Both libraries there: amd-smi is read (its script says 77 C, ROCm SMI's 55 C), and each step
+// line of metrics.jsonl carries the latest sample in brief, exactly as telemetry.jsonl has it.
+// amd-smi absent: ROCm SMI is the fallback.
+TEST(Telemetry, AmdSmiIsPreferredRocmSmiIsTheFallbackAndStepsCarryTheLatestSample) {
+  RCL_REQUIRE_FAKE_SMI();
+  const auto dir = fresh_dir("prefer");
+  const auto amd = write_file(dir / "amd", "devices=1 temp_edge=77 throttle=4\n");
+  const auto rocm = write_file(dir / "rocm", "devices=1 temp_edge=55\n");
+  const std::string run = kSmoke + "--set diagnostics.telemetry_interval_s=0.05 --output-dir ";
+#ifdef RCL_FAKE_SMI
+  const std::string rocm_env = std::string("RCL_ROCM_SMI_LIBRARY=") + RCL_FAKE_SMI + " FAKE_RSMI_SCRIPT=" + rocm.string();
+#else
+  const std::string rocm_env;
+#endif
+  auto r = run_cli(run + (dir / "both").string(), fake_amd_smi_env(amd) + " " + rocm_env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;  // throttling is a warning
+  EXPECT_EQ(r.err.find("Failed to open drm"), std::string::npos) << r.err;
+  json report = json::parse(read_text(dir / "both/report.json"));
+  EXPECT_EQ(report.at("telemetry").at("interface"), "amd-smi");
+  EXPECT_EQ(report.at("telemetry").at("library"), RCL_FAKE_AMD_SMI);
+  EXPECT_EQ(report.at("telemetry").at("after").at(0).at("temperature_edge_c"), 77.0);
+  EXPECT_EQ(findings_named(report, "gpu_throttled").size(), 1u);
+
+  std::map<double, json> samples;  // telemetry.jsonl by t_s
+  std::ifstream jsonl(dir / "both/telemetry.jsonl");
+  for (std::string line; std::getline(jsonl, line);) {
+    const json s = json::parse(line);
+    samples[s.at("t_s").get<double>()] = s;
+  }
+  std::ifstream metrics(dir / "both/metrics.jsonl");
+  int steps = 0;
+  double last_t = -1;
+  for (std::string line; std::getline(metrics, line); ++steps) {
+    const json step = json::parse(line);
+    ASSERT_TRUE(step.contains("telemetry")) << line;  // the "before" sample precedes step 1
+    const json& brief = step.at("telemetry");
+    const double t = brief.at("t_s").get<double>();
+    ASSERT_TRUE(samples.count(t)) << "not a telemetry.jsonl sample: " << brief.dump();
+    EXPECT_GE(t, last_t);
+    last_t = t;
+    EXPECT_LT(brief.at("step").get<int64_t>(), step.at("step").get<int64_t>());
+    const json& gpu = brief.at("gpus").at(0);
+    const json& full = samples[t].at("gpus").at(0);
+    for (const char* key : {"temperature_edge_c", "power_w", "gfx_clock_mhz", "mem_clock_mhz", "throttle_status"})
+      EXPECT_EQ(gpu.at(key), full.at(key)) << key;
+    EXPECT_EQ(gpu.at("throttle_status"), 4);
+    EXPECT_FALSE(gpu.contains("ecc_correctable"));  // the counters stay in telemetry.jsonl
+  }
+  EXPECT_EQ(steps, 20);
+
+  r = run_cli(run + (dir / "fallback").string(), kNoAmdSmi + " " + rocm_env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  report = json::parse(read_text(dir / "fallback/report.json"));
+  EXPECT_EQ(report.at("telemetry").at("interface"), "rocm-smi");
+  EXPECT_EQ(report.at("telemetry").at("after").at(0).at("temperature_edge_c"), 55.0);
+  const json config = json::parse(read_text(dir / "fallback/config.json"));
+  EXPECT_NE(config.dump().find("\"amd_smi\""), std::string::npos);  // the environment report names both
 }
 
 // --- kernel log ---

@@ -16,6 +16,25 @@ nlohmann::json to_json(const TelemetrySample& s) {
           {"gpus", s.gpus}};
 }
 
+namespace {
+
+// The keys of a sample that explain a slow or failed step; the counters stay in telemetry.jsonl.
+constexpr const char* kBriefKeys[] = {"index",  "temperature_edge_c", "temperature_junction_c", "temperature_memory_c",
+                                      "power_w", "gfx_clock_mhz",      "mem_clock_mhz",          "throttle_status"};
+
+nlohmann::json brief(const TelemetrySample& s) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& gpu : s.gpus) {
+    nlohmann::json g = nlohmann::json::object();
+    for (const char* key : kBriefKeys)
+      if (gpu.contains(key)) g[key] = gpu.at(key);
+    gpus.push_back(std::move(g));
+  }
+  return {{"t_s", s.t_s}, {"step", s.step}, {"gpus", std::move(gpus)}};
+}
+
+}  // namespace
+
 void TelemetryTracker::check_counter(const nlohmann::json& gpu, GpuState& state, const TelemetrySample& s,
                                      const char* key, const char* signature, Severity severity) {
   if (!gpu.contains(key) || !state.last.contains(key)) return;
@@ -50,7 +69,7 @@ void TelemetryTracker::add(const TelemetrySample& s) {
   const uint32_t listed = s.device_count.value_or(0);
   for (auto& [index, state] : gpus_)
     if (index >= listed)
-      gone(index, state, s, s.device_count ? "is no longer listed by ROCm SMI" : "vanished: ROCm SMI cannot count devices");
+      gone(index, state, s, s.device_count ? "is no longer listed by the SMI library" : "vanished: the SMI library cannot count devices");
 
   for (const auto& gpu : s.gpus) {
     const auto index = gpu.at("index").get<uint32_t>();
@@ -58,7 +77,7 @@ void TelemetryTracker::add(const TelemetrySample& s) {
     const bool responding = gpu.value("responding", false);
     if (state.first.is_null()) state.first = gpu;
     if (!responding) {
-      if (state.responded) gone(index, state, s, "stopped answering ROCm SMI queries");
+      if (state.responded) gone(index, state, s, "stopped answering SMI queries");
       continue;
     }
     state.responded = true;
@@ -143,6 +162,7 @@ NodeMonitor::NodeMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::fi
       log_(log),
       rank_(rank),
       jsonl_path_(output_dir / (rank == 0 ? "telemetry.jsonl" : fmt::format("telemetry.rank{}.jsonl", rank))),
+      smi_(telemetry_smi()),
       tracker_(log, rank),
       kernel_log_(open_kernel_log(diag.kernel_log_source)) {
   nlohmann::json telemetry = {{"interval_s", interval_s_}};
@@ -150,11 +170,12 @@ NodeMonitor::NodeMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::fi
     telemetry["available"] = false;
     telemetry["reason"] = "off (diagnostics.telemetry_interval_s=0)";
   } else {
-    const SmiStatus& smi = rocm_smi_status();
+    const SmiStatus& smi = smi_.status();
     telemetry_on_ = smi.available;
     telemetry["available"] = smi.available;
     telemetry["library"] = smi.library;
-    if (!smi.available) telemetry["reason"] = smi.reason;
+    telemetry["interface"] = smi_.interface;
+    if (!smi.available) telemetry["reason"] = fmt::format("{}; {}", kAmdSmi.status().reason, smi.reason);
   }
   if (!telemetry_on_) spdlog::info("GPU telemetry skipped: {}", telemetry.at("reason").get<std::string>());
   if (!kernel_log_.source) spdlog::info("kernel log {}", kernel_log_.description);
@@ -207,13 +228,19 @@ void NodeMonitor::sample_round() {
   TelemetrySample s;
   s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.step = step_.load();
-  s.device_count = rocm_smi_device_count();
-  for (uint32_t i = 0; i < s.device_count.value_or(0); ++i) s.gpus.push_back(rocm_smi_sample(i));
+  s.device_count = smi_.device_count();
+  for (uint32_t i = 0; i < s.device_count.value_or(0); ++i) s.gpus.push_back(smi_.sample(i));
   std::lock_guard<std::mutex> lock(smi_mutex_);
   jsonl_ << to_json(s).dump() << "\n" << std::flush;
   tracker_.add(s);
   std::lock_guard<std::mutex> report_lock(report_mutex_);
   report_["telemetry"].update(tracker_.report());
+  latest_ = brief(s);
+}
+
+nlohmann::json NodeMonitor::latest_sample() const {
+  std::lock_guard<std::mutex> lock(report_mutex_);
+  return latest_;
 }
 
 void NodeMonitor::read_kernel_log() {

@@ -1,4 +1,4 @@
-// The node under the job: per-GPU telemetry from ROCm SMI (platform/rocm_dlopen.hpp) sampled on
+// The node under the job: per-GPU telemetry from amd-smi or ROCm SMI (platform/rocm_dlopen.hpp) sampled on
 // a thread into telemetry.jsonl, and the amdgpu kernel log (kernel_log.hpp), so a failed step
 // can be put next to a throttle, an ECC error or a GPU reset. docs/telemetry.md.
 #pragma once
@@ -20,6 +20,7 @@
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
 #include "rocm_conformance_llm/diagnostics/kernel_log.hpp"
+#include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 #include "rocm_conformance_llm/step_record.hpp"
 
 namespace rcl {
@@ -29,7 +30,7 @@ struct TelemetrySample {
   double t_s = 0;                        // seconds since the monitor started
   int64_t step = 0;                      // last finished step when sampled (0: before step 1)
   std::optional<uint32_t> device_count;  // nullopt: the count query itself failed
-  std::vector<nlohmann::json> gpus;      // rocm_smi_sample() of each device
+  std::vector<nlohmann::json> gpus;      // SmiLibrary::sample() of each device
 };
 nlohmann::json to_json(const TelemetrySample& s);
 
@@ -92,6 +93,9 @@ class NodeMonitor final : public StepObserver {
   void on_step(const StepRecord& r) override { step_.store(r.step); }
   // {"telemetry": ..., "kernel_log": ...} as of the last finished round.
   nlohmann::json report_sections() const;
+  // The last round in brief for metrics.jsonl: {"t_s", "step", "gpus": [{"index", temperatures,
+  // "power_w", clocks, "throttle_status"}]}; null before the first round or without telemetry.
+  nlohmann::json latest_sample() const;
 
  private:
   void loop();
@@ -105,7 +109,8 @@ class NodeMonitor final : public StepObserver {
   std::atomic<int64_t> step_{0};
   std::chrono::steady_clock::time_point started_;
 
-  std::mutex smi_mutex_;  // the tracker and telemetry.jsonl
+  const SmiLibrary& smi_;  // amd-smi, else ROCm SMI
+  std::mutex smi_mutex_;   // the tracker and telemetry.jsonl
   std::ofstream jsonl_;
   TelemetryTracker tracker_;
   bool telemetry_on_ = false;
@@ -116,6 +121,7 @@ class NodeMonitor final : public StepObserver {
 
   mutable std::mutex report_mutex_;
   nlohmann::json report_ = nlohmann::json::object();
+  nlohmann::json latest_;
 
   std::mutex wake_mutex_;
   std::condition_variable wake_;

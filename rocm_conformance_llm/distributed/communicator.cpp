@@ -26,6 +26,7 @@
 
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/distributed/c10d_group.hpp"
+#include "rocm_conformance_llm/utils/host_reads.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
@@ -218,13 +219,15 @@ struct Communicator::Impl {
     return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
   }
 
+  // `on_device`: the tensors live on the training device (host tensors need no wait for it).
   template <typename Start>
-  CollectiveSample run(const std::string& op, CollectiveKind kind, int64_t bytes, Start&& start) {
+  CollectiveSample run(const std::string& op, CollectiveKind kind, int64_t bytes, bool on_device, Start&& start) {
     const int64_t seq = ++sequence;
     std::optional<c10::DeviceGuard> guard;
-    if (!device.is_cpu()) {
+    if (on_device && !device.is_cpu()) {
       guard.emplace(device);
       // Kernels queued before the collective (backward, flattening) are not communication time.
+      note_device_wait();
       torch::cuda::synchronize(device.has_index() ? device.index() : -1);
     }
     const auto started = Clock::now();
@@ -324,7 +327,7 @@ void Communicator::set_step(int64_t step) { impl_->step = step; }
 CollectiveSample Communicator::all_reduce_sum(torch::Tensor& tensor, const std::string& op) {
   std::vector<at::Tensor> tensors{tensor};
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
-  return impl_->run(op, CollectiveKind::all_reduce, bytes, [&] {
+  return impl_->run(op, CollectiveKind::all_reduce, bytes, !tensor.is_cpu(), [&] {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     return impl_->group->allreduce(tensors, options);
@@ -337,7 +340,7 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::s
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size()) * impl_->world_size;
-  CollectiveSample done = impl_->run(op, CollectiveKind::all_gather, bytes,
+  CollectiveSample done = impl_->run(op, CollectiveKind::all_gather, bytes, !tensor.is_cpu(),
                                      [&] { return impl_->group->allgather(outputs, inputs); });
   if (sample) *sample = done;
   return torch::stack(outputs[0]);
@@ -346,7 +349,7 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::s
 CollectiveSample Communicator::broadcast(torch::Tensor& tensor, int root, const std::string& op) {
   std::vector<at::Tensor> tensors{tensor};
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
-  return impl_->run(op, CollectiveKind::broadcast, bytes, [&] {
+  return impl_->run(op, CollectiveKind::broadcast, bytes, !tensor.is_cpu(), [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     return impl_->group->broadcast(tensors, options);

@@ -169,7 +169,8 @@ nlohmann::json environment_report(const torch::Device& device) {
       {"hostname", host},
       {"env", env},
       {"hip_runtime", hip_runtime_report()},
-      {"rocm_smi", rocm_smi_report()},
+      {"rocm_smi", smi_report(kRocmSmi)},
+      {"amd_smi", smi_report(kAmdSmi)},
   };
   return report;
 }

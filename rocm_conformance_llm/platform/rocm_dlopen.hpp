@@ -20,15 +20,16 @@ std::optional<HipMemInfo> hip_mem_info();
 // HIP runtime and driver versions and the device count when available.
 nlohmann::json hip_runtime_report();
 
-// ROCm SMI, opened and initialised once per process: librocm_smi64, or the library named by
-// $RCL_ROCM_SMI_LIBRARY (a non-standard install, or the tests' fake). rsmi_init's own stderr
-// chatter ("Failed to open drm root directory /sys/class/drm" on a machine without amdgpu) goes
-// to the debug log instead of the console.
+// The SMI libraries, each opened and initialised once per process. rsmi_init's and amdsmi_init's
+// own stderr chatter ("Failed to open drm root directory /sys/class/drm" on a machine without
+// amdgpu) goes to the debug log instead of the console.
 struct SmiStatus {
   bool available = false;
   std::string library;  // what was loaded, or tried
   std::string reason;   // why not, when unavailable
 };
+// ROCm SMI: librocm_smi64, or the library named by $RCL_ROCM_SMI_LIBRARY (a non-standard install,
+// or the tests' fake).
 const SmiStatus& rocm_smi_status();
 // Devices SMI monitors now; nullopt when SMI is unavailable or the query fails.
 std::optional<uint32_t> rocm_smi_device_count();
@@ -37,7 +38,25 @@ std::optional<uint32_t> rocm_smi_device_count();
 // ecc_correctable, ecc_uncorrectable, pcie_replay_count, throttle_status; a key is absent when the
 // library or device does not report it. "responding" is false when no query answered.
 nlohmann::json rocm_smi_sample(uint32_t index);
-// {"available", "library", "reason"?, "devices": [rocm_smi_sample...]} for the environment report.
-nlohmann::json rocm_smi_report();
+// amd-smi (ROCm >= 6.0): libamd_smi, or $RCL_AMD_SMI_LIBRARY; the same keys (throttle_status is
+// built from amd-smi's violation flags: docs/telemetry.md). Device indices count the GPUs of every
+// socket in order, as of the last amd_smi_device_count().
+const SmiStatus& amd_smi_status();
+std::optional<uint32_t> amd_smi_device_count();
+nlohmann::json amd_smi_sample(uint32_t index);
+
+// One SMI library as telemetry uses it.
+struct SmiLibrary {
+  const char* interface;  // "amd-smi" | "rocm-smi"
+  const SmiStatus& (*status)();
+  std::optional<uint32_t> (*device_count)();
+  nlohmann::json (*sample)(uint32_t index);
+};
+extern const SmiLibrary kAmdSmi, kRocmSmi;
+// amd-smi where it loads and initialises (AMD's successor to ROCm SMI, which it deprecates), else
+// ROCm SMI (ROCm 5.x, or an install without amd-smi).
+const SmiLibrary& telemetry_smi();
+// {"available", "library", "reason"?, "devices": [sample...]} for the environment report.
+nlohmann::json smi_report(const SmiLibrary& smi);
 
 }  // namespace rcl

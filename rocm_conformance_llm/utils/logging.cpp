@@ -34,6 +34,7 @@ nlohmann::json to_json(const StepRecord& r) {
       {"skipped", r.skipped},
       {"tokens", r.tokens},
       {"step_time_s", r.step_time_s},
+      {"step_time_clock", r.step_time_clock},
       {"tokens_per_s", r.tokens_per_s},
       {"memory",
        {{"allocated_bytes", r.memory.allocated_bytes},
@@ -96,9 +97,10 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank,
   if (!out_) throw std::runtime_error("cannot write " + path_.string());
 }
 
-void MetricsWriter::write(const StepRecord& r) {
+void MetricsWriter::write(const StepRecord& r, const nlohmann::json& telemetry) {
   auto j = to_json(r);
   j["stress_modes"] = stress_modes_;
+  if (!telemetry.is_null()) j["telemetry"] = telemetry;
   out_ << j.dump() << '\n';
   out_.flush();
 }

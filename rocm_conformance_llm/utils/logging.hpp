@@ -28,7 +28,8 @@ class MetricsWriter {
  public:
   MetricsWriter(const std::filesystem::path& output_dir, int rank,
                 std::vector<std::string> stress_modes, std::optional<int64_t> keep_through_step = std::nullopt);
-  void write(const StepRecord& r);
+  // `telemetry`: the node monitor's latest sample (NodeMonitor::latest_sample), when not null.
+  void write(const StepRecord& r, const nlohmann::json& telemetry = nullptr);
   const std::filesystem::path& path() const { return path_; }
 
  private:
