@@ -125,6 +125,14 @@ bool FindingLog::add(Finding f) {
   return true;
 }
 
+void FindingLog::amend(size_t index, const std::function<void(Finding&)>& change) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Finding& f = findings_.at(index);
+  change(f);
+  spdlog::info("finding {} at step {} (rank {}) now {} [{}]: {}", f.signature, f.step, f.rank, to_string(f.severity),
+               to_string(action_of(f)), f.message);
+}
+
 std::vector<Finding> FindingLog::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return findings_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -84,6 +85,8 @@ class FindingLog {
  public:
   // Returns whether `f` was kept.
   bool add(Finding f);
+  // Changes the finding kept at `index` of snapshot() (a re-run classifies it after the fact).
+  void amend(size_t index, const std::function<void(Finding&)>& change);
   std::vector<Finding> snapshot() const;
   size_t size() const;
 

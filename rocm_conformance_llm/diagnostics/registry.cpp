@@ -10,6 +10,7 @@
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
 #include "rocm_conformance_llm/diagnostics/numerics.hpp"
 #include "rocm_conformance_llm/diagnostics/op_counter.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
 #include "rocm_conformance_llm/diagnostics/step_time.hpp"
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
@@ -43,7 +44,7 @@ std::vector<DetectorSpec> builtin_detectors() {
   return {
       // --- step detectors: read every finished step's record ---
       {"numerics", "step",
-       {{"nonfinite_loss", rocblas, fail, 1, "nan", rerun},
+       {{"nonfinite_loss", rocblas, fail, 1, "logits-nan", rerun},
         {"nonfinite_grad_norm", rocblas, fail, 1, "grad-bitflip", rerun},
         {"persistent_overflow_skips", rocblas, warn, 1, "test:NumericsDetector.PersistentOverflowSkipsWarn", check_config},
         {"loss_spike", rocblas, warn, kRepeated, "loss-spike", rerun},
@@ -75,8 +76,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {{"nonfinite_reduced_precision_only", rocblas, warn, kRepeated,
          "test:NonFiniteProbe.OverflowOnlyInReducedPrecisionIsNumerics", check_config},
         {"nonfinite_also_fp32", rocblas, fail, kRepeated, "nan", isolate_node},
-        {"nonfinite_not_reproducible", rocblas, warn, kRepeated,
-         "test:NonFiniteProbe.Fp32TrainingRunsOnceAndTransientIsNotReproduced", rerun}},
+        {"nonfinite_not_reproducible", rocblas, warn, kRepeated, "logits-nan-once", rerun}},
        {},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer) return nullptr;
@@ -96,6 +96,12 @@ std::vector<DetectorSpec> builtin_detectors() {
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.trainer->ctx().cfg.attention_probe_interval <= 0) return nullptr;
          return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.trainer, c.faults);
+       }},
+      // Classifies the numeric anomalies above (rerun.hpp): it only amends their findings.
+      {"anomaly_rerun", "loop", {}, {},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         if (!c.trainer || !AnomalyRerun::applies(c.trainer->ctx().cfg)) return nullptr;
+         return std::make_unique<AnomalyRerun>(c.diag, c.log, *c.trainer);
        }},
       // Produces op_counts for metrics.jsonl; `--baseline` judges them (op_fingerprint_changed).
       {"op_fingerprint", "loop", {}, {"diagnostics.fingerprint_interval"},
