@@ -240,14 +240,19 @@ TEST(AnomalyRerun, ReRunLeavesTheLossTrajectoryUnchanged) {
   EXPECT_EQ(losses(checked).size(), 32u);
 }
 
-// Clean runs on several seeds: nothing to re-run, so no finding carries a classification.
+// Clean runs on several seeds: no numeric anomaly, so nothing is re-run and no finding carries a
+// classification. (Timing findings of a loaded machine are the step-time detector's to judge.)
 TEST(AnomalyRerun, CleanRunsOnSeveralSeedsClassifyNothing) {
   for (const char* seed : {"1", "2", "3"}) {
     const RunOutput run = run_smoke(std::string("rerun-clean-") + seed, std::string("--steps 40 --seed ") + seed);
     ASSERT_TRUE(run.report.is_object()) << run.log;
     EXPECT_EQ(run.exit_code, 0) << run.log;
-    EXPECT_EQ(run.report.at("verdict"), "PASS") << "seed " << seed << ": " << run.report.at("findings").dump(1);
-    for (const auto& f : run.report.at("findings")) EXPECT_TRUE(f.at("classification").is_null()) << f.dump(1);
+    for (const auto& f : run.report.at("findings")) {
+      EXPECT_TRUE(f.at("classification").is_null()) << f.dump(1);
+      const std::string signature = f.at("signature");
+      for (const char* numeric : {"nonfinite_loss", "nonfinite_grad_norm", "loss_spike", "grad_norm_spike"})
+        EXPECT_NE(signature, numeric) << "seed " << seed << ": " << f.dump(1);
+    }
     EXPECT_EQ(run.log.find("[re-run:"), std::string::npos) << "no finding was amended by a re-run";
   }
 }
