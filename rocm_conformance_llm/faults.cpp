@@ -37,6 +37,8 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::hang, "hang", true, FaultValue::none},
     FaultTraits{FaultKind::gemm_corrupt, "gemm-corrupt", false, FaultValue::none},
     FaultTraits{FaultKind::attention_mask_corrupt, "attention-mask-corrupt", false, FaultValue::none},
+    FaultTraits{FaultKind::logits_nan_once, "logits-nan-once", true, FaultValue::none},
+    FaultTraits{FaultKind::logits_nan, "logits-nan", false, FaultValue::none},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -170,8 +172,8 @@ std::string fault_syntax_help() {
   return "Known faults: " + names +
          ". Syntax: NAME[=VALUE][@step=N][@rank=R], comma-separated, e.g. nan@step=20, "
          "grad-bitflip@step=30, loss-spike@step=25, slow-step@step=15=0.5, memory-leak=8MiB/step, "
-         "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt (nan, grad-bitflip, loss-spike and hang "
-         "need @step)";
+         "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt, logits-nan-once@step=12, "
+         "logits-nan@step=12 (nan, grad-bitflip, loss-spike, hang and logits-nan-once need @step)";
 }
 
 std::string FaultSpec::to_string() const {
@@ -267,6 +269,14 @@ void flip_exponent_bit(const torch::Tensor& grad) {
 // so backward still runs (and spreads the NaN, as the real failure would).
 torch::Tensor nan_target(GPT& model) { return model->blocks().front()->mlp->down->weight.data()[0][0]; }
 
+// logits-nan[-once]: the LM head's GEMM writes one NaN element, the silent corruption of one
+// output (rocm-libraries#9055 returns NaN from a bf16 GEMM). Added, so autograd carries it on.
+torch::Tensor with_one_nan(const torch::Tensor& logits) {
+  auto bad = torch::zeros_like(logits);
+  bad.view(-1)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+  return logits + bad;
+}
+
 }  // namespace
 
 FaultInjector::FaultInjector(const FaultPlan& plan, int rank, GPT model, torch::Device device)
@@ -291,6 +301,10 @@ torch::Tensor FaultInjector::on_logits(torch::Tensor logits, int64_t step) {
     nan_target(model_).copy_(nan_saved_);
     nan_saved_ = torch::Tensor();
   }
+  // -once: the first forward of its step only, as a transient fault strikes; a re-run is clean.
+  const bool once = active(FaultKind::logits_nan_once, step) && !logits_nan_once_struck_;
+  logits_nan_once_struck_ = logits_nan_once_struck_ || once;
+  if (once || active(FaultKind::logits_nan, step)) logits = with_one_nan(logits);
   return active(FaultKind::loss_spike, step) ? logits * kLossSpikeLogitScale : logits;
 }
 

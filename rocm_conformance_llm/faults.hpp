@@ -52,6 +52,8 @@ enum class FaultKind : uint8_t {
   hang,
   gemm_corrupt,
   attention_mask_corrupt,
+  logits_nan_once,
+  logits_nan,
   count,  // not a fault: the number of kinds (faults.cpp checks its table against it)
 };
 
@@ -102,7 +104,7 @@ class FaultInjector final : public StepHooks {
   FaultInjector(const FaultPlan& plan, int rank, GPT model, torch::Device device);
 
   void before_forward(int64_t step, bool first) override;                   // hang, nan
-  torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;    // loss-spike
+  torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;    // loss-spike, logits-nan[-once]
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
                     int64_t first_micro_batch) override;                  // grad-bitflip
   void before_step_time(StepRecord& rec, double elapsed_s) override;      // slow-step
@@ -116,6 +118,7 @@ class FaultInjector final : public StepHooks {
   GPT model_;
   torch::Device device_;
   torch::Tensor nan_saved_;            // nan: the weight value to put back after the forward
+  bool logits_nan_once_struck_ = false;  // logits-nan-once: a re-run of its step is clean
   std::vector<torch::Tensor> leaked_;  // memory-leak: kept alive for the whole run
 };
 

@@ -29,6 +29,7 @@ inline constexpr const char* eval = "eval";
 inline constexpr const char* canary = "canary";
 inline constexpr const char* attention_probe = "attention_probe";  // SDPA backends vs float64 math
 inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
+inline constexpr const char* rerun = "rerun";          // an anomalous step run again (diagnostics/rerun.hpp)
 inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
 }  // namespace phase
 

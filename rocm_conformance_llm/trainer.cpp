@@ -320,11 +320,14 @@ void Trainer::finish_step(StepRecord& rec, StepClock& clock) {
   hooks_.after_step(rec);
 }
 
-double Trainer::run_unpublished_step() {
+Trainer::StepValues Trainer::run_unpublished_step(bool fp32) {
   replaying_ = true;
-  const double loss = train_step().scalars.get()[0];
+  const AutocastState training = autocast_;
+  if (fp32) autocast_ = AutocastState{};
+  const auto values = train_step().scalars.get();
+  autocast_ = training;
   replaying_ = false;
-  return loss;
+  return {values[0], values[1]};
 }
 
 Trainer::Snapshot Trainer::snapshot() {

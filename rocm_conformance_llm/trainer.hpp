@@ -103,8 +103,13 @@ class Trainer {
   // A reload as a checkpoint loader does it: parameters copied into (load_state_dict), the
   // optimizer state copied back into its buffers (Optimizer::load).
   void restore(Snapshot snap);
+  // What the host reads of a step.
+  struct StepValues {
+    double loss = 0, grad_norm = 0;
+  };
   // Runs the next step without publishing it (no observer sees it, no validation): a replay.
-  double run_unpublished_step();
+  // `fp32`: with autocast off (an anomaly re-run's precision check).
+  StepValues run_unpublished_step(bool fp32 = false);
   bool replaying() const { return replaying_; }
   // Micro-batch forward and loss, through the hooks (the caller sets autocast);
   // `block_outputs` as in GPTImpl::forward.

@@ -9,6 +9,7 @@
 #include "rocm_conformance_llm/diagnostics/error_classifier.hpp"
 #include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
 #include "rocm_conformance_llm/diagnostics/numerics.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
@@ -195,6 +196,50 @@ TEST(NonFiniteProbe, Fp32TrainingRunsOnceAndTransientIsNotReproduced) {
   d = diagnose_nonfinite([](bool) { return overflowing_forward(/*fp32=*/true, false); }, true);
   EXPECT_EQ(d.classification, "not_reproduced");
   EXPECT_EQ(to_finding(d, "bf16", 3, 0).signature, "nonfinite_not_reproducible");
+}
+
+// Megatron-LM's taxonomy: not reproduced on the same device is transient; gone in float32 is
+// precision; also on the CPU is the job's own doing; otherwise persistent.
+TEST(AnomalyRerun, ClassificationFollowsWhereTheAnomalyReproduces) {
+  EXPECT_EQ(classify({.reproducible = false}), Classification::transient);
+  EXPECT_EQ(classify({.reproducible = true, .also_in_fp32 = false}), Classification::precision);
+  EXPECT_EQ(classify({.reproducible = true, .also_in_fp32 = true}), Classification::persistent);
+  EXPECT_EQ(classify({.reproducible = true, .also_in_fp32 = true, .also_on_cpu = false}), Classification::persistent);
+  EXPECT_EQ(classify({.reproducible = true, .also_in_fp32 = true, .also_on_cpu = true}), Classification::configuration);
+}
+
+TEST(AnomalyRerun, ReRunShowsASpikeWhenNearerTheSpikedValueThanTheMedian) {
+  const Finding spike{.signature = "loss_spike", .evidence = {{"loss", 9.0}, {"baseline_median", 3.0}}};
+  EXPECT_EQ(shows_anomaly(spike, 8.9, 1.0), true);
+  EXPECT_EQ(shows_anomaly(spike, 3.2, 1.0), false);
+  EXPECT_EQ(shows_anomaly(spike, std::nan(""), 1.0), true);
+  const Finding norm{.signature = "grad_norm_spike", .evidence = {{"grad_norm", 1000.0}, {"baseline_median", 1.0}}};
+  EXPECT_EQ(shows_anomaly(norm, 3.0, 40.0), true);   // log10: 1.6 is nearer 3 than 0
+  EXPECT_EQ(shows_anomaly(norm, 3.0, 20.0), false);  // 1.3
+  const Finding nonfinite{.signature = "nonfinite_loss"};
+  EXPECT_EQ(shows_anomaly(nonfinite, std::numeric_limits<double>::infinity(), 1.0), true);
+  EXPECT_EQ(shows_anomaly(nonfinite, 2.5, 1.0), false);
+  // Not judgeable: a signature no re-run reads, a spike without its evidence.
+  EXPECT_FALSE(shows_anomaly(Finding{.signature = "memory_growth"}, 1.0, 1.0).has_value());
+  EXPECT_FALSE(shows_anomaly(Finding{.signature = "loss_spike"}, 1.0, 1.0).has_value());
+}
+
+TEST(AnomalyRerun, OnlyAPersistentAnomalyKeepsAFailSeverity) {
+  Finding transient{.signature = "nonfinite_loss", .severity = Severity::fail, .message = "loss is nan"};
+  apply_rerun(transient, {.reproducible = false});
+  EXPECT_EQ(transient.severity, Severity::warn);
+  EXPECT_EQ(action_of(transient), Action::rerun);
+  EXPECT_EQ(transient.reproducible, false);
+  EXPECT_FALSE(transient.also_in_fp32.has_value());
+  EXPECT_NE(transient.message.find("re-run: transient"), std::string::npos) << transient.message;
+  Finding persistent{.signature = "nonfinite_loss", .severity = Severity::fail};
+  apply_rerun(persistent, {.reproducible = true, .also_in_fp32 = true});
+  EXPECT_EQ(persistent.severity, Severity::fail);
+  EXPECT_EQ(action_of(persistent), Action::isolate_node);
+  Finding precision{.signature = "nonfinite_loss", .severity = Severity::fail};
+  apply_rerun(precision, {.reproducible = true, .also_in_fp32 = false});
+  EXPECT_EQ(precision.severity, Severity::warn);
+  EXPECT_EQ(action_of(precision), Action::check_config);
 }
 
 TEST(RngChecks, ReplayBitwiseInDeterministicModeToleranceOtherwise) {

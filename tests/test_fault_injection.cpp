@@ -78,6 +78,8 @@ struct Expected {
   std::string severity;
   std::string evidence_key = {};  // optional evidence that must hold `evidence_value`
   std::string evidence_value = {};
+  std::string classification = {};  // optional: the anomaly re-run's verdict (rerun.hpp)
+  std::string action = {};          // optional
 };
 
 struct FaultCase {
@@ -110,7 +112,10 @@ TEST_P(FaultInjection, DetectedAttributedAndReported) {
     EXPECT_EQ(f.at("step"), e.step) << f.dump();
     EXPECT_EQ(f.at("severity"), e.severity) << f.dump();
     if (!e.evidence_key.empty()) EXPECT_EQ(f.at("evidence").at(e.evidence_key), e.evidence_value) << f.dump();
-    // junit.xml: a component fails exactly when it has a fail finding.
+    if (!e.classification.empty()) EXPECT_EQ(f.at("classification"), e.classification) << f.dump();
+    if (!e.action.empty()) EXPECT_EQ(f.at("action"), e.action) << f.dump();
+    // junit.xml: a component fails exactly when it has a fail finding; every finding says what to do.
+    EXPECT_NE(run.junit.find("action " + f.at("action").get<std::string>()), std::string::npos) << run.junit;
     bool component_fails = false;
     for (const auto& any : run.report.at("findings"))
       component_fails |= any.at("component") == e.component && any.at("severity") == "fail";
@@ -126,13 +131,29 @@ INSTANTIATE_TEST_SUITE_P(
         // NaN out of block 0 at step 12: the loss detector fails the step, and the re-run of the
         // micro-batch names block 0 as the first non-finite output, also in fp32.
         FaultCase{"nan", "--steps 13 --inject nan@step=12",
-                  {{"nonfinite_loss", kRocblas, 12, "fail"},
+                  {{"nonfinite_loss", kRocblas, 12, "fail", "", "", "persistent", "isolate_node"},
                    {"nonfinite_also_fp32", kRocblas, 12, "fail", "first_nonfinite_training", "block0"}},
                   1, "FAIL"},
         // Logits x20 for one step: the loss jumps and recovers (no divergence); the gradient norm
         // jumps with it.
         FaultCase{"loss_spike", "--steps 32 --inject loss-spike@step=25",
-                  {{"loss_spike", kRocblas, 25, "warn"}, {"grad_norm_spike", kRocblas, 25, "warn"}}, 0, "WARN"},
+                  {{"loss_spike", kRocblas, 25, "warn", "", "", "persistent", "isolate_node"},
+                   {"grad_norm_spike", kRocblas, 25, "warn", "", "", "persistent"}},
+                  0, "WARN"},
+        // One NaN in the LM head's output, the first time step 12 runs: the step re-run from the
+        // state before it is finite, so the anomaly is transient (warn, rerun), and so says the
+        // localiser's own re-run of the forward.
+        FaultCase{"logits_nan_once", "--steps 13 --inject logits-nan-once@step=12",
+                  {{"nonfinite_loss", kRocblas, 12, "warn", "", "", "transient", "rerun"},
+                   {"nonfinite_grad_norm", kRocblas, 12, "warn", "", "", "transient", "rerun"},
+                   {"nonfinite_not_reproducible", kRocblas, 12, "warn", "", "", "transient", "rerun"}},
+                  0, "WARN"},
+        // The same NaN in every forward from step 12 on, re-runs included: persistent, also in
+        // float32 (a CPU run: the CPU comparison is not made), fail, isolate the node.
+        FaultCase{"logits_nan", "--steps 13 --inject logits-nan@step=12",
+                  {{"nonfinite_loss", kRocblas, 12, "fail", "", "", "persistent", "isolate_node"},
+                   {"nonfinite_also_fp32", kRocblas, 12, "fail", "", "", "persistent", "isolate_node"}},
+                  1, "FAIL"},
         // A flipped top exponent bit (x 2^128) overflows the float32 norm: Inf, update applied.
         FaultCase{"grad_bitflip", "--steps 21 --inject grad-bitflip@step=20",
                   {{"nonfinite_grad_norm", kRocblas, 20, "fail"}}, 1, "FAIL"},
@@ -203,6 +224,37 @@ TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
   EXPECT_NE(checked.log.find("replay check: steps 17..18 reproduced bitwise"), std::string::npos);
   EXPECT_EQ(unchecked.log.find("replay check"), std::string::npos);
   EXPECT_EQ(losses(checked), losses(unchecked));
+}
+
+// The anomaly re-run rewinds two steps, runs the spiked step again and puts the run back: the
+// logged trajectory is bitwise the one of the same faulty run without any check.
+TEST(AnomalyRerun, ReRunLeavesTheLossTrajectoryUnchanged) {
+  const RunOutput checked = run_smoke("rerun-on", "--steps 32 --inject loss-spike@step=25");
+  const RunOutput unchecked = run_smoke("rerun-off", "--steps 32 --inject loss-spike@step=25 --set diagnostics.enabled=false");
+  ASSERT_EQ(checked.exit_code, 0) << checked.log;
+  ASSERT_EQ(unchecked.exit_code, 0) << unchecked.log;
+  const auto spikes = findings_with(checked.report, "loss_spike");
+  ASSERT_EQ(spikes.size(), 1u) << checked.report.dump(1);
+  EXPECT_EQ(spikes[0].at("reproducible"), true);
+  EXPECT_EQ(losses(checked), losses(unchecked));
+  EXPECT_EQ(losses(checked).size(), 32u);
+}
+
+// Clean runs on several seeds: no numeric anomaly, so nothing is re-run and no finding carries a
+// classification. (Timing findings of a loaded machine are the step-time detector's to judge.)
+TEST(AnomalyRerun, CleanRunsOnSeveralSeedsClassifyNothing) {
+  for (const char* seed : {"1", "2", "3"}) {
+    const RunOutput run = run_smoke(std::string("rerun-clean-") + seed, std::string("--steps 40 --seed ") + seed);
+    ASSERT_TRUE(run.report.is_object()) << run.log;
+    EXPECT_EQ(run.exit_code, 0) << run.log;
+    for (const auto& f : run.report.at("findings")) {
+      EXPECT_TRUE(f.at("classification").is_null()) << f.dump(1);
+      const std::string signature = f.at("signature");
+      for (const char* numeric : {"nonfinite_loss", "nonfinite_grad_norm", "loss_spike", "grad_norm_spike"})
+        EXPECT_NE(signature, numeric) << "seed " << seed << ": " << f.dump(1);
+    }
+    EXPECT_EQ(run.log.find("[re-run:"), std::string::npos) << "no finding was amended by a re-run";
+  }
 }
 
 // An ordinary step with diagnostics at their defaults issues no blocking device-to-host read:

@@ -370,14 +370,19 @@ std::string findings_section(const json& findings) {
   std::string s = fmt::format("<h2>Findings ({})</h2>\n", findings.size());
   if (findings.empty()) return s + "<p>none</p>\n";
   s += "<table id=\"findings\"><tr><th>#</th><th>severity</th><th>component</th><th>signature</th><th>step</th>"
-       "<th>rank</th><th>message</th><th>evidence</th></tr>\n";
+       "<th>rank</th><th>message</th><th>action</th><th>evidence</th></tr>\n";
   for (size_t i = 0; i < findings.size(); ++i) {
     const json& f = findings[i];
+    // Reports older than the action key show none; the classification is null where not re-run.
+    std::string action = f.contains("action") ? f.at("action").get<std::string>() : "";
+    if (f.contains("classification") && f.at("classification").is_string())
+      action += " (" + f.at("classification").get<std::string>() + ")";
     s += fmt::format("<tr id=\"finding-{0}\" class=\"sev-{1}\"><td>{0}</td><td>{1}</td><td>{2}</td><td>{3}</td>"
-                     "<td class=\"num\">{4}</td><td class=\"num\">{5}</td><td>{6}</td><td><pre>{7}</pre></td></tr>\n",
+                     "<td class=\"num\">{4}</td><td class=\"num\">{5}</td><td>{6}</td><td>{7}</td><td><pre>{8}</pre></td></tr>\n",
                      i, xml_escape(f.value("severity", "")), xml_escape(f.value("component", "")),
                      xml_escape(f.value("signature", "")), f.value("step", int64_t{0}), f.value("rank", 0),
-                     xml_escape(f.value("message", "")), xml_escape(f.value("evidence", json::object()).dump(1)));
+                     xml_escape(f.value("message", "")), xml_escape(action),
+                     xml_escape(f.value("evidence", json::object()).dump(1)));
   }
   return s + "</table>\n";
 }

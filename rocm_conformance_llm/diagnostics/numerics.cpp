@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/diagnostics/robust_stats.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 
@@ -174,6 +175,10 @@ Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, in
                             "non-finite result was transient",
                             precision);
   }
+  // The localiser's re-runs answer the same questions as the anomaly re-run (rerun.hpp).
+  RerunOutcome outcome{.reproducible = d.classification != "not_reproduced"};
+  if (outcome.reproducible) outcome.also_in_fp32 = d.classification == "fault";
+  record_outcome(f, outcome);
   f.evidence = {{"classification", d.classification},
                 {"precision", precision},
                 {"first_nonfinite_training", d.first_nonfinite_training.value_or("")},

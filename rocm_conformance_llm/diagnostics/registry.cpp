@@ -10,6 +10,7 @@
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
 #include "rocm_conformance_llm/diagnostics/numerics.hpp"
 #include "rocm_conformance_llm/diagnostics/op_counter.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
 #include "rocm_conformance_llm/diagnostics/step_time.hpp"
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
@@ -25,6 +26,9 @@ using component::rccl;
 using component::rocblas;
 using component::rocrand;
 constexpr Severity warn = Severity::warn, fail = Severity::fail;
+// The default actions (README "Actions"): a re-run classification overrides them.
+constexpr Action rerun = Action::rerun, isolate_node = Action::isolate_node,
+                 report_upstream = Action::report_upstream, check_config = Action::check_config;
 
 // A persisting fault is reported at a few checks, not at every one of a long run.
 constexpr int kRepeated = 5;
@@ -40,59 +44,64 @@ std::vector<DetectorSpec> builtin_detectors() {
   return {
       // --- step detectors: read every finished step's record ---
       {"numerics", "step",
-       {{"nonfinite_loss", rocblas, fail, 1, "nan"},
-        {"nonfinite_grad_norm", rocblas, fail, 1, "grad-bitflip"},
-        {"persistent_overflow_skips", rocblas, warn, 1, "test:NumericsDetector.PersistentOverflowSkipsWarn"},
-        {"loss_spike", rocblas, warn, kRepeated, "loss-spike"},
-        {"loss_divergence", rocblas, fail, 1, "test:NumericsDetector.SpikeThatNeverRecoversFails"},
-        {"grad_norm_spike", rocblas, warn, kRepeated, "loss-spike"}},
+       {{"nonfinite_loss", rocblas, fail, 1, "logits-nan", rerun},
+        {"nonfinite_grad_norm", rocblas, fail, 1, "grad-bitflip", rerun},
+        {"persistent_overflow_skips", rocblas, warn, 1, "test:NumericsDetector.PersistentOverflowSkipsWarn", check_config},
+        {"loss_spike", rocblas, warn, kRepeated, "loss-spike", rerun},
+        {"loss_divergence", rocblas, fail, 1, "test:NumericsDetector.SpikeThatNeverRecoversFails", check_config},
+        {"grad_norm_spike", rocblas, warn, kRepeated, "loss-spike", rerun}},
        {"diagnostics.loss_spike_zscore", "diagnostics.window_steps", "diagnostics.warmup_steps"},
        step_detector<NumericsDetector>},
       {"step_time", "step",
-       {{"step_time_cliff", rocblas, warn, 1, "slow-step"},
-        {"late_slowdown", miopen, warn, 1, "test:StepTimeDetector.GradualDriftIsALateSlowdownNotACliff"},
-        {"step_time_variance", miopen, warn, 1, "test:StepTimeDetector.JitteryStepTimesWarnAboutVariance"},
-        {"slow_first_step", miopen, warn, 1, "test:StepTimeDetector.SlowFirstStepIsInfoThenWarn"}},
+       {{"step_time_cliff", rocblas, warn, 1, "slow-step", isolate_node},
+        {"late_slowdown", miopen, warn, 1, "test:StepTimeDetector.GradualDriftIsALateSlowdownNotACliff", isolate_node},
+        {"step_time_variance", miopen, warn, 1, "test:StepTimeDetector.JitteryStepTimesWarnAboutVariance", isolate_node},
+        {"slow_first_step", miopen, warn, 1, "test:StepTimeDetector.SlowFirstStepIsInfoThenWarn", check_config}},
        {"diagnostics.slowdown_ratio_warn", "diagnostics.step_time_cv_warn", "diagnostics.first_step_ratio_warn",
         "diagnostics.window_steps", "diagnostics.warmup_steps"},
        step_detector<StepTimeDetector>},
       {"memory", "step",
-       {{"memory_growth", allocator, warn, 1, "memory-leak"},
-        {"allocator_fragmentation", allocator, warn, 1, "test:MemoryDetector.FragmentationUsesPeakAgainstReserved"}},
+       {{"memory_growth", allocator, warn, 1, "memory-leak", report_upstream},
+        {"allocator_fragmentation", allocator, warn, 1, "test:MemoryDetector.FragmentationUsesPeakAgainstReserved", check_config}},
        {"diagnostics.memory_slope_bytes_per_step_warn", "diagnostics.fragmentation_ratio_warn",
         "diagnostics.window_steps"},
        step_detector<MemoryDetector>},
       {"collective_latency", "step",
-       {{"collective_latency_spike", rccl, warn, kRepeated, "test:CollectiveDetector.LatencySpikeIsAttributedToRccl"}},
+       {{"collective_latency_spike", rccl, warn, kRepeated, "test:CollectiveDetector.LatencySpikeIsAttributedToRccl", isolate_node}},
        {"diagnostics.collective_latency_zscore", "diagnostics.window_steps"},
        step_detector<CollectiveDetector>},
 
       // --- loop-side checks: act inside the step through StepHooks ---
       {"nonfinite_localisation", "loop",
        {{"nonfinite_reduced_precision_only", rocblas, warn, kRepeated,
-         "test:NonFiniteProbe.OverflowOnlyInReducedPrecisionIsNumerics"},
-        {"nonfinite_also_fp32", rocblas, fail, kRepeated, "nan"},
-        {"nonfinite_not_reproducible", rocblas, warn, kRepeated,
-         "test:NonFiniteProbe.Fp32TrainingRunsOnceAndTransientIsNotReproduced"}},
+         "test:NonFiniteProbe.OverflowOnlyInReducedPrecisionIsNumerics", check_config},
+        {"nonfinite_also_fp32", rocblas, fail, kRepeated, "nan", isolate_node},
+        {"nonfinite_not_reproducible", rocblas, warn, kRepeated, "logits-nan-once", rerun}},
        {},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer) return nullptr;
          return std::make_unique<NonFiniteLocaliser>(c.diag, c.log, *c.trainer);
        }},
       {"gemm_canary", "loop",
-       {{"gemm_nonfinite_output", rocblas, fail, kRepeated, "test:GemmCanary.FiniteInNonFiniteOutFails"},
-        {"gemm_wrong_result", rocblas, fail, kRepeated, "gemm-corrupt"}},
+       {{"gemm_nonfinite_output", rocblas, fail, kRepeated, "test:GemmCanary.FiniteInNonFiniteOutFails", isolate_node},
+        {"gemm_wrong_result", rocblas, fail, kRepeated, "gemm-corrupt", isolate_node}},
        {"diagnostics.gemm_canary_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.diag.gemm_canary_interval <= 0) return nullptr;
          return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.trainer, c.faults);
        }},
       {"attention_probe", "loop",
-       {{"attention_backend_mismatch", component::attention, fail, kRepeated, "attention-mask-corrupt"}},
+       {{"attention_backend_mismatch", component::attention, fail, kRepeated, "attention-mask-corrupt", report_upstream}},
        {"training.attention_probe_interval", "training.attention_probe_seq_len", "training.attention_pad_fraction"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.trainer->ctx().cfg.attention_probe_interval <= 0) return nullptr;
          return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.trainer, c.faults);
+       }},
+      // Classifies the numeric anomalies above (rerun.hpp): it only amends their findings.
+      {"anomaly_rerun", "loop", {}, {},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         if (!c.trainer || !AnomalyRerun::applies(c.trainer->ctx().cfg)) return nullptr;
+         return std::make_unique<AnomalyRerun>(c.diag, c.log, *c.trainer);
        }},
       // Produces op_counts for metrics.jsonl; `--baseline` judges them (op_fingerprint_changed).
       {"op_fingerprint", "loop", {}, {"diagnostics.fingerprint_interval"},
@@ -101,10 +110,10 @@ std::vector<DetectorSpec> builtin_detectors() {
          return std::make_unique<OpFingerprint>(c.diag, c.log, *c.trainer);
        }},
       {"replay", "loop",
-       {{"replay_mismatch", rocrand, fail, kRepeated, "rng-skew"},
-        {"dropout_mask_not_reproducible", rocrand, fail, kRepeated, "rng-skew"},
-        {"dropout_mask_rank_mismatch", rocrand, fail, kRepeated, "rng-skew"},
-        {"memory_not_recovered_after_reload", allocator, warn, kRepeated, "memory-leak"}},
+       {{"replay_mismatch", rocrand, fail, kRepeated, "rng-skew", rerun},
+        {"dropout_mask_not_reproducible", rocrand, fail, kRepeated, "rng-skew", report_upstream},
+        {"dropout_mask_rank_mismatch", rocrand, fail, kRepeated, "rng-skew", report_upstream},
+        {"memory_not_recovered_after_reload", allocator, warn, kRepeated, "memory-leak", report_upstream}},
        {"training.replay_check_interval", "training.replay_steps", "diagnostics.replay_rel_tolerance",
         "diagnostics.reload_memory_growth_warn_bytes"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
@@ -114,11 +123,11 @@ std::vector<DetectorSpec> builtin_detectors() {
 
       // --- cross-rank checks (RCCL): every rank, after every step ---
       {"comm_monitor", "cross-rank",
-       {{"collective_desync", rccl, fail, kRepeated, "test:CommChecksTest.SkippedCollectiveIsNamedBySequenceCheck"},
+       {{"collective_desync", rccl, fail, kRepeated, "test:CommChecksTest.SkippedCollectiveIsNamedBySequenceCheck", report_upstream},
         {"allreduce_canary_mismatch", rccl, fail, kRepeated,
-         "test:CommChecksTest.CanaryPassesAndFailsWhenOneRankPerturbsItsContribution"},
-        {"parameter_divergence", rccl, fail, kRepeated, "test:CommChecksTest.ParameterChecksumNamesThePerturbedRank"},
-        {"straggler_rank", rccl, warn, kRepeated, "test:CommMonitorTest.SleepingRankIsNamedStragglerAndOthersSeeTheLatency"}},
+         "test:CommChecksTest.CanaryPassesAndFailsWhenOneRankPerturbsItsContribution", isolate_node},
+        {"parameter_divergence", rccl, fail, kRepeated, "test:CommChecksTest.ParameterChecksumNamesThePerturbedRank", isolate_node},
+        {"straggler_rank", rccl, warn, kRepeated, "test:CommMonitorTest.SleepingRankIsNamedStragglerAndOthersSeeTheLatency", isolate_node}},
        {"training.checksum_interval", "diagnostics.warmup_steps"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync);
@@ -129,53 +138,53 @@ std::vector<DetectorSpec> builtin_detectors() {
 
       // --- owned by the runner and the process group ---
       {"collectives", "run",
-       {{"collective_timeout", rccl, fail, 1, "test:CommChecksTest.RankThatNeverArrivesGivesOthersANamedTimeout"},
-        {"exchange_timeout", rccl, fail, 1, "test:CommChecksTest.VanishedRankZeroIsNamedThroughTheUnreachableStore"},
-        {"rendezvous_failed", rccl, fail, 1, "test:CommChecksTest.RendezvousNamesTheRankThatNeverJoined"}},
+       {{"collective_timeout", rccl, fail, 1, "test:CommChecksTest.RankThatNeverArrivesGivesOthersANamedTimeout", isolate_node},
+        {"exchange_timeout", rccl, fail, 1, "test:CommChecksTest.VanishedRankZeroIsNamedThroughTheUnreachableStore", isolate_node},
+        {"rendezvous_failed", rccl, fail, 1, "test:CommChecksTest.RendezvousNamesTheRankThatNeverJoined", check_config}},
        {"training.collective_timeout_s"},
        {}},
       // The node under the job (diagnostics/telemetry.hpp): ROCm SMI samples and the amdgpu
       // kernel log, read by the runner's NodeMonitor on its own thread.
       {"telemetry", "run",
-       {{"ecc_uncorrectable_increase", hip_runtime, fail, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings"},
-        {"ecc_correctable_increase", hip_runtime, warn, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings"},
-        {"gpu_throttled", hip_runtime, warn, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings"},
-        {"gpu_disappeared", hip_runtime, fail, kRepeated, "test:Telemetry.GpuThatStopsAnsweringOrIsNoLongerListedFails"}},
+       {{"ecc_uncorrectable_increase", hip_runtime, fail, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings", isolate_node},
+        {"ecc_correctable_increase", hip_runtime, warn, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings", isolate_node},
+        {"gpu_throttled", hip_runtime, warn, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings", isolate_node},
+        {"gpu_disappeared", hip_runtime, fail, kRepeated, "test:Telemetry.GpuThatStopsAnsweringOrIsNoLongerListedFails", isolate_node}},
        {"diagnostics.telemetry_interval_s"},
        {}},
       {"kernel_log", "run",
-       {{"kernel_gpu_reset", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
-        {"kernel_ring_timeout", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
-        {"kernel_page_fault", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
-        {"kernel_ras_event", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
-        {"kernel_xgmi_error", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"}},
+       {{"kernel_gpu_reset", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures", isolate_node},
+        {"kernel_ring_timeout", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures", isolate_node},
+        {"kernel_page_fault", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures", isolate_node},
+        {"kernel_ras_event", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures", isolate_node},
+        {"kernel_xgmi_error", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures", isolate_node}},
        {"diagnostics.kernel_log_source"},
        {}},
       {"watchdog", "run",
-       {{"hang", hip_runtime, fail, 1, "hang"}, {"collective_hang", rccl, fail, 1, "hang"}},
+       {{"hang", hip_runtime, fail, 1, "hang", isolate_node}, {"collective_hang", rccl, fail, 1, "hang", isolate_node}},
        {"diagnostics.watchdog_timeout_s"},
        {}},
       {"crash_classifier", "run",
-       {{"out_of_memory", allocator, fail, 1, "test:ErrorClassifier.OomFindingCarriesSizesAndTheLastMemorySample"},
-        {"collective_error", rccl, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"illegal_memory_access", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"gpu_hang", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"kernel_launch_failure", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"no_device", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"blas_error", rocblas, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"miopen_error", miopen, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"rng_error", rocrand, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"hip_error", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents"},
-        {"unclassified_crash", hip_runtime, fail, 1, "test:ReportWriter.CrashReportClassifiesTheExceptionAndExitsThree"}},
+       {{"out_of_memory", allocator, fail, 1, "test:ErrorClassifier.OomFindingCarriesSizesAndTheLastMemorySample", check_config},
+        {"collective_error", rccl, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", isolate_node},
+        {"illegal_memory_access", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", report_upstream},
+        {"gpu_hang", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", isolate_node},
+        {"kernel_launch_failure", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", check_config},
+        {"no_device", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", check_config},
+        {"blas_error", rocblas, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", report_upstream},
+        {"miopen_error", miopen, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", report_upstream},
+        {"rng_error", rocrand, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", report_upstream},
+        {"hip_error", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", isolate_node},
+        {"unclassified_crash", hip_runtime, fail, 1, "test:ReportWriter.CrashReportClassifiesTheExceptionAndExitsThree", rerun}},
        {},
        {}},
       {"baseline", "run",
-       {{"loss_mismatch_vs_baseline", rocblas, fail, 1, "test:Baseline.OneUlpLossDifferenceFailsInDeterministicModeOnly"},
-        {"step_time_regression_vs_baseline", miopen, warn, 1, "test:Baseline.SlowerStepsMoreMemoryAndChangedOpCountsFire"},
+       {{"loss_mismatch_vs_baseline", rocblas, fail, 1, "test:Baseline.OneUlpLossDifferenceFailsInDeterministicModeOnly", report_upstream},
+        {"step_time_regression_vs_baseline", miopen, warn, 1, "test:Baseline.SlowerStepsMoreMemoryAndChangedOpCountsFire", report_upstream},
         {"peak_memory_regression_vs_baseline", allocator, warn, 1,
-         "test:Baseline.SlowerStepsMoreMemoryAndChangedOpCountsFire"},
-        {"op_fingerprint_changed", miopen, warn, 1, "test:Baseline.SlowerStepsMoreMemoryAndChangedOpCountsFire"},
-        {"new_finding_vs_baseline", "", warn, kEveryOne, "test:Baseline.FindingsPresentNowButNotThenAreFlagged"}},
+         "test:Baseline.SlowerStepsMoreMemoryAndChangedOpCountsFire", report_upstream},
+        {"op_fingerprint_changed", miopen, warn, 1, "test:Baseline.SlowerStepsMoreMemoryAndChangedOpCountsFire", check_config},
+        {"new_finding_vs_baseline", "", warn, kEveryOne, "test:Baseline.FindingsPresentNowButNotThenAreFlagged", report_upstream}},
        {"diagnostics.baseline_loss_rel_tolerance", "diagnostics.baseline_memory_growth_ratio"},
        {}},
   };

@@ -76,9 +76,14 @@ std::string xml_escape(std::string_view text) {
 }
 
 namespace {
+// "action rerun (transient)": what to do, and the re-run's classification when there was one.
+std::string action_text(const Finding& f) {
+  return "action " + to_string(action_of(f)) + (f.classification ? " (" + to_string(*f.classification) + ")" : "");
+}
+
 std::string finding_line(const Finding& f) {
-  return fmt::format("[{}] {} at step {} (rank {}): {} | evidence {}", to_string(f.severity),
-                     f.signature, f.step, f.rank, f.message, f.evidence.dump());
+  return fmt::format("[{}] {} at step {} (rank {}): {} | {} | evidence {}", to_string(f.severity),
+                     f.signature, f.step, f.rank, f.message, action_text(f), f.evidence.dump());
 }
 }  // namespace
 
@@ -100,7 +105,7 @@ std::string junit_xml(const std::vector<Finding>& findings, const Verdict& v, do
       std::string& dest = f.severity == Severity::fail ? fail_text : other_text;
       dest += finding_line(f) + "\n";
       if (f.severity == Severity::fail && first_fail.empty())
-        first_fail = fmt::format("{} at step {}: {}", f.signature, f.step, f.message);
+        first_fail = fmt::format("{} at step {}: {} | {}", f.signature, f.step, f.message, action_text(f));
     }
     x += fmt::format("  <testcase classname=\"rocm-conformance-llm\" name=\"{}\" time=\"0\"",
                      xml_escape(s.component));

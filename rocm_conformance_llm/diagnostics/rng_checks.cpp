@@ -157,7 +157,7 @@ void ReplayCheck::between_steps(int64_t step) {
   const MemorySample before_save = sample_memory(device);
   Trainer::Snapshot saved = trainer_.snapshot();
   Pending replay{.first_step = step + 1};
-  for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(trainer_.run_unpublished_step());
+  for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(trainer_.run_unpublished_step().loss);
   trainer_.restore(std::move(saved));
   if (skew) skew_rng(device, rank);  // the reload restored a stale generator state
   report(check_memory_after_reload(before_save, sample_memory(device), cfg_, step, rank));
