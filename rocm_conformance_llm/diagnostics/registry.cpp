@@ -129,7 +129,7 @@ std::vector<DetectorSpec> builtin_detectors() {
 
       // --- owned by the runner and the process group ---
       {"collectives", "run",
-       {{"collective_timeout", rccl, fail, 1, "test:CommChecksTest.RankThatNeverArrivesGivesOthersANamedTimeout"},
+       {{"collective_timeout", rccl, fail, 1, "rank-stop"},
         {"exchange_timeout", rccl, fail, 1, "test:CommChecksTest.VanishedRankZeroIsNamedThroughTheUnreachableStore"},
         {"rendezvous_failed", rccl, fail, 1, "test:CommChecksTest.RendezvousNamesTheRankThatNeverJoined"}},
        {"training.collective_timeout_s"},
