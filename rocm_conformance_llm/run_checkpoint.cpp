@@ -348,9 +348,10 @@ void load_checkpoint(Trainer& trainer, const fs::path& dir) {
 std::vector<Finding> checkpoint_findings(const fs::path& dir, int rank) {
   const fs::path path = dir / findings_file(rank);
   if (!fs::exists(path)) return {};
+  const nlohmann::json doc = read_json(path);  // alive through the loop (not a range-for temporary)
   std::vector<Finding> out;
   try {
-    for (const auto& item : read_json(path).at("findings")) {
+    for (const auto& item : doc.at("findings")) {
       Finding f = finding_from_json(item);
       if (f.step >= 1) out.push_back(std::move(f));
     }

@@ -236,29 +236,27 @@ INSTANTIATE_TEST_SUITE_P(
 
 // (signature, step) of every finding in a report, in order.
 std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
+  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
   std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& f : json::parse(read_text(dir / "report.json")).at("findings"))
-    out.emplace_back(f.at("signature"), f.at("step"));
+  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
   return out;
 }
 
 // Findings so far travel in the checkpoint: a run resumed at step 4 reports the findings of
-// steps 1-4 (restored, once each) and its own after, exactly the uninterrupted run's list.
+// steps 1-4 (restored, once each) and then its own, exactly the uninterrupted run's list.
 TEST(Checkpoints, FindingsSoFarAreRestoredOnceOnResume) {
-  const std::string args = kSmoke + "--steps 10 --checkpoint-interval 4 --inject gemm-corrupt@step=2 "
-                                    "--set diagnostics.gemm_canary_interval=2 ";
+  const std::string args = kSmoke + "--steps 8 --checkpoint-interval 4 --keep-checkpoints 3 --inject nan@step=3 ";
   const fs::path straight = fresh_dir("findings-straight");
   const fs::path resumed = fresh_dir("findings-resumed");
   const auto a = run_cli(args + "--output-dir " + straight.string());
-  ASSERT_EQ(a.exit_code, 1) << a.err;  // gemm_wrong_result fails the run
+  ASSERT_EQ(a.exit_code, 1) << a.err;  // the NaN step fails the run
   const auto b = run_cli(args + "--resume " + checkpoint(straight, 4).string() + " --output-dir " + resumed.string());
-  ASSERT_EQ(b.exit_code, 1) << b.err;
-  const auto expected = std::vector<std::pair<std::string, int64_t>>{
-      {"gemm_wrong_result", 2}, {"gemm_wrong_result", 4}, {"gemm_wrong_result", 6}, {"gemm_wrong_result", 8},
-      {"gemm_wrong_result", 10}};
-  EXPECT_EQ(findings_of(straight), expected);
+  ASSERT_EQ(b.exit_code, 1) << b.err;  // with the restored findings only: steps 5-8 are clean
+  const auto expected = findings_of(straight);
+  ASSERT_GE(expected.size(), 1u);
+  for (const auto& [signature, step] : expected) EXPECT_EQ(step, 3) << signature;
   EXPECT_EQ(findings_of(resumed), expected);
-  EXPECT_EQ(json::parse(read_text(resumed / "report.json")).at("resume").at("findings_restored"), 2);
+  EXPECT_EQ(json::parse(read_text(resumed / "report.json")).at("resume").at("findings_restored"), expected.size());
   fs::remove_all(straight);
   fs::remove_all(resumed);
 }
