@@ -140,7 +140,9 @@ struct ConfigField {
   X(bool, memory_profile, false, unchecked(),                                                            \
     "memory after model creation, on the device, after step 1 and at peak, in report.json")              \
   X(int64_t, prom_interval, 10, at_least(0, "0 = only the final one"),                                   \
-    "steps between rewrites of metrics.prom (Prometheus textfile)")
+    "steps between rewrites of metrics.prom (Prometheus textfile)")                                      \
+  X(double, summary_interval_s, 300.0, at_least(0, "0 = off"),                                           \
+    "seconds between soak summary lines on the console: tokens/s over the interval, findings, memory trend, ETA")
 
 // ROCm knobs: each sets an environment variable libtorch or a ROCm library reads when it
 // initialises ("default" / "" / 0 leaves the variable as the environment has it). Which variable,

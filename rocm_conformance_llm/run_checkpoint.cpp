@@ -1,6 +1,7 @@
 #include "rocm_conformance_llm/run_checkpoint.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <fstream>
 #include <span>
@@ -29,70 +30,104 @@ constexpr const char* kWeights = "model.safetensors";
 constexpr const char* kOptimizer = "optimizer.safetensors";
 constexpr const char* kHfConfig = "config.json";
 std::string rank_file(int rank) { return fmt::format("rank-{}.safetensors", rank); }
+std::string findings_file(int rank) { return fmt::format("findings-rank-{}.json", rank); }
 std::string step_dir_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
 // ---- Hugging Face names -------------------------------------------------------------------
-// The decoder maps onto GPT-2 (GPT2LMHeadModel) when it has GPT-2's layout: learned positions,
-// LayerNorm before each branch, GELU, no Q/K norm or Q/K/V convolution; the LM head is tied.
-bool has_gpt2_layout(const TrainingConfig& c) {
-  return c.position == "learned" && c.norm == "layernorm" && c.norm_layout == "pre" && !c.qk_norm &&
-         c.activation == "gelu" && c.qkv_conv_kernel == 0;
+// The decoder maps onto a Hugging Face architecture when it computes what that one computes:
+//   GPT-2 (GPT2LMHeadModel): learned positions, LayerNorm before each branch, GELU;
+//   Llama (LlamaForCausalLM): rotary positions in the "rotate half" form, RMSNorm before each
+//     branch, SwiGLU (silu(gate) * up); our Linear biases load through Llama's attention_bias
+//     and mlp_bias (transformers >= 4.41).
+// Neither with Q/K norm or a Q/K/V convolution; the LM head is tied to the embedding in both.
+enum class Layout { native, gpt2, llama };
+constexpr const char* kLayoutNames[] = {"native", "gpt2", "llama"};
+
+Layout layout_of(const TrainingConfig& c) {
+  if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0) return Layout::native;
+  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu") return Layout::gpt2;
+  if (c.position == "rotary" && c.norm == "rmsnorm" && c.activation == "swiglu") return Layout::llama;
+  return Layout::native;
 }
 
-// Our module path -> GPT-2's; GPT-2's Conv1D stores a Linear weight transposed ([in, out]).
+// Our module path -> the stored names. A fused tensor is stored as equal row blocks, one name
+// each (Llama: Q, K, V of attn.qkv; gate and up of SwiGLU's mlp.up, in that order: the first
+// half goes through silu). GPT-2's Conv1D stores a Linear weight transposed ([in, out]).
 struct NameRule {
   const char* native;
-  const char* gpt2;
+  std::array<const char*, 3> stored;  // the row blocks' names; nullptr-terminated
   bool transpose;
 };
-constexpr NameRule kGpt2Top[] = {
-    {"wte.", "transformer.wte.", false}, {"wpe.", "transformer.wpe.", false}, {"final_norm.", "transformer.ln_f.", false}};
-constexpr NameRule kGpt2Block[] = {{"norm_attn.", "ln_1.", false},   {"attn.qkv.", "attn.c_attn.", true},
-                                   {"attn.proj.", "attn.c_proj.", true}, {"norm_mlp.", "ln_2.", false},
-                                   {"mlp.up.", "mlp.c_fc.", true},   {"mlp.down.", "mlp.c_proj.", true}};
+constexpr NameRule kGpt2Top[] = {{"wte.", {"transformer.wte."}, false},
+                                 {"wpe.", {"transformer.wpe."}, false},
+                                 {"final_norm.", {"transformer.ln_f."}, false}};
+constexpr NameRule kGpt2Block[] = {{"norm_attn.", {"ln_1."}, false},  {"attn.qkv.", {"attn.c_attn."}, true},
+                                   {"attn.proj.", {"attn.c_proj."}, true}, {"norm_mlp.", {"ln_2."}, false},
+                                   {"mlp.up.", {"mlp.c_fc."}, true},   {"mlp.down.", {"mlp.c_proj."}, true}};
+constexpr NameRule kLlamaTop[] = {{"wte.", {"model.embed_tokens."}, false}, {"final_norm.", {"model.norm."}, false}};
+constexpr NameRule kLlamaBlock[] = {
+    {"norm_attn.", {"input_layernorm."}, false},
+    {"attn.qkv.", {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."}, false},
+    {"attn.proj.", {"self_attn.o_proj."}, false},
+    {"norm_mlp.", {"post_attention_layernorm."}, false},
+    {"mlp.up.", {"mlp.gate_proj.", "mlp.up_proj."}, false},
+    {"mlp.down.", {"mlp.down_proj."}, false}};
 
-struct StoredName {
-  std::string name;
+struct StoredNames {
+  std::vector<std::string> names;  // one per row block of the parameter
   bool transpose = false;
 };
 
-std::optional<StoredName> apply_rules(std::string_view name, std::span<const NameRule> rules, const std::string& prefix) {
+std::optional<StoredNames> apply_rules(std::string_view name, std::span<const NameRule> rules, const std::string& prefix) {
   for (const auto& r : rules)
     if (name.starts_with(r.native)) {
       const std::string_view leaf = name.substr(std::string_view(r.native).size());
-      return StoredName{prefix + r.gpt2 + std::string(leaf), r.transpose && leaf == "weight"};
+      StoredNames out{.transpose = r.transpose && leaf == "weight"};
+      for (const char* stored : r.stored)
+        if (stored != nullptr) out.names.push_back(prefix + stored + std::string(leaf));
+      return out;
     }
   return std::nullopt;
 }
 
-StoredName gpt2_name(const std::string& native) {
-  std::optional<StoredName> mapped;
+StoredNames hf_names(const std::string& native, Layout layout) {
+  const bool gpt2 = layout == Layout::gpt2;
+  std::optional<StoredNames> mapped;
   if (native.starts_with("block")) {
     const auto dot = native.find('.');
-    mapped = apply_rules(std::string_view(native).substr(dot + 1), kGpt2Block,
-                         "transformer.h." + native.substr(5, dot - 5) + ".");
+    const std::string index = native.substr(5, dot - 5);
+    mapped = apply_rules(std::string_view(native).substr(dot + 1), gpt2 ? std::span<const NameRule>(kGpt2Block) : kLlamaBlock,
+                         (gpt2 ? "transformer.h." : "model.layers.") + index + ".");
   } else {
-    mapped = apply_rules(native, kGpt2Top, "");
+    mapped = apply_rules(native, gpt2 ? std::span<const NameRule>(kGpt2Top) : kLlamaTop, "");
   }
-  if (!mapped) throw std::logic_error("no GPT-2 name for parameter " + native);
+  if (!mapped) throw std::logic_error(fmt::format("no {} name for parameter {}", kLayoutNames[int(layout)], native));
   return *mapped;
 }
 
-// Each parameter's name in model.safetensors.
-std::vector<std::pair<std::string, StoredName>> stored_names(GPT& model, bool gpt2) {
-  std::vector<std::pair<std::string, StoredName>> out;
+// Each parameter's names in model.safetensors.
+std::vector<std::pair<std::string, StoredNames>> stored_names(GPT& model, Layout layout) {
+  std::vector<std::pair<std::string, StoredNames>> out;
   for (const auto& item : model->named_parameters())
-    out.emplace_back(item.key(), gpt2 ? gpt2_name(item.key()) : StoredName{item.key()});
+    out.emplace_back(item.key(), layout == Layout::native ? StoredNames{{item.key()}} : hf_names(item.key(), layout));
   return out;
 }
 
-nlohmann::json hf_config(const TrainingConfig& c, bool gpt2) {
-  if (gpt2)
+nlohmann::json hf_config(const TrainingConfig& c, Layout layout) {
+  if (layout == Layout::gpt2)
     return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", c.vocab_size},
             {"n_positions", c.seq_len}, {"n_embd", c.hidden_size}, {"n_layer", c.num_layers},
             {"n_head", c.num_heads}, {"n_inner", ffn_hidden_size(c)}, {"activation_function", "gelu"},
             {"layer_norm_epsilon", 1e-5}, {"resid_pdrop", c.dropout}, {"embd_pdrop", c.dropout},
             {"attn_pdrop", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+  if (layout == Layout::llama)
+    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
+            {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
+            {"intermediate_size", ffn_hidden_size(c)}, {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_heads},
+            {"head_dim", c.hidden_size / c.num_heads}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0}, {"attention_bias", true}, {"mlp_bias", true},
+            {"attention_dropout", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
   // No Hugging Face architecture has this layout: the same keys' meaning, our own model_type.
   return {{"architectures", {"RclGPT"}}, {"model_type", "rcl-gpt"}, {"vocab_size", c.vocab_size},
           {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
@@ -257,23 +292,30 @@ ResumePoint resolve_resume(const std::string& spec, const fs::path& output_dir, 
 void load_checkpoint(Trainer& trainer, const fs::path& dir) {
   const auto state = read_json(dir / kState);
   const auto& cfg = trainer.ctx().cfg;
-  const bool gpt2 = state.value("weights", "") == "gpt2";
-  if (gpt2 != has_gpt2_layout(cfg))
+  const Layout layout = layout_of(cfg);
+  if (state.value("weights", "") != kLayoutNames[int(layout)])
     throw CheckpointError("checkpoint " + dir.string() + ": state.json's weights layout does not fit this model");
   torch::NoGradGuard no_grad;
   // Weights: by name, shape and dtype, into the parameters (views of the optimizer's flat buffer).
   const auto weights = read_safetensors(dir / kWeights);
-  auto names = stored_names(trainer.model(), gpt2);
-  if (weights.tensors.size() != names.size())
-    throw CheckpointError(fmt::format("checkpoint {}: {} holds {} tensors, this model has {} parameters",
-                                      dir.string(), kWeights, weights.tensors.size(), names.size()));
+  const auto names = stored_names(trainer.model(), layout);
+  size_t stored_tensors = 0;
+  for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
+  if (weights.tensors.size() != stored_tensors)
+    throw CheckpointError(fmt::format("checkpoint {}: {} holds {} tensors, this model stores {}", dir.string(),
+                                      kWeights, weights.tensors.size(), stored_tensors));
   auto params = trainer.model()->named_parameters();
   for (const auto& [native, stored] : names) {
     auto& param = params[native];
     auto shape = param.sizes().vec();
+    shape[0] /= static_cast<int64_t>(stored.names.size());
     if (stored.transpose) std::swap(shape[0], shape[1]);
-    const auto t = require(weights, stored.name, dir / kWeights, param.scalar_type(), shape);
-    param.copy_(stored.transpose ? t.t() : t);
+    std::vector<torch::Tensor> blocks;
+    for (const auto& name : stored.names) {
+      const auto t = require(weights, name, dir / kWeights, param.scalar_type(), shape);
+      blocks.push_back(stored.transpose ? t.t() : t);
+    }
+    param.copy_(torch::cat(blocks, 0));
   }
   // Everything else a step reads, through the trainer's own restore (as the replay check does).
   auto snap = trainer.snapshot();
@@ -303,8 +345,27 @@ void load_checkpoint(Trainer& trainer, const fs::path& dir) {
   spdlog::info("resumed from {} at step {}", dir.string(), trainer.steps_done());
 }
 
-Checkpointer::Checkpointer(Trainer& trainer, CheckpointPolicy policy, fs::path output_dir, RunIdentity identity)
-    : trainer_(trainer), policy_(policy), root_(std::move(output_dir) / "checkpoints"), identity_(std::move(identity)),
+std::vector<Finding> checkpoint_findings(const fs::path& dir, int rank) {
+  const fs::path path = dir / findings_file(rank);
+  if (!fs::exists(path)) return {};
+  const nlohmann::json doc = read_json(path);  // alive through the loop (not a range-for temporary)
+  std::vector<Finding> out;
+  try {
+    for (const auto& item : doc.at("findings")) {
+      Finding f = finding_from_json(item);
+      if (f.step >= 1) out.push_back(std::move(f));
+    }
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {  // JSON of another shape, a malformed finding
+    throw CheckpointError("checkpoint " + dir.string() + ": " + path.filename().string() + ": " + e.what());
+  }
+  return out;
+}
+
+Checkpointer::Checkpointer(Trainer& trainer, const FindingLog& findings, CheckpointPolicy policy, fs::path output_dir,
+                           RunIdentity identity)
+    : trainer_(trainer), findings_(findings), policy_(policy), root_(std::move(output_dir) / "checkpoints"), identity_(std::move(identity)),
       started_(SteadyClock::now()) {}
 
 void Checkpointer::between_steps(int64_t step) {
@@ -336,16 +397,22 @@ fs::path Checkpointer::save(const std::string& reason) {
   std::vector<std::pair<std::string, torch::Tensor>> rng{{"rng.cpu", snap.rng.cpu_state}};
   if (snap.rng.device_state.defined()) rng.emplace_back("rng.device", snap.rng.device_state);
   write_safetensors(tmp / rank_file(rank), rng);
+  nlohmann::json findings = nlohmann::json::array();
+  for (const auto& f : findings_.snapshot()) findings.push_back(to_json(f));
+  write_file_synced(tmp / findings_file(rank), {nlohmann::json{{"findings", findings}}.dump(2) + "\n"});
   if (rank == 0) {
     const auto& cfg = trainer_.ctx().cfg;
-    const bool gpt2 = has_gpt2_layout(cfg);
+    const Layout layout = layout_of(cfg);
     std::vector<std::pair<std::string, torch::Tensor>> weights;
     auto params = trainer_.model()->named_parameters();
-    for (const auto& [native, stored] : stored_names(trainer_.model(), gpt2))
-      weights.emplace_back(stored.name, stored.transpose ? params[native].t() : params[native]);
+    for (const auto& [native, stored] : stored_names(trainer_.model(), layout)) {
+      const auto blocks = params[native].chunk(static_cast<int64_t>(stored.names.size()), 0);
+      for (size_t i = 0; i < blocks.size(); ++i)
+        weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
+    }
     write_safetensors(tmp / kWeights, weights, {{"format", "pt"}});
     write_safetensors(tmp / kOptimizer, {{"exp_avg", snap.optimizer.exp_avg}, {"exp_avg_sq", snap.optimizer.exp_avg_sq}});
-    write_file_synced(tmp / kHfConfig, {hf_config(cfg, gpt2).dump(2) + "\n"});
+    write_file_synced(tmp / kHfConfig, {hf_config(cfg, layout).dump(2) + "\n"});
     nlohmann::json scaler = nullptr;
     if (snap.scaler) {
       const auto s = snap.scaler->state();
@@ -354,7 +421,7 @@ fs::path Checkpointer::save(const std::string& reason) {
     const nlohmann::json state = {{"format", kFormatName}, {"version", kFormatVersion}, {"reason", reason},
                                   {"step", snap.step}, {"micro_batches", snap.micro_batches},
                                   {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
-                                  {"weights", gpt2 ? "gpt2" : "native"}, {"world_size", identity_.world_size},
+                                  {"weights", kLayoutNames[int(layout)]}, {"world_size", identity_.world_size},
                                   {"stress_modes", identity_.stress_modes}, {"training", identity_.training}};
     write_file_synced(tmp / kState, {state.dump(2) + "\n"});
   }

@@ -7,6 +7,7 @@
 //     config.json            Hugging Face style model config
 //     optimizer.safetensors  AdamW moments (flat, in the optimizer's buffer order)
 //     rank-<R>.safetensors   each rank's RNG states (CPU generator, device generator)
+//     findings-rank-<R>.json each rank's findings so far
 //     state.json             step, data cursor, optimizer steps, loss scaler, what the run was
 //     manifest.json          SHA-256 of every file above; written last
 //
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/diagnostics/finding.hpp"
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/step_hooks.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
@@ -75,11 +77,17 @@ ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path&
 // next step draws exactly what it drew in the uninterrupted run.
 void load_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
 
+// The findings `rank` had made in the checkpoint's training steps (step >= 1), for the resumed
+// run's report; its own preflight finds the step-0 ones again. Empty for a checkpoint written
+// before findings were kept. CheckpointError when the file is malformed.
+std::vector<Finding> checkpoint_findings(const std::filesystem::path& dir, int rank);
+
 // Writes the run's checkpoints: at the policy's interval (a step hook, between steps), and on
 // request at the end or on a stop signal. Every rank calls it at the same steps.
 class Checkpointer final : public StepHooks {
  public:
-  Checkpointer(Trainer& trainer, CheckpointPolicy policy, std::filesystem::path output_dir, RunIdentity identity);
+  Checkpointer(Trainer& trainer, const FindingLog& findings, CheckpointPolicy policy, std::filesystem::path output_dir,
+               RunIdentity identity);
 
   void between_steps(int64_t step) override;
   // Writes one for the trainer's current step unless that step already has one. `reason`:
@@ -88,6 +96,7 @@ class Checkpointer final : public StepHooks {
 
  private:
   Trainer& trainer_;
+  const FindingLog& findings_;
   CheckpointPolicy policy_;
   std::filesystem::path root_;
   RunIdentity identity_;

@@ -48,32 +48,57 @@ namespace {
 // hold no control characters.
 class ConsoleObserver final : public StepObserver {
  public:
-  ConsoleObserver(std::vector<std::string> modes, const TrainingConfig& cfg, const FindingLog& findings,
-                  std::shared_ptr<StatusLineSink> status)
+  ConsoleObserver(std::vector<std::string> modes, const TrainingConfig& cfg, double summary_interval_s,
+                  const FindingLog& findings, std::shared_ptr<StatusLineSink> status)
       : modes_(std::move(modes)), total_steps_(cfg.steps), max_duration_s_(cfg.max_duration_s),
-        findings_(findings), status_(std::move(status)) {}
+        summary_interval_s_(summary_interval_s), findings_(findings), status_(std::move(status)) {}
   void on_step(const StepRecord& r) override {
-    if (!status_) {
-      spdlog::info("{}", format_step_line(r, modes_));
-      return;
-    }
     busy_s_ += r.step_time_s;
+    if (status_) status_->show(format_progress(progress_at(r)));
+    else spdlog::info("{}", format_step_line(r, modes_));
+    summarize(r);
+  }
+
+ private:
+  Progress progress_at(const StepRecord& r) const {
     Progress p{.step = r.step, .total_steps = total_steps_, .elapsed_s = seconds_since(started_),
                .max_duration_s = max_duration_s_, .tokens_per_s = r.tokens_per_s,
                .mean_step_time_s = busy_s_ / static_cast<double>(r.step)};
     for (const auto& f : findings_.snapshot())
       ++(f.severity == Severity::fail ? p.fail : f.severity == Severity::warn ? p.warn : p.info);
-    status_->show(format_progress(p));
+    return p;
   }
 
- private:
+  // A soak's log is read hours later: every summary_interval_s one line with the throughput
+  // over the interval (not one step's), the findings so far, the memory trend and the ETA.
+  void summarize(const StepRecord& r) {
+    window_tokens_ += r.tokens;
+    window_busy_s_ += r.step_time_s;
+    const int64_t memory = r.memory.allocated_bytes >= 0 ? r.memory.allocated_bytes : r.memory.rss_bytes;
+    if (first_memory_ < 0) first_memory_ = last_memory_ = memory;
+    const double since = seconds_since(last_summary_);
+    if (summary_interval_s_ <= 0 || since < summary_interval_s_) return;
+    Progress p = progress_at(r);
+    p.tokens_per_s = window_busy_s_ > 0 ? static_cast<double>(window_tokens_) / window_busy_s_ : 0.0;
+    spdlog::info("{}", format_soak_summary(format_progress(p), memory, last_memory_, first_memory_, since));
+    window_tokens_ = 0;
+    window_busy_s_ = 0;
+    last_memory_ = memory;
+    last_summary_ = SteadyClock::now();
+  }
+
   std::vector<std::string> modes_;
   const int64_t total_steps_;
   const double max_duration_s_;
+  const double summary_interval_s_;
   const FindingLog& findings_;
   std::shared_ptr<StatusLineSink> status_;  // null: plain lines
   const SteadyClock::time_point started_ = SteadyClock::now();
   double busy_s_ = 0;
+  SteadyClock::time_point last_summary_ = started_;
+  int64_t window_tokens_ = 0;
+  double window_busy_s_ = 0;
+  int64_t first_memory_ = -1, last_memory_ = -1;
 };
 
 class MetricsObserver final : public StepObserver {
@@ -275,6 +300,7 @@ class Job {
   void preflight() {
     const TrainingConfig& cfg = run_.training;
     stage_ = stage::rendezvous;
+    s_.faults.stop_rank_if_planned(phase::rendezvous, 0, s_.launch.rank);
     sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
     stage_ = stage::model;
     trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, run_.stress_modes, s_.device, run_.output_dir},
@@ -288,7 +314,7 @@ class Job {
     metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
                      s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
     prometheus_.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, findings_);
-    console_.emplace(run_.stress_modes, cfg, findings_,
+    console_.emplace(run_.stress_modes, cfg, run_.diagnostics.summary_interval_s, findings_,
                      s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);
     trainer_->add_observer(&summary_);
     trainer_->add_observer(&*metrics_);
@@ -300,10 +326,15 @@ class Job {
     stage_ = stage::detectors;
     detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
                                                 .faults = &s_.faults, .sync = sync_});
+    s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
     for (auto& d : detectors_) d->preflight();
     if (s_.resume_from) {
       load_checkpoint(*trainer_, s_.resume_from->dir);
-      report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()}, {"step", s_.resume_from->step}});
+      const auto earlier = checkpoint_findings(s_.resume_from->dir, s_.launch.rank);
+      for (const auto& f : earlier) findings_.add(f);
+      report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()},
+                                     {"step", s_.resume_from->step},
+                                     {"findings_restored", earlier.size()}});
     }
     for (auto& d : detectors_) {
       trainer_->add_observer(d.get());
@@ -333,7 +364,7 @@ class Job {
     heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
     // Last: a checkpoint holds the state after every check between steps (a replay rewinds).
     if (!run_.checkpoint_interval.empty()) {
-      checkpointer_.emplace(*trainer_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
+      checkpointer_.emplace(*trainer_, findings_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
       trainer_->add_hooks(&*checkpointer_);
     }
     stage_ = stage::training;

@@ -7,6 +7,7 @@
 // localisation, GEMM canary, rewind-and-replay).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +32,12 @@ inline constexpr const char* attention_probe = "attention_probe";  // SDPA backe
 inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
 inline constexpr const char* rerun = "rerun";          // an anomalous step run again (diagnostics/rerun.hpp)
 inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
+// Before the loop (the runner, not the trainer, passes these): the c10d store exchange that
+// forms the group, and the detectors' cross-rank preflight (broadcast, all-reduce canary).
+inline constexpr const char* rendezvous = "rendezvous";
+inline constexpr const char* preflight = "preflight";
+inline constexpr std::array all = {rendezvous, preflight, data, forward, backward, grad_sync, checksum, optimizer,
+                                   eval, canary, attention_probe, replay, loss_allreduce};
 }  // namespace phase
 
 class StepHooks {

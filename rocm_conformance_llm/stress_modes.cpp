@@ -300,7 +300,10 @@ void validate(const StressProfile& profile) {
     const StressMode& mode = find_mode(mode_name);
     const std::string where = "stress_profile." + mode_name;
     if (!values.is_object()) throw ConfigError(where + ": expected a JSON object, got " + values.dump());
-    for (const auto& [key, value] : values.items()) {
+    for (const auto& item : values.items()) {
+      // Not a structured binding: clang < 16 cannot capture one (scripts/fuzz.sh builds this with clang).
+      const std::string& key = item.key();
+      const auto& value = item.value();
       const auto field = std::find_if(mode.intensities.begin(), mode.intensities.end(),
                                       [&](const ConfigField& f) { return f.name == key; });
       if (field == mode.intensities.end()) {

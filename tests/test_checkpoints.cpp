@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "cpu_fp16.hpp"
 #include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/safetensors.hpp"
 #include "rocm_conformance_llm/utils/sha256.hpp"
@@ -192,12 +193,16 @@ void expect_same_steps(const std::vector<json>& a, const std::vector<json>& b, i
 struct ResumeCase {
   const char* name;
   std::string args;
+  bool fp16 = false;  // needs fp16 matmul on the CPU (libtorch 2.x)
 };
 
 class ResumeIsBitExact : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
   const auto& c = GetParam();
+  if (c.fp16) {
+    RCL_REQUIRE_FP16_MATMUL();
+  }
   const std::string args = kSmoke + c.args + " --steps 8 ";
   const fs::path straight = fresh_dir(std::string(c.name) + "-straight");
   const fs::path resumed = fresh_dir(std::string(c.name) + "-resumed");
@@ -224,8 +229,37 @@ TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ResumeIsBitExact,
     ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
-                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"}),
+                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
+                      // The loss scaler (scale, clean streak, skipped steps) must come back too.
+                      ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// (signature, step) of every finding in a report, in order.
+std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
+  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
+  return out;
+}
+
+// Findings so far travel in the checkpoint: a run resumed at step 4 reports the findings of
+// steps 1-4 (restored, once each) and then its own, exactly the uninterrupted run's list.
+TEST(Checkpoints, FindingsSoFarAreRestoredOnceOnResume) {
+  const std::string args = kSmoke + "--steps 8 --checkpoint-interval 4 --keep-checkpoints 3 --inject nan@step=3 ";
+  const fs::path straight = fresh_dir("findings-straight");
+  const fs::path resumed = fresh_dir("findings-resumed");
+  const auto a = run_cli(args + "--output-dir " + straight.string());
+  ASSERT_EQ(a.exit_code, 1) << a.err;  // the NaN step fails the run
+  const auto b = run_cli(args + "--resume " + checkpoint(straight, 4).string() + " --output-dir " + resumed.string());
+  ASSERT_EQ(b.exit_code, 1) << b.err;  // with the restored findings only: steps 5-8 are clean
+  const auto expected = findings_of(straight);
+  ASSERT_GE(expected.size(), 1u);
+  for (const auto& [signature, step] : expected) EXPECT_EQ(step, 3) << signature;
+  EXPECT_EQ(findings_of(resumed), expected);
+  EXPECT_EQ(json::parse(read_text(resumed / "report.json")).at("resume").at("findings_restored"), expected.size());
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+}
 
 TEST(Checkpoints, WritingThemDoesNotChangeTheRun) {
   const fs::path plain = fresh_dir("plain");
@@ -287,6 +321,58 @@ void expect_refused(const testing::CliResult& r, const std::string& expected) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// Llama's layout (rotary, RMSNorm, SwiGLU): LlamaForCausalLM's names and config; Q, K, V and
+// SwiGLU's gate and up stored as separate tensors, biases as attention_bias / mlp_bias load them.
+TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
+  const std::string llama = kSmoke + "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+  const fs::path dir = fresh_dir("llama");
+  const auto r = run_cli(llama + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
+  EXPECT_EQ(hf["model_type"], "llama");
+  EXPECT_EQ(hf["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(hf["hidden_act"], "silu");
+  EXPECT_EQ(hf["tie_word_embeddings"], true);
+  const int64_t c = hf["hidden_size"], inner = hf["intermediate_size"], v = hf["vocab_size"];
+  const int64_t layers = hf["num_hidden_layers"];
+  EXPECT_EQ(hf["num_key_value_heads"], hf["num_attention_heads"]);
+  const auto t = spec_read(checkpoint(dir, 2) / "model.safetensors");
+  // nn.Linear's [out, in] as in transformers; no lm_head (tied), no position table (rotary).
+  std::map<std::string, std::vector<int64_t>> expected = {{"model.embed_tokens.weight", {v, c}},
+                                                          {"model.norm.weight", {c}}};
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      expected[l + "self_attn." + proj + ".weight"] = {c, c};
+      expected[l + "self_attn." + proj + ".bias"] = {c};
+    }
+    for (const char* proj : {"gate_proj", "up_proj"}) {
+      expected[l + "mlp." + proj + ".weight"] = {inner, c};
+      expected[l + "mlp." + proj + ".bias"] = {inner};
+    }
+    expected[l + "mlp.down_proj.weight"] = {c, inner};
+    expected[l + "mlp.down_proj.bias"] = {c};
+    expected[l + "input_layernorm.weight"] = {c};
+    expected[l + "post_attention_layernorm.weight"] = {c};
+  }
+  std::map<std::string, std::vector<int64_t>> stored;
+  for (const auto& [name, tensor] : t) {
+    stored[name] = tensor.shape;
+    EXPECT_EQ(tensor.dtype, "F32") << name;
+  }
+  EXPECT_EQ(stored, expected);
+  // Q, K and V are distinct blocks of the fused projection (not one block three times).
+  EXPECT_NE(t.at("model.layers.0.self_attn.q_proj.weight").bytes, t.at("model.layers.0.self_attn.k_proj.weight").bytes);
+  // And it resumes through the same names, bit for bit.
+  const fs::path next = fresh_dir("llama-next");
+  const auto resumed = run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() +
+                               " --output-dir " + next.string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") == bytes_of(checkpoint(dir, 2) / "model.safetensors"));
+  fs::remove_all(dir);
+  fs::remove_all(next);
 }
 
 TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {

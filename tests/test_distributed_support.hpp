@@ -1,4 +1,5 @@
-// Shared by the distributed tests: a free loopback port for a test's rendezvous.
+// Shared by the distributed tests: a free loopback port for a test's rendezvous, and what state
+// a rank's process is in.
 #pragma once
 
 #include <arpa/inet.h>
@@ -6,7 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
+#include <string>
 
 namespace rcl::test {
 
@@ -23,6 +27,15 @@ inline int free_port() {
   if (fd >= 0) ::close(fd);
   if (!ok) throw std::runtime_error("no free loopback port");
   return ntohs(addr.sin_port);
+}
+
+// The state letter of /proc/PID/stat ('T': stopped, 'Z': exited, not yet reaped), or 0 when the
+// process is gone.
+inline char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
 }
 
 }  // namespace rcl::test

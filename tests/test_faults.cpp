@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/config.hpp"
-#include "rocm_conformance_llm/faults.hpp"
+#include "rocm_conformance_llm/fault_plan.hpp"
 
 namespace rcl {
 namespace {
@@ -115,6 +115,22 @@ TEST(FaultPlan, BadSpecsAreConfigErrorsListingKnownFaultsAndSyntax) {
   expect_config_error("memory-leak=0MiB", "SIZE");
   expect_config_error("nan@step=20,,gemm-corrupt", "empty entry");
   expect_config_error("gemm-corrupt=1", "takes no value");
+}
+
+// rank-stop: a phase is required and must be one the run has; it prints back canonically.
+TEST(FaultPlan, RankStopNamesAPhase) {
+  expect_config_error("rank-stop", "'rank-stop' needs @phase=P");
+  expect_config_error("rank-stop@phase=lunch", "unknown phase 'lunch' (allowed: rendezvous, preflight, data");
+  expect_config_error("rank-stop@phase=eval@phase=replay", "@phase is given twice");
+  expect_config_error("nan@step=3@phase=eval", "unknown selector '@phase' (allowed: @step=N, @rank=R)");
+  const auto plan = FaultPlan::parse("rank-stop@rank=1@step=3@phase=grad_sync");
+  EXPECT_EQ(plan.to_string(), "rank-stop@phase=grad_sync@step=3@rank=1");
+  EXPECT_EQ(FaultPlan::parse(plan.to_string()).specs(), plan.specs());
+  EXPECT_EQ(FaultPlan::parse("rank-stop@phase=eval,rank-stop@phase=replay").specs().size(), 2u);
+  // Not this rank, not this phase, not this step: nothing happens (a wrong match would stop the test).
+  plan.stop_rank_if_planned("grad_sync", 3, 0);
+  plan.stop_rank_if_planned("eval", 3, 1);
+  plan.stop_rank_if_planned("grad_sync", 4, 1);
 }
 
 TEST(FaultPlan, ConflictingValuesForTheSameStepAreRejected) {

@@ -11,24 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "cpu_fp16.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 
 namespace rcl {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool cpu_has_fp16_matmul() {
-  try {
-    torch::mm(torch::ones({2, 2}, torch::kHalf), torch::ones({2, 2}, torch::kHalf));
-    return true;
-  } catch (const c10::Error&) {
-    return false;
-  }
-}
-
-#define RCL_REQUIRE_FP16_MATMUL() \
-  if (!cpu_has_fp16_matmul()) GTEST_SKIP() << "this libtorch has no fp16 matmul on the CPU (1.13)"
 
 class Recorder final : public StepObserver {
  public:

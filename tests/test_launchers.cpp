@@ -4,7 +4,9 @@
 // TORCHELASTIC_USE_AGENT_STORE=True), and Open MPI's mpirun. Every run must train in
 // lockstep (the same averaged loss on both ranks) and leave one set of per-rank files that no
 // rank overwrites. A launcher that is not installed skips its test.
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -81,18 +84,28 @@ struct LauncherRun {
   double seconds = 0;
 };
 
-// `launcher` followed by the binary and a short smoke run, bounded by kLimitS. One thread per
-// rank: the binary's default is one per core for each rank, and 2 ranks x 2 threads on 2 cores
-// measured ~10x slower than 2 x 1.
-LauncherRun run_under(const std::string& name, const std::string& launcher) {
+fs::path fresh_run_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-launchers-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
+  return dir;
+}
+
+// `launcher` followed by the binary and a smoke run of `steps` into `out`, bounded by kLimitS,
+// its output into launcher.log. One thread per rank: the binary's default is one per core for
+// each rank, and 2 ranks x 2 threads on 2 cores measured ~10x slower than 2 x 1.
+std::string launch_command(const fs::path& dir, const fs::path& out, const std::string& launcher, int64_t steps,
+                           double collective_timeout_s) {
+  return "cd " + dir.string() + " && timeout -k 5 " + std::to_string(kLimitS) + " " + launcher + " " + RCL_BINARY +
+         " --preset smoke --device cpu --steps " + std::to_string(steps) + " --output-dir " + out.string() +
+         " --set eval_interval=0 --set num_threads=1 --set collective_timeout_s=" +
+         std::to_string(collective_timeout_s) + " >launcher.log 2>&1";
+}
+
+LauncherRun run_under(const std::string& name, const std::string& launcher) {
+  const fs::path dir = fresh_run_dir(name);
   LauncherRun run{dir / "out"};
-  const std::string command =
-      "cd " + dir.string() + " && timeout -k 5 " + std::to_string(kLimitS) + " " + launcher + " " + RCL_BINARY +
-      " --preset smoke --device cpu --steps " + std::to_string(kSteps) + " --output-dir " + run.out.string() +
-      " --set eval_interval=0 --set num_threads=1 --set collective_timeout_s=30 >launcher.log 2>&1";
+  const std::string command = launch_command(dir, run.out, launcher, kSteps, 30);
   const auto started = std::chrono::steady_clock::now();
   const int status = std::system(command.c_str());
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -185,6 +198,81 @@ TEST_F(LauncherTest, TorchrunC10dRendezvous) {
   const LauncherRun run = run_under(
       "torchrun-c10d", torchrun("--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:" + std::to_string(port)));
   expect_two_rank_run(run, "torchrun");
+}
+
+// Waits up to `limit_s` for `done`, every 50 ms; false when it never came.
+template <typename Done>
+bool wait_for(double limit_s, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// A rank SIGKILLed under torchrun (an OOM kill, a crashed node): torchrun stops the survivors
+// with SIGTERM. Rank 0 must end within collective_timeout_s + 30 s (the product's contract) with
+// a report that says what happened: `interrupted` by torchrun's SIGTERM, or `crashed` naming
+// rank 1 when its collective failed first.
+TEST_F(LauncherTest, TorchrunRankSigkilledLeavesRankZeroAReport) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun not installed (python3-torch or a PyTorch wheel)";
+  constexpr double kTimeoutS = 3.0;
+  const fs::path dir = fresh_run_dir("torchrun-kill");
+  const fs::path out = dir / "out";
+  const std::string command =
+      launch_command(dir, out, torchrun("--master_addr=127.0.0.1 --master_port=" + std::to_string(test::free_port())),
+                     100000, kTimeoutS);
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::setpgid(0, 0);  // its own group: the test can end torchrun and the ranks at once
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  struct Group {  // torchrun and its ranks, ended if the test leaves early
+    pid_t pid;
+    ~Group() {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } group{launcher};
+
+  // Steady training on both ranks, then rank 1's pid from its heartbeat.
+  const auto steps_logged = [&](int rank) {
+    const std::string rows = read_text(out / per_rank("metrics", "jsonl", rank));
+    return std::count(rows.begin(), rows.end(), '\n');
+  };
+  ASSERT_TRUE(wait_for(kLimitS, [&] { return steps_logged(0) >= 3 && steps_logged(1) >= 3; }))
+      << read_text(dir / "launcher.log");
+  const pid_t rank0 = json::parse(read_text(out / "heartbeat.json")).at("pid").get<pid_t>();
+  const pid_t rank1 = json::parse(read_text(out / "heartbeat.rank1.json")).at("pid").get<pid_t>();
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  const bool rank0_ended = wait_for(kTimeoutS + 30.0, [&] {
+    const char state = test::process_state(rank0);
+    return state == 0 || state == 'Z';  // gone, or exited and not yet reaped by torchrun
+  });
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ASSERT_TRUE(rank0_ended) << "rank 0 still running " << waited << " s after rank 1 was killed\n"
+                           << read_text(dir / "launcher.log");
+  std::cout << "rank 0 ended " << waited << " s after rank 1 was SIGKILLed\n";
+
+  const json report = json::parse(read_text(out / "report.json"));
+  const std::string outcome = report.at("outcome");
+  if (outcome == "interrupted") {
+    EXPECT_EQ(report.at("exit_code"), 4);
+    EXPECT_EQ(report.at("interruption").at("signal"), "SIGTERM") << report.dump(2);
+  } else {
+    ASSERT_EQ(outcome, "crashed") << report.dump(2);
+    EXPECT_EQ(report.at("exit_code"), 3);
+    const auto& findings = report.at("findings");
+    EXPECT_TRUE(std::any_of(findings.begin(), findings.end(), [](const json& f) {
+      return f.at("evidence").value("missing_ranks", json()) == json({1});
+    })) << findings.dump(2);
+  }
+  EXPECT_NE(read_text(out / "junit.xml").find("<testsuite"), std::string::npos);
+  if (!HasFailure()) fs::remove_all(dir);
 }
 
 TEST_F(LauncherTest, Mpirun) {

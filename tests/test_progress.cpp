@@ -85,6 +85,34 @@ TEST(Progress, WithoutATerminalPlainLinesAndNoControlCharacters) {
   EXPECT_EQ(r.err.find('\r'), std::string::npos);
   EXPECT_EQ(r.err.find("\x1b[K"), std::string::npos);
   EXPECT_EQ(r.err.find("ETA"), std::string::npos);
+  EXPECT_EQ(count_of(r.err, "summary: "), 0u) << "the default interval is minutes";
+  fs::remove_all(dir);
+}
+
+// The soak summary line, with a tiny interval: the throughput over the interval, findings so
+// far, ETA, and a memory trend that sees a real leak (memory-leak keeps 8 MiB per step alive).
+TEST(Progress, SoakSummaryLinesShowThroughputFindingsEtaAndTheMemoryTrend) {
+  const fs::path dir = fs::temp_directory_path() / ("rcl-progress-summary-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const auto r = run_cli(rcl::testing::kSmokeCpu + "--steps 12 --inject memory-leak=8MiB/step "
+                         "--set diagnostics.summary_interval_s=0.001 --output-dir " + dir.string());
+  ASSERT_LE(r.exit_code, 1) << r.err;
+  const std::regex line(R"(summary: step (\d+)/12 \(\d+%\) \| (\d+) tok/s \| ETA [0-9:]+ \| findings: \d+ fail, \d+ warn, )"
+                        R"(\d+ info \| mem [0-9.]+MiB \(([-+][0-9.]+)MiB over the last [0-9.]+ min, ([-+][0-9.]+)MiB since step 1\))");
+  int summaries = 0;
+  int64_t last_step = 0;
+  double since_first = 0;
+  for (auto it = std::sregex_iterator(r.err.begin(), r.err.end(), line); it != std::sregex_iterator(); ++it) {
+    ++summaries;
+    EXPECT_GT(std::stoll((*it)[1]), last_step);
+    last_step = std::stoll((*it)[1]);
+    EXPECT_GT(std::stoll((*it)[2]), 0) << it->str();
+    since_first = std::stod((*it)[4]);
+  }
+  EXPECT_GE(summaries, 2) << r.err;
+  EXPECT_EQ(count_of(r.err, "summary: "), static_cast<size_t>(summaries)) << "every summary line is complete";
+  // 8 MiB a step from step 1: at the last summary's step N, about 8 * (N - 1) MiB more than at step 1.
+  EXPECT_GT(since_first, 0.75 * 8 * static_cast<double>(last_step - 1)) << r.err;
   fs::remove_all(dir);
 }
 

@@ -20,27 +20,37 @@ std::filesystem::path heartbeat_path(const std::filesystem::path& output_dir, in
 }
 
 namespace {
-// The file's write time as it says; nullopt when absent or unreadable.
-std::optional<double> written_at(const std::filesystem::path& path) {
+struct Beat {
+  double unix_time = 0;
+  bool running = false;  // false: the rank ended on its own, with its own verdict (finish())
+};
+// The file's write time as it says, and whether its rank still runs; nullopt when absent or unreadable.
+std::optional<Beat> read_beat(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   const auto beat = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!beat.is_object() || !beat.contains("unix_time") || !beat["unix_time"].is_number()) return std::nullopt;
-  return beat["unix_time"].get<double>();
+  return Beat{beat["unix_time"].get<double>(), beat.value("status", "") == "running"};
 }
 }  // namespace
 
 std::vector<int> stalled_peers(const std::filesystem::path& output_dir, int rank, int world_size,
                                std::chrono::milliseconds window) {
-  std::map<int, double> first;  // peer -> unix_time at the start, for peers with a file
+  // A peer that ended with a verdict of its own (its collective failed too, and it exited after
+  // its report) is not lost: in a 3-rank run whose rank 1 froze, rank 0 reports and exits, and
+  // rank 2, timing out a moment later, must still name rank 1 alone.
+  std::map<int, double> first;  // peer -> unix_time at the start, for running peers with a file
   for (int r = 0; r < world_size; ++r)
-    if (const auto t = r == rank ? std::nullopt : written_at(heartbeat_path(output_dir, r))) first[r] = *t;
+    if (const auto beat = r == rank ? std::nullopt : read_beat(heartbeat_path(output_dir, r)); beat && beat->running)
+      first[r] = beat->unix_time;
   const auto deadline = std::chrono::steady_clock::now() + window;
   std::vector<int> stalled;
   while (true) {
     stalled.clear();
-    for (const auto& [r, t] : first)
-      if (written_at(heartbeat_path(output_dir, r)).value_or(t) == t) stalled.push_back(r);
+    for (const auto& [r, t] : first) {
+      const auto now = read_beat(heartbeat_path(output_dir, r));
+      if (!now || (now->running && now->unix_time == t)) stalled.push_back(r);
+    }
     if (stalled.empty() || std::chrono::steady_clock::now() >= deadline) return stalled;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -138,7 +138,7 @@ std::vector<DetectorSpec> builtin_detectors() {
 
       // --- owned by the runner and the process group ---
       {"collectives", "run",
-       {{"collective_timeout", rccl, fail, 1, "test:CommChecksTest.RankThatNeverArrivesGivesOthersANamedTimeout", isolate_node},
+       {{"collective_timeout", rccl, fail, 1, "rank-stop", isolate_node},
         {"exchange_timeout", rccl, fail, 1, "test:CommChecksTest.VanishedRankZeroIsNamedThroughTheUnreachableStore", isolate_node},
         {"rendezvous_failed", rccl, fail, 1, "test:CommChecksTest.RendezvousNamesTheRankThatNeverJoined", check_config}},
        {"training.collective_timeout_s"},

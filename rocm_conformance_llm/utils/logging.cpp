@@ -63,6 +63,14 @@ std::string human_bytes(int64_t bytes) {
 }
 }  // namespace
 
+std::string format_soak_summary(const std::string& progress, int64_t memory_now, int64_t memory_at_last_summary,
+                                int64_t memory_at_first_step, double interval_s) {
+  const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  return fmt::format("summary: {} | mem {} ({:+.1f}MiB over the last {:.1f} min, {:+.1f}MiB since step 1)", progress,
+                     human_bytes(memory_now), mib(memory_now - memory_at_last_summary), interval_s / 60.0,
+                     mib(memory_now - memory_at_first_step));
+}
+
 std::string format_step_line(const StepRecord& r, const std::vector<std::string>& stress_modes) {
   std::string modes;
   for (const auto& m : stress_modes) modes += (modes.empty() ? "" : ",") + m;

@@ -20,6 +20,11 @@ void init_logging(int rank, int world_size, bool all_ranks_verbose);
 nlohmann::json to_json(const StepRecord& r);
 // One human-readable console line for a step.
 std::string format_step_line(const StepRecord& r, const std::vector<std::string>& stress_modes);
+// The soak summary line (every diagnostics.summary_interval_s): `progress` (format_progress,
+// with the throughput over the interval), then the memory now and its change over the interval
+// and since the first step, so a slow leak shows in a long log without reading every line.
+std::string format_soak_summary(const std::string& progress, int64_t memory_now, int64_t memory_at_last_summary,
+                                int64_t memory_at_first_step, double interval_s);
 
 // metrics.jsonl (rank 0) or metrics.rank<N>.jsonl: one JSON object per step, flushed per line
 // so a crash or hang leaves every finished step on disk. With `keep_through_step` (a run resumed
