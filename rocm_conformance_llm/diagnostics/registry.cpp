@@ -30,9 +30,19 @@ constexpr int kRepeated = 5;
 // One finding per distinct cause (each names another signature): never capped.
 constexpr int kEveryOne = std::numeric_limits<int>::max();
 
+// The run the step detectors calibrate to; defaults when a test builds them without a trainer.
+RunProfile run_profile(const DetectorContext& c) {
+  RunProfile run;
+  if (!c.trainer) return run;
+  const RunContext& ctx = c.trainer->ctx();
+  run.steps = ctx.cfg.steps;
+  run.shared_cores = ctx.device.is_cpu() && c.trainer->sync().world_size() > 1;
+  return run;
+}
+
 template <typename T>
 std::unique_ptr<Detector> step_detector(const DetectorContext& c) {
-  return std::make_unique<T>(c.diag, c.log);
+  return std::make_unique<T>(c.diag, c.log, run_profile(c));
 }
 
 std::vector<DetectorSpec> builtin_detectors() {
@@ -45,7 +55,8 @@ std::vector<DetectorSpec> builtin_detectors() {
         {"loss_spike", rocblas, warn, kRepeated, "loss-spike"},
         {"loss_divergence", rocblas, fail, 1, "test:NumericsDetector.SpikeThatNeverRecoversFails"},
         {"grad_norm_spike", rocblas, warn, kRepeated, "loss-spike"}},
-       {"diagnostics.loss_spike_zscore", "diagnostics.window_steps", "diagnostics.warmup_steps"},
+       {"diagnostics.loss_spike_zscore", "diagnostics.loss_spike_min_jump", "diagnostics.false_alarm_budget",
+        "diagnostics.window_steps", "diagnostics.warmup_steps"},
        step_detector<NumericsDetector>},
       {"step_time", "step",
        {{"step_time_cliff", rocblas, warn, 1, "slow-step"},
@@ -63,7 +74,8 @@ std::vector<DetectorSpec> builtin_detectors() {
        step_detector<MemoryDetector>},
       {"collective_latency", "step",
        {{"collective_latency_spike", rccl, warn, kRepeated, "test:CollectiveDetector.LatencySpikeIsAttributedToRccl"}},
-       {"diagnostics.collective_latency_zscore", "diagnostics.window_steps"},
+       {"diagnostics.collective_latency_zscore", "diagnostics.collective_latency_min_step_fraction",
+        "diagnostics.false_alarm_budget", "diagnostics.window_steps"},
        step_detector<CollectiveDetector>},
 
       // --- loop-side checks: act inside the step through StepHooks ---

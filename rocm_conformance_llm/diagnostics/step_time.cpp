@@ -1,12 +1,30 @@
 #include "rocm_conformance_llm/diagnostics/step_time.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/diagnostics/robust_stats.hpp"
 
 namespace rcl {
+
+double HostWait::during_s(double span_s) {
+  std::ifstream in("/proc/thread-self/schedstat");
+  uint64_t on_cpu_ns = 0, run_delay_ns = 0;
+  if (!(in >> on_cpu_ns >> run_delay_ns)) return 0.0;
+  const double delay_s = static_cast<double>(run_delay_ns) * 1e-9;
+  const auto now = std::chrono::steady_clock::now();
+  double waited = 0.0;
+  if (last_delay_s_) {
+    const double elapsed_s = std::chrono::duration<double>(now - last_call_).count();
+    waited = (delay_s - *last_delay_s_) * span_s / std::max(elapsed_s, span_s);
+  }
+  last_delay_s_ = delay_s;
+  last_call_ = now;
+  return waited;
+}
 
 int64_t StepTimeDetector::cliff_run_length() const {
   return std::max<int64_t>(3, cfg_.window_steps / 2);
@@ -15,12 +33,13 @@ int64_t StepTimeDetector::cliff_run_length() const {
 void StepTimeDetector::on_step(const StepRecord& r) {
   rank_ = r.rank;
   last_step_ = r.step;
+  const double step_s = r.step_time_s - host_wait_.during_s(r.step_time_s);
   if (!first_step_s_) {
-    first_step_s_ = r.step_time_s;
+    first_step_s_ = step_s;
     first_step_ = r.step;
   }
   if (in_warmup(r)) return;
-  steady_s_.push_back(r.step_time_s);
+  steady_s_.push_back(step_s);
   steady_steps_.push_back(r.step);
 
   const auto window = static_cast<size_t>(cfg_.window_steps);
@@ -28,7 +47,7 @@ void StepTimeDetector::on_step(const StepRecord& r) {
     if (steady_s_.size() == window) reference_median_ = stats::median(steady_s_);
     return;
   }
-  if (r.step_time_s < cfg_.slowdown_ratio_warn * *reference_median_) {
+  if (step_s < cfg_.slowdown_ratio_warn * *reference_median_) {
     slow_run_length_ = 0;
     return;
   }
