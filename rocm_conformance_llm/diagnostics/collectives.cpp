@@ -13,17 +13,14 @@ namespace {
 constexpr double kMinSpikeRatio = 2.0;
 // Latencies of a healthy link still jitter by a few percent: floor the scale there.
 constexpr double kLatencyScaleFloor = 0.05;
-// Ranks sharing cores wait for each other's scheduling inside every collective.
-constexpr double kSharedCoresFloorFactor = 2.0;
 }  // namespace
 
 void CollectiveDetector::on_step(const StepRecord& r) {
   if (in_warmup(r)) return;
   const auto min_samples = static_cast<size_t>(std::max<int64_t>(3, cfg_.window_steps / 2));
   const double threshold = run_threshold(cfg_.collective_latency_zscore);
-  const double min_extra_s = cfg_.collective_latency_min_step_fraction *
-                             (run_.shared_cores ? kSharedCoresFloorFactor : 1.0) *
-                             stats::median({step_times_.begin(), step_times_.end()});
+  const double min_extra_s =
+      cfg_.collective_latency_min_step_fraction * stats::median({step_times_.begin(), step_times_.end()});
   step_times_.push_back(r.step_time_s);
   if (static_cast<int64_t>(step_times_.size()) > cfg_.window_steps) step_times_.pop_front();
   for (const auto& c : r.collectives) {

@@ -19,7 +19,7 @@ namespace rcl {
 // thresholds to it (registry.cpp fills it from the trainer; defaults where a test has none).
 struct RunProfile {
   int64_t steps = 1000;     // steps judged: a per-step threshold must keep the whole run's false-alarm odds small
-  bool shared_cores = false;  // several CPU ranks on one host: a peer's scheduling jitter shows as collective latency
+  bool shared_cores = false;  // a CPU run: its steps and collectives run on cores the host shares with everything else
 };
 
 class Detector : public StepObserver, public StepHooks {
