@@ -91,9 +91,11 @@ TEST_P(CleanBattery, EveryRunPassesWithoutWarnings) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, CleanBattery,
-    ::testing::Values(Kind{"", 1, {1, 2, 3}}, Kind{"gemm", 1, {1, 2, 3}}, Kind{"rng", 1, {1, 2, 3}},
-                      Kind{"comm", 1, {1, 2, 3}}, Kind{"memory", 1, {1, 2, 3}}, Kind{"fusion", 1, {1, 2, 3}},
-                      Kind{"all", 1, {1, 2, 3}}, Kind{"comm", 2, {1, 2}}, Kind{"comm", 4, {1, 2}}),
+    // Two seeds each keep the battery near 5 minutes on 2 cores (memory and all are the long
+    // ones); bench/false_alarms.py runs more.
+    ::testing::Values(Kind{"", 1, {1, 2}}, Kind{"gemm", 1, {1, 2}}, Kind{"rng", 1, {1, 2}}, Kind{"comm", 1, {1, 2}},
+                      Kind{"memory", 1, {1, 2}}, Kind{"fusion", 1, {1, 2}}, Kind{"all", 1, {1, 2}},
+                      Kind{"comm", 2, {1, 2}}, Kind{"comm", 4, {1, 2}}),
     [](const ::testing::TestParamInfo<Kind>& info) { return name_of(info.param); });
 
 }  // namespace
