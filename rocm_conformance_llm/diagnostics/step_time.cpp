@@ -49,7 +49,11 @@ int64_t StepTimeDetector::cliff_run_length() const {
 void StepTimeDetector::on_step(const StepRecord& r) {
   rank_ = r.rank;
   last_step_ = r.step;
-  const double step_s = r.step_time_s - host_wait_.during_s(r.step_time_s);
+  // Judged: the compute. Time inside collectives is RCCL's (and, on several ranks, the slowest
+  // peer's: issue 12's 2-rank runs had a step-time CV above 1), the host's runqueue wait no one's.
+  double in_collectives = 0.0;
+  for (const auto& c : r.collectives) in_collectives += c.seconds;
+  const double step_s = std::max(r.step_time_s - host_wait_.during_s(r.step_time_s) - in_collectives, 0.0);
   if (!first_step_s_) {
     first_step_s_ = step_s;
     first_step_ = r.step;
