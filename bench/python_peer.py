@@ -189,53 +189,70 @@ def clip_grad_norm(params, max_norm):
     return total
 
 
-def measure_peak_gflops(dtype, threads, size=2048, seconds=1.5):
+def synchronize(device):
+    """Waits for the device's queued work (a no-op on CPU); torch.cuda is HIP on ROCm."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_peak_gflops(dtype, threads, size=2048, seconds=1.5, device="cpu"):
     """Best-of GFLOP/s of a size^3 torch.mm: this machine's practical matmul peak."""
+    device = torch.device(device)
     torch.set_num_threads(threads)
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    torch.mm(a, b)  # first call: oneDNN/OpenBLAS kernel selection and buffers
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    torch.mm(a, b)  # first call: BLAS kernel selection and buffers
+    synchronize(device)
     best = 0.0
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
         torch.mm(a, b)
+        synchronize(device)
         best = max(best, 2.0 * size ** 3 / (time.perf_counter() - start) / 1e9)
     return best
 
 
-def train(cfg, steps, threads):
-    """Runs `steps` optimizer steps; returns the per-step wall times (trainer.cpp train_step)."""
+def train(cfg, steps, threads, device):
+    """Runs `steps` optimizer steps; returns the per-step wall times (trainer.cpp train_step).
+
+    On a GPU the step's scalars are read one step late, as the C++ trainer does, so the host
+    queues step N+1 while the device runs step N; a step's wall time is then the device's."""
     torch.set_num_threads(threads)
     torch.manual_seed(cfg["seed"])
-    model = GPT(cfg)
+    model = GPT(cfg).to(device)
     model.train()
     params = list(model.parameters())
     optimizer = make_optimizer(model, cfg)
     bf16 = cfg["mixed_precision"] == "bf16"
     batch, seq, accum = cfg["batch_size"], cfg["seq_len"], cfg["grad_accum_steps"]
     data = torch.Generator().manual_seed(cfg["seed"])
-    step_times, losses = [], []
+    step_times, losses, pending = [], [], None
     for step in range(1, steps + 1):
         start = time.perf_counter()
         lr = learning_rate_at(cfg, step)
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=False)  # libtorch 1.13's zero_grad zeroes in place
-        loss_sum = torch.zeros(())
+        loss_sum = torch.zeros((), device=device)
         for _ in range(accum):
             # Content does not change throughput: random tokens of the same vocab and shape.
             window = torch.randint(0, cfg["vocab_size"], (batch, seq + 1), generator=data)
+            if device.type != "cpu":
+                window = window.pin_memory().to(device, non_blocking=True)
             inputs, targets = window[:, :seq], window[:, 1:]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = lm_loss(model(inputs), targets)
             loss_sum += loss.detach()
             (loss / accum).backward()  # outside autocast, as in trainer.cpp
         grad_norm = clip_grad_norm(params, cfg["grad_clip"])
         optimizer.step()
         scalars = torch.stack([loss_sum / accum, grad_norm]).double()
+        if pending is not None:
+            losses.append(pending.tolist()[0])  # the previous step's, as the C++ trainer reads
+        pending = scalars
         step_times.append(time.perf_counter() - start)
-        losses.append(scalars.tolist()[0])  # the C++ trainer reads it one step later
+    losses.append(pending.tolist()[0])
     return step_times, losses, sum(p.numel() for p in params)
 
 
@@ -246,6 +263,7 @@ def main():
     parser.add_argument("--steps", type=int, default=0, help="optimizer steps (0: the config's)")
     parser.add_argument("--warmup", type=int, default=3, help="leading steps left out of the median")
     parser.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (the HIP device on ROCm)")
     parser.add_argument("--peak-gflops", type=float, default=0.0,
                         help="matmul peak for MFU in the run's precision (0: measure it here)")
     args = parser.parse_args()
@@ -256,15 +274,16 @@ def main():
     if args.steps <= args.warmup:
         sys.exit("python_peer: --steps must exceed --warmup")
     dtype = torch.bfloat16 if cfg["mixed_precision"] == "bf16" else torch.float32
-    peak = args.peak_gflops or measure_peak_gflops(dtype, args.threads)
+    device = torch.device(args.device)
+    peak = args.peak_gflops or measure_peak_gflops(dtype, args.threads, device=device)
 
-    step_times, losses, params = train(cfg, args.steps, args.threads)
+    step_times, losses, params = train(cfg, args.steps, args.threads, device)
     tokens = cfg["grad_accum_steps"] * cfg["batch_size"] * cfg["seq_len"]
     timed = step_times[args.warmup:]
     tokens_per_s = statistics.median(tokens / t for t in timed)
     fpt = flops_per_token(cfg, params)
     print(json.dumps({
-        "impl": "python", "precision": cfg["mixed_precision"], "threads": torch.get_num_threads(),
+        "impl": "python", "device": str(device), "precision": cfg["mixed_precision"], "threads": torch.get_num_threads(),
         "parameters": params, "flops_per_token": fpt, "tokens_per_step": tokens,
         "steps": args.steps, "timed_steps": len(timed),
         "median_step_time_s": statistics.median(timed), "tokens_per_s": tokens_per_s,

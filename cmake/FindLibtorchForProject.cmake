@@ -3,6 +3,31 @@
 #   2. the torch of the python3 on PATH when it is a ROCm or CUDA build,
 #   3. the system's (Debian's libtorch-dev).
 set(_rcl_torch_source "system")
+
+# A CUDA wheel's Caffe2 config runs enable_language(CUDA) and find_package(CUDAToolkit): without
+# a compiler it stops, and with a toolkit of another major version it fails later on "two
+# conflicting CUDA versions". Point both at the toolkit (CUDA_HOME, CUDA_PATH, /usr/local/cuda)
+# and refuse a major version different from the wheel's, at configure time.
+function(rcl_use_matching_cuda_toolkit wheel_cuda)
+  find_program(_rcl_nvcc nvcc HINTS "$ENV{CUDA_HOME}/bin" "$ENV{CUDA_PATH}/bin" /usr/local/cuda/bin)
+  if(NOT _rcl_nvcc)
+    message(FATAL_ERROR "libtorch is a CUDA ${wheel_cuda} build but no nvcc was found: set CUDA_HOME to its toolkit")
+  endif()
+  execute_process(COMMAND ${_rcl_nvcc} --version OUTPUT_VARIABLE _rcl_nvcc_out ERROR_QUIET)
+  string(REGEX MATCH "release ([0-9]+)\\.([0-9]+)" _rcl_nvcc_release "${_rcl_nvcc_out}")
+  set(toolkit_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+  set(toolkit_major "${CMAKE_MATCH_1}")
+  string(REGEX MATCH "^[0-9]+" wheel_major "${wheel_cuda}")
+  if(NOT toolkit_major STREQUAL wheel_major)
+    message(FATAL_ERROR "libtorch is a CUDA ${wheel_cuda} build but ${_rcl_nvcc} is CUDA "
+                        "${toolkit_version}: set CUDA_HOME to a CUDA ${wheel_major}.x toolkit")
+  endif()
+  get_filename_component(toolkit_root "${_rcl_nvcc}" DIRECTORY)
+  get_filename_component(toolkit_root "${toolkit_root}" DIRECTORY)
+  set(CMAKE_CUDA_COMPILER "${_rcl_nvcc}" CACHE FILEPATH "nvcc matching the libtorch wheel" FORCE)
+  set(CUDAToolkit_ROOT "${toolkit_root}" CACHE PATH "CUDA toolkit matching the libtorch wheel" FORCE)
+  message(STATUS "CUDA toolkit ${toolkit_version} at ${toolkit_root} (wheel: CUDA ${wheel_cuda})")
+endfunction()
 if(NOT Torch_DIR AND DEFINED ENV{Torch_DIR})
   set(Torch_DIR "$ENV{Torch_DIR}")
 endif()
@@ -19,18 +44,25 @@ else()
   find_program(_rcl_python3 python3)
   if(_rcl_python3)
     execute_process(
-      COMMAND ${_rcl_python3} -c "import torch,torch.utils;print(torch.utils.cmake_prefix_path);print('rocm' if torch.version.hip else ('cuda' if torch.version.cuda else 'cpu'))"
+      COMMAND ${_rcl_python3} -c "import torch,torch.utils;print(torch.utils.cmake_prefix_path);print('rocm' if torch.version.hip else ('cuda' if torch.version.cuda else 'cpu'));print(torch.version.cuda or '')"
       OUTPUT_VARIABLE _rcl_py_out RESULT_VARIABLE _rcl_py_rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
     if(_rcl_py_rc EQUAL 0)
       string(REPLACE "\n" ";" _rcl_py_lines "${_rcl_py_out}")
       list(GET _rcl_py_lines 0 _rcl_py_prefix)
       list(GET _rcl_py_lines 1 _rcl_py_kind)
+      list(LENGTH _rcl_py_lines _rcl_py_count)
+      set(_rcl_py_cuda "")
+      if(_rcl_py_count GREATER 2)
+        list(GET _rcl_py_lines 2 _rcl_py_cuda)
+      endif()
       if(NOT _rcl_py_kind STREQUAL "cpu")
         list(PREPEND CMAKE_PREFIX_PATH "${_rcl_py_prefix}")
         set(_rcl_torch_source "${_rcl_python3} torch (${_rcl_py_kind}, ${_rcl_py_prefix})")
         if(_rcl_py_kind STREQUAL "rocm")
           # The ROCm wheel's TorchConfig loads HIP's CMake packages.
           list(APPEND CMAKE_PREFIX_PATH "$ENV{ROCM_PATH}" /opt/rocm)
+        elseif(_rcl_py_kind STREQUAL "cuda")
+          rcl_use_matching_cuda_toolkit("${_rcl_py_cuda}")
         endif()
       endif()
     endif()

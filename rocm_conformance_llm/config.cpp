@@ -75,7 +75,8 @@ std::vector<Preset> make_presets() {
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
           {"comm", {{"max_batch_size", 8}, {"max_checksum_interval", 10}}},
           {"memory", {{"min_seq_len", 128}, {"min_grad_accum_steps", 2}, {"memory_pressure_bytes", 64 * MiB}}},
-          {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
+          {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
+          {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 256}}}}};
 
   nlohmann::json cpu_medium_stress = smoke.stress.values();
   cpu_medium_stress.merge_patch({{"gemm", {{"min_hidden_size", 512}}},
@@ -100,7 +101,8 @@ std::vector<Preset> make_presets() {
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
           {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 10}}},
           {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
-          {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}}}};
+          {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
+          {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 2048}}}}};
 
   // `large` scales `small`'s intensities up where its memory allows.
   nlohmann::json large_stress = small.stress.values();
@@ -109,7 +111,8 @@ std::vector<Preset> make_presets() {
                             {"comm", {{"max_checksum_interval", 20}}},
                             {"memory", {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16},
                                         {"memory_pressure_bytes", 8 * 1024 * MiB}}},
-                            {"fusion", {{"min_num_layers", 48}}}});
+                            {"fusion", {{"min_num_layers", 48}}},
+                            {"attention", {{"probe_seq_len", 4096}}}});
   const Preset large{
       .name = "large",
       .description = "MI300-class memory (192 GB): a 1.5B-parameter-class model",
@@ -147,6 +150,11 @@ const std::vector<ConfigField>& diagnostics_fields() {
   static const std::vector<ConfigField> fields{RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_ROW)};
   return fields;
 }
+
+const std::vector<ConfigField>& rocm_fields() {
+  static const std::vector<ConfigField> fields{RCL_ROCM_FIELDS(RCL_FIELD_ROW)};
+  return fields;
+}
 #undef RCL_FIELD_ROW
 
 #define RCL_FIELD_TO_JSON(type, member, ...) j[#member] = c.member;
@@ -157,6 +165,8 @@ void to_json(nlohmann::json& j, const TrainingConfig& c) { RCL_TRAINING_FIELDS(R
 void from_json(const nlohmann::json& j, TrainingConfig& c) { RCL_TRAINING_FIELDS(RCL_FIELD_FROM_JSON) }
 void to_json(nlohmann::json& j, const DiagnosticsConfig& c) { RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_TO_JSON) }
 void from_json(const nlohmann::json& j, DiagnosticsConfig& c) { RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_FROM_JSON) }
+void to_json(nlohmann::json& j, const RocmConfig& c) { RCL_ROCM_FIELDS(RCL_FIELD_TO_JSON) }
+void from_json(const nlohmann::json& j, RocmConfig& c) { RCL_ROCM_FIELDS(RCL_FIELD_FROM_JSON) }
 #undef RCL_FIELD_TO_JSON
 #undef RCL_FIELD_FROM_JSON
 
@@ -206,6 +216,44 @@ const Preset& find_preset(const std::string& name) {
 
 std::string default_preset_name(bool gpu_present) { return gpu_present ? "small" : "smoke"; }
 
+namespace {
+// Steps high enough that max_duration_s is what ends a timed level.
+constexpr int64_t kUntilTimeUp = 1'000'000'000;
+
+// Check intervals grow with the level: a CI gate looks often at a short run, a soak less often
+// at a long one (a canary every 50 steps of an 8-hour run would be thousands of GEMM checks).
+std::vector<RunLevel> make_run_levels() {
+  return {
+      {1, "quick", "CI gate, about 2 minutes: the preset's model, no stress mode, every check early", "", "",
+       {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 120.0}}},
+        {"diagnostics", {{"gemm_canary_interval", 25}, {"fingerprint_interval", 25}, {"telemetry_interval_s", 2.0}}}}},
+      {2, "standard", "15 minutes: GEMM, RNG and collective stress", "", "gemm,rng,comm",
+       {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 900.0}, {"checksum_interval", 10}}},
+        {"diagnostics", {{"gemm_canary_interval", 100}, {"fingerprint_interval", 100}, {"telemetry_interval_s", 5.0}}}}},
+      {3, "extended", "1 hour: every stress mode", "", "all",
+       {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 3600.0}, {"checksum_interval", 20}}},
+        {"diagnostics", {{"gemm_canary_interval", 200}, {"fingerprint_interval", 200}, {"telemetry_interval_s", 10.0}}}}},
+      {4, "soak", "8 hours: every stress mode, sparse checks (the hangs seen after hours)", "", "all",
+       {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 8 * 3600.0}, {"checksum_interval", 50}}},
+        {"diagnostics", {{"gemm_canary_interval", 500}, {"fingerprint_interval", 500}, {"telemetry_interval_s", 30.0}}}}},
+  };
+}
+}  // namespace
+
+const std::vector<RunLevel>& run_levels() {
+  static const std::vector<RunLevel> all = make_run_levels();
+  return all;
+}
+
+const RunLevel& find_run_level(int level) {
+  std::vector<std::string> known;
+  for (const auto& l : run_levels()) {
+    if (l.level == level) return l;
+    known.push_back(std::to_string(l.level) + " (" + l.name + ")");
+  }
+  throw ConfigError("invalid --level " + std::to_string(level) + ": allowed levels are " + join(known));
+}
+
 void validate_field(const nlohmann::json& value, const ConfigField& field, const std::string& path) {
   const std::string wrong_kind = kind_mismatch(field.default_value, value);
   if (!wrong_kind.empty()) throw ConfigError("invalid " + path + "=" + value.dump() + ": " + wrong_kind);
@@ -249,6 +297,7 @@ void validate(const TrainingConfig& c) {
 }
 
 void validate(const DiagnosticsConfig& d) { validate_fields(d, diagnostics_fields(), "diagnostics."); }
+void validate(const RocmConfig& r) { validate_fields(r, rocm_fields(), "rocm."); }
 
 std::string describe_fields(const std::vector<ConfigField>& fields, const std::string& section, bool markdown) {
   std::string out;

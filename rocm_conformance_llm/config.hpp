@@ -69,6 +69,13 @@ struct ConfigField {
   X(int64_t, qkv_conv_kernel, 0, at_least(0), "Primer depthwise causal conv after Q/K/V (0 = off)")      \
   X(std::string, attention_backend, "math",                                                              \
     one_of({"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}), "attention kernel")       \
+  /* --- attention mode --- */                                                                          \
+  X(double, attention_pad_fraction, 0.0, within(0, 1, false),                                            \
+    "tail share of every second sequence masked as padding (a padded batch's attention mask)")           \
+  X(bool, attention_noncontiguous_v, false, unchecked(), "V reaches the kernel as a strided (non-contiguous) view") \
+  X(int64_t, attention_probe_interval, 0, at_least(0),                                                   \
+    "steps between attention parity probes, also run at start-up (0 = off)")                              \
+  X(int64_t, attention_probe_seq_len, 0, at_least(0), "sequence length of the probe (0: seq_len)")       \
   /* --- optimisation --- */                                                                            \
   X(int64_t, steps, 60, at_least(1), "optimizer steps")                                                  \
   X(double, max_duration_s, 0.0, at_least(0, "0 = no time limit"),                                       \
@@ -128,7 +135,37 @@ struct ConfigField {
   X(double, baseline_loss_rel_tolerance, 1e-2, within(0, 1, true),                                       \
     "--baseline loss compare when not deterministic")                                                    \
   X(double, baseline_memory_growth_ratio, 0.10, at_least(0), "--baseline peak memory growth")            \
-  X(int64_t, fingerprint_interval, 50, at_least(0), "steps between ATen op-count fingerprints (0 = off)")
+  X(int64_t, fingerprint_interval, 50, at_least(0), "steps between ATen op-count fingerprints (0 = off)")                \
+  X(bool, count_host_reads, false, unchecked(),                                                                   \
+    "count blocking device-to-host reads per step into metrics.jsonl's host_reads (a RecordFunction callback)")   \
+  X(double, telemetry_interval_s, 5.0, at_least(0, "0 = off"),                                           \
+    "seconds between ROCm SMI samples into telemetry.jsonl (docs/telemetry.md)")                         \
+  X(std::string, kernel_log_source, "auto", unchecked(),                                                 \
+    "amdgpu kernel log: auto (/dev/kmsg, else dmesg), off, or a recorded log file read whole")           \
+  X(bool, memory_profile, false, unchecked(),                                                            \
+    "memory after model creation, on the device, after step 1 and at peak, in report.json")              \
+  X(int64_t, prom_interval, 10, at_least(0, "0 = only the final one"),                                   \
+    "steps between rewrites of metrics.prom (Prometheus textfile)")
+
+// ROCm knobs: each sets an environment variable libtorch or a ROCm library reads when it
+// initialises ("default" / "" / 0 leaves the variable as the environment has it). Which variable,
+// and when it is set: platform/rocm_knobs.hpp and docs/configuration.md.
+#define RCL_ROCM_FIELDS(X)                                                                              \
+  X(std::string, blas_backend, "default", one_of({"default", "hipblaslt", "rocblas"}),                    \
+    "GEMM backend preference (TORCH_BLAS_PREFER_HIPBLASLT)")                                             \
+  X(std::string, tunableop, "default", one_of({"default", "on", "off"}), "TunableOp (PYTORCH_TUNABLEOP_ENABLED)") \
+  X(std::string, tunableop_results_file, "", unchecked(), "TunableOp results file (PYTORCH_TUNABLEOP_FILENAME)") \
+  X(std::string, miopen_find_mode, "default", one_of({"default", "NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID"}), \
+    "MIOpen kernel search (MIOPEN_FIND_MODE)")                                                           \
+  X(std::string, miopen_user_db, "", unchecked(),                                                        \
+    "MIOPEN_USER_DB_PATH: a path, or per-run (OUTPUT_DIR/miopen-user-db)")                               \
+  X(std::string, expandable_segments, "default", one_of({"default", "true", "false"}),                    \
+    "allocator expandable_segments (PYTORCH_HIP_ALLOC_CONF)")                                            \
+  X(int64_t, max_split_size_mb, 0, at_least(0, "0 = libtorch's default"),                                \
+    "allocator max_split_size_mb (PYTORCH_HIP_ALLOC_CONF)")                                              \
+  X(double, garbage_collection_threshold, 0.0, within(0, 1, false),                                      \
+    "allocator garbage_collection_threshold, 0 = off (PYTORCH_HIP_ALLOC_CONF)")                          \
+  X(std::string, hsa_enable_sdma, "default", one_of({"default", "on", "off"}), "SDMA copy engines (HSA_ENABLE_SDMA)")
 
 #define RCL_DECLARE_MEMBER(type, member, default_value, check, meaning) type member = default_value;
 
@@ -142,17 +179,25 @@ struct DiagnosticsConfig {
   bool operator==(const DiagnosticsConfig&) const = default;
 };
 
+struct RocmConfig {
+  RCL_ROCM_FIELDS(RCL_DECLARE_MEMBER)
+  bool operator==(const RocmConfig&) const = default;
+};
+
 #undef RCL_DECLARE_MEMBER
 
 // The field tables, in declaration order.
 const std::vector<ConfigField>& training_fields();
 const std::vector<ConfigField>& diagnostics_fields();
+const std::vector<ConfigField>& rocm_fields();
 
 // Keys missing from the JSON keep their defaults.
 void to_json(nlohmann::json& j, const TrainingConfig& c);
 void from_json(const nlohmann::json& j, TrainingConfig& c);
 void to_json(nlohmann::json& j, const DiagnosticsConfig& d);
 void from_json(const nlohmann::json& j, DiagnosticsConfig& d);
+void to_json(nlohmann::json& j, const RocmConfig& r);
+void from_json(const nlohmann::json& j, RocmConfig& r);
 
 // The stress intensities as data: {mode: {key: value}}, e.g. {"memory": {"min_seq_len": 8192}}.
 // Each mode declares its keys, types, defaults and allowed values in the stress mode registry
@@ -192,11 +237,26 @@ const Preset& find_preset(const std::string& name);  // ConfigError listing know
 // `smoke` on CPU; `small` when a GPU is present.
 std::string default_preset_name(bool gpu_present);
 
+// A run level (`--level N`, as RVS's and DCGM's `-r`): a time-boxed bundle of preset, stress
+// modes, duration and check intervals. It sits between the preset and the config file, so the
+// file, --set, --stress and the dedicated flags all win over it (docs/levels.md).
+struct RunLevel {
+  int level = 0;
+  std::string name;
+  std::string description;
+  std::string preset;        // empty: the device's default preset
+  std::string stress_modes;  // --stress syntax; empty: none
+  nlohmann::json patch;      // {"training": {...}, "diagnostics": {...}} over the preset
+};
+const std::vector<RunLevel>& run_levels();
+const RunLevel& find_run_level(int level);  // ConfigError naming the known levels
+
 // Throws ConfigError naming the first invalid field or combination and what is allowed:
 // "invalid FIELD=VALUE: ...". (validate(StressProfile) is in stress_modes.hpp: the registry
 // declares the intensities.)
 void validate(const TrainingConfig& cfg);
 void validate(const DiagnosticsConfig& diag);
+void validate(const RocmConfig& rocm);
 
 // Checks `value` of the key `path` against `field`'s type and check.
 void validate_field(const nlohmann::json& value, const ConfigField& field, const std::string& path);

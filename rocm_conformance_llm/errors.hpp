@@ -13,7 +13,14 @@ struct ConfigError : std::runtime_error {
 };
 
 // 0: completed, no fail finding (warnings allowed); 1: at least one fail finding;
-// 2: usage or configuration error (before anything ran; no report); 3: crashed or hung.
-enum ExitCode : int { kExitClean = 0, kExitFailFinding = 1, kExitUsage = 2, kExitCrashOrHang = 3 };
+// 2: usage or configuration error (before anything ran; no report); 3: crashed or hung (or the
+// report itself could not be written); 4: interrupted by a signal (SIGTERM, SIGINT, SIGHUP, SIGUSR1).
+enum ExitCode : int {
+  kExitClean = 0,
+  kExitFailFinding = 1,
+  kExitUsage = 2,
+  kExitCrashOrHang = 3,
+  kExitInterrupted = 4
+};
 
 }  // namespace rcl

@@ -36,6 +36,7 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::rng_skew, "rng-skew", false, FaultValue::none},
     FaultTraits{FaultKind::hang, "hang", true, FaultValue::none},
     FaultTraits{FaultKind::gemm_corrupt, "gemm-corrupt", false, FaultValue::none},
+    FaultTraits{FaultKind::attention_mask_corrupt, "attention-mask-corrupt", false, FaultValue::none},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -169,7 +170,7 @@ std::string fault_syntax_help() {
   return "Known faults: " + names +
          ". Syntax: NAME[=VALUE][@step=N][@rank=R], comma-separated, e.g. nan@step=20, "
          "grad-bitflip@step=30, loss-spike@step=25, slow-step@step=15=0.5, memory-leak=8MiB/step, "
-         "rng-skew@rank=1, hang@step=40, gemm-corrupt (nan, grad-bitflip, loss-spike and hang "
+         "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt (nan, grad-bitflip, loss-spike and hang "
          "need @step)";
 }
 

@@ -1,7 +1,7 @@
 // Fault injection: `--inject SPEC[,SPEC...]` turns on synthetic faults so every detector can be
 // shown to fire on a real run. Composable like stress modes: specs combine, identical ones
 // collapse, order does not matter. FaultInjector strikes each at the point of the loop where
-// the real failure strikes (StepHooks); gemm-corrupt and rng-skew strike inside the check that
+// the real failure strikes (StepHooks); gemm-corrupt, attention-mask-corrupt and rng-skew strike inside the check that
 // catches them. scripts/fault_matrix.sh runs them all.
 //
 // Syntax:   NAME[=VALUE][@step=N][@rank=R]      (selectors in any order; `@step=N=VALUE` also
@@ -22,6 +22,9 @@
 //   hang@step=N            the rank stops in the forward of step N (the watchdog must fire)
 //   gemm-corrupt[@step=N]  from step N, one GEMM canary shape's result is corrupted (seen at
 //                          canary steps: every diagnostics.gemm_canary_interval)
+//   attention-mask-corrupt[@step=N]  from step N, the attention parity probe's masked outputs of
+//                          one backend (the last that serves a mask here) come out wrong (seen at
+//                          probe steps: every training.attention_probe_interval)
 //   @rank=R                only rank R injects (default: every rank)
 #pragma once
 
@@ -48,6 +51,7 @@ enum class FaultKind : uint8_t {
   rng_skew,
   hang,
   gemm_corrupt,
+  attention_mask_corrupt,
   count,  // not a fault: the number of kinds (faults.cpp checks its table against it)
 };
 

@@ -49,26 +49,131 @@ torch::Tensor apply_rotary(const torch::Tensor& x) {
   return (xc * cos + rotated * sin).to(x.scalar_type());
 }
 
-void configure_attention_backend(const std::string& backend) {
-#ifndef RCL_HAVE_SDPA
-  if (backend != "math")
-    throw ConfigError("invalid attention_backend='" + backend + "': needs libtorch >= 2.0 (this build has " +
-                      std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
-                      "); allowed here: math");
-#else
-  // The SDPA kernel choice is process-global in libtorch. Restricting it to one kernel family
-  // pins which GPU implementation (AOTriton flash / memory-efficient on ROCm, or the math
-  // fallback) the run validates; plain "sdpa" lets libtorch choose among all of them.
-  if (backend == "math") return;
+std::string torch_version_text() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+}
+
+// The SDPA kernel switches, in one order: flash, memory-efficient, math (and cuDNN from 2.3,
+// so that "sdpa_flash" on an NVIDIA build cannot silently run cuDNN's kernel instead).
+#ifdef RCL_HAVE_SDPA
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3
+#define RCL_HAVE_SDPA_CUDNN 1
+#endif
+std::vector<bool> sdpa_switches() {
+  const auto& ctx = at::globalContext();
+  std::vector<bool> on = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledMathSDP()};
+#ifdef RCL_HAVE_SDPA_CUDNN
+  on.push_back(ctx.userEnabledCuDNNSDP());
+#endif
+  return on;
+}
+
+void set_sdpa_switches(const std::vector<bool>& on) {
   auto& ctx = at::globalContext();
+  ctx.setSDPUseFlash(on[0]);
+  ctx.setSDPUseMemEfficient(on[1]);
+  ctx.setSDPUseMath(on[2]);
+#ifdef RCL_HAVE_SDPA_CUDNN
+  ctx.setSDPUseCuDNN(on[3]);
+#endif
+}
+#endif
+
+// Restricting SDPA to one kernel family pins which GPU implementation (AOTriton/CK flash or
+// memory-efficient on ROCm, or the math fallback) the run validates; plain "sdpa" lets libtorch
+// choose among all of them.
+void select_sdpa_backend(const std::string& backend) {
+  if (backend == "math") return;
+#ifndef RCL_HAVE_SDPA
+  throw ConfigError("invalid attention_backend='" + backend + "': needs libtorch >= 2.0 (this build has " +
+                    torch_version_text() + "); allowed here: math");
+#else
   const bool any = backend == "sdpa";
-  ctx.setSDPUseMath(any || backend == "sdpa_math");
-  ctx.setSDPUseFlash(any || backend == "sdpa_flash");
-  ctx.setSDPUseMemEfficient(any || backend == "sdpa_mem_efficient");
+  set_sdpa_switches({any || backend == "sdpa_flash", any || backend == "sdpa_mem_efficient",
+                     any || backend == "sdpa_math", any});
 #endif
 }
 
 }  // namespace
+
+bool sdpa_available() {
+#ifdef RCL_HAVE_SDPA
+  return true;
+#else
+  return false;
+#endif
+}
+
+void check_attention_backend(const TrainingConfig& cfg, torch::DeviceType device) {
+  const std::string& b = cfg.attention_backend;
+  const auto refuse = [&](const std::string& why, const std::string& allowed) {
+    throw ConfigError("invalid attention_backend='" + b + "': " + why + "; allowed here: " + allowed);
+  };
+  if (b == "math") return;
+  if (!sdpa_available()) refuse("needs libtorch >= 2.0 (this build has " + torch_version_text() + ")", "math");
+  const bool gpu = device != torch::kCPU;
+  const char* all_but_flash = "math, sdpa, sdpa_math, sdpa_mem_efficient";
+  // The GPU flash kernels (AOTriton/CK on ROCm, FlashAttention on CUDA) take fp16/bf16 only,
+  // and no attention mask; CPU flash takes float32 and masks too.
+  if (b == "sdpa_flash" && gpu && cfg.mixed_precision == "fp32")
+    refuse("the GPU flash kernel takes fp16/bf16 only (mixed_precision=fp32)", all_but_flash);
+  if (b == "sdpa_flash" && gpu && cfg.attention_pad_fraction > 0)
+    refuse("the GPU flash kernel takes no attention mask (attention_pad_fraction > 0)", all_but_flash);
+  if (b == "sdpa_mem_efficient" && !gpu)
+    refuse("libtorch has no memory-efficient attention kernel on the CPU", "math, sdpa, sdpa_math, sdpa_flash");
+}
+
+SdpaBackendScope::SdpaBackendScope(const std::string& backend) {
+#ifdef RCL_HAVE_SDPA
+  saved_ = sdpa_switches();
+#endif
+  select_sdpa_backend(backend);
+}
+
+SdpaBackendScope::~SdpaBackendScope() {
+#ifdef RCL_HAVE_SDPA
+  set_sdpa_switches(saved_);
+#endif
+}
+
+int64_t padded_length(int64_t seq, double pad_fraction) {
+  return std::max<int64_t>(1, seq - int64_t(std::llround(pad_fraction * double(seq))));
+}
+
+torch::Tensor padded_causal_mask(int64_t batch, int64_t seq, double pad_fraction, torch::Device device) {
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  auto lengths = torch::full({batch}, seq, opts);
+  lengths.slice(0, 1, batch, 2).fill_(padded_length(seq, pad_fraction));
+  const auto keys = torch::arange(seq, opts);
+  const auto key_ok = keys.view({1, 1, 1, seq}) < lengths.view({batch, 1, 1, 1});
+  const auto causal = torch::ones({seq, seq}, opts.dtype(torch::kBool)).tril();
+  return causal.view({1, 1, seq, seq}).logical_and(key_ok);
+}
+
+torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& allowed, double dropout, bool training) {
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  auto probs = scores.softmax(-1, at_least_float(scores.scalar_type())).to(v.scalar_type());
+  probs = torch::dropout(probs, dropout, training);
+  return torch::matmul(probs, v);
+}
+
+torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& allowed, double dropout) {
+#ifdef RCL_HAVE_SDPA
+  if (!allowed.defined()) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, allowed, dropout, /*is_causal=*/false);
+#else
+  (void)q, (void)k, (void)v, (void)allowed, (void)dropout;
+  throw ConfigError("SDPA needs libtorch >= 2.0 (this build has " + torch_version_text() + ")");
+#endif
+}
+
+torch::Tensor strided_view_of(const torch::Tensor& v) {
+  constexpr int64_t kRowGap = 8;
+  return at::constant_pad_nd(v, {0, kRowGap}).narrow(-1, 0, v.size(-1));
+}
 
 int64_t ffn_hidden_size(const TrainingConfig& cfg) {
   const double width = cfg.ffn_multiplier * double(cfg.hidden_size);
@@ -138,6 +243,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
       rotary_(cfg.position == "rotary"),
       backend_(cfg.attention_backend),
       self_only_(options.attention_self_only),
+      pad_fraction_(cfg.attention_pad_fraction),
+      strided_v_(cfg.attention_noncontiguous_v),
       conv_kernel_(cfg.qkv_conv_kernel) {
   const int64_t c = cfg.hidden_size;
   qkv = register_module("qkv", torch::nn::Linear(c, 3 * c));
@@ -181,6 +288,11 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     q = apply_rotary(q);
     k = apply_rotary(k);
   }
+  if (capture_) {
+    *capture_ = {q.detach(), k.detach(), v.detach()};
+    capture_ = nullptr;
+  }
+  if (strided_v_) v = strided_view_of(v);
   const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
   return proj(y);
 }
@@ -188,19 +300,16 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
 torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k,
                                               const torch::Tensor& v) {
   const double dropout = is_training() ? dropout_ : 0.0;
-#ifdef RCL_HAVE_SDPA
-  if (backend_ != "math" && !self_only_)
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
-#endif
-  // The reference path: softmax(Q K^T / sqrt(d) + causal mask) V, two batched GEMMs.
   const int64_t seq = q.size(2);
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
-  const auto ones = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device()));
-  const auto masked = self_only_ ? ones.logical_xor(torch::eye(seq, ones.options())) : ones.triu(1);
-  scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
-  auto probs = scores.softmax(-1, at_least_float(scores.scalar_type())).to(v.scalar_type());
-  probs = torch::dropout(probs, dropout, is_training());
-  return torch::matmul(probs, v);
+  const auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(q.device());
+  torch::Tensor allowed;  // undefined: causal only
+  if (self_only_)
+    allowed = torch::eye(seq, bool_opts);
+  else if (pad_fraction_ > 0.0)
+    allowed = padded_causal_mask(q.size(0), seq, pad_fraction_, q.device());
+  if (backend_ != "math" && !self_only_) return sdpa_attention(q, k, v, allowed, dropout);
+  if (!allowed.defined()) allowed = torch::ones({seq, seq}, bool_opts).tril();
+  return explicit_attention(q, k, v, allowed, dropout, is_training());
 }
 
 // --- MLP ---
@@ -255,7 +364,7 @@ torch::Tensor BlockImpl::residual_branch(const torch::Tensor& branch_out) {
 
 GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
-  configure_attention_backend(cfg.attention_backend);
+  select_sdpa_backend(cfg.attention_backend);
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
   if (cfg.position == "learned") wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden_size));
   for (int64_t i = 0; i < cfg.num_layers; ++i)

@@ -43,6 +43,54 @@ torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& tar
 // Mean of token_losses.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
+// --- attention kernels: what this build's SDPA can do, in one place ---
+
+// at::scaled_dot_product_attention and its backend switches exist (libtorch >= 2.0).
+bool sdpa_available();
+
+// Refuses, at config time, an attention_backend the kernel cannot serve for this dtype, device
+// and layout (ConfigError, one line naming the value and what is allowed). `device` is data so
+// the GPU rules can be tested on a CPU machine.
+void check_attention_backend(const TrainingConfig& cfg, torch::DeviceType device);
+
+// While alive, only `backend`'s kernel family serves SDPA ("sdpa": every family, libtorch
+// chooses; "math": left as it is); the previous switches are restored after. The switches are
+// process-global in libtorch. ConfigError for a fused backend without SDPA.
+class SdpaBackendScope {
+ public:
+  explicit SdpaBackendScope(const std::string& backend);
+  ~SdpaBackendScope();
+  SdpaBackendScope(const SdpaBackendScope&) = delete;
+  SdpaBackendScope& operator=(const SdpaBackendScope&) = delete;
+
+ private:
+  std::vector<bool> saved_;
+};
+
+// Padded batches: every second sequence (odd index) keeps round((1 - pad_fraction) * seq)
+// tokens (at least 1); the keys past them are padding.
+int64_t padded_length(int64_t seq, double pad_fraction);
+// Boolean [B, 1, T, T], true where a query may attend: causal, and no padded key. Right padding
+// keeps key 0 for every query, so no row is fully masked.
+torch::Tensor padded_causal_mask(int64_t batch, int64_t seq, double pad_fraction, torch::Device device);
+// The reference path: softmax(Q K^T / sqrt(d), masked to `allowed`) V, two batched GEMMs;
+// `allowed` is boolean and broadcasts to [B, H, T, T].
+torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& allowed, double dropout = 0.0, bool training = false);
+// at::scaled_dot_product_attention with the kernels enabled now; `allowed` undefined means
+// causal (is_causal). ConfigError without SDPA.
+torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& allowed, double dropout = 0.0);
+// The same values as `v` [.., T, D], as a strided view whose rows are D + 8 elements apart
+// (last dimension still contiguous, as the fused kernels require): fused kernels that assumed
+// V's row stride gave wrong results (ROCm/pytorch#3230).
+torch::Tensor strided_view_of(const torch::Tensor& v);
+
+// One layer's attention inputs, each [B, H, T, D] after QK-norm and rotary, detached.
+struct AttentionInputs {
+  torch::Tensor q, k, v;
+};
+
 // LayerNorm or RMSNorm over the last dimension.
 class NormImpl : public torch::nn::Module {
  public:
@@ -61,6 +109,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const TrainingConfig& cfg, const ModelOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [B,T,C] -> [B,T,C]
+  // The next forward stores its Q, K, V in `out` (the attention parity probe's inputs).
+  void capture_next(AttentionInputs* out) { capture_ = out; }
 
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
@@ -74,6 +124,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   bool rotary_;
   std::string backend_;
   bool self_only_;
+  double pad_fraction_;
+  bool strided_v_;
+  AttentionInputs* capture_ = nullptr;
   int64_t conv_kernel_;
   torch::nn::Conv1d qkv_conv_{nullptr};
   Norm q_norm_{nullptr};
@@ -119,7 +172,7 @@ TORCH_MODULE(Block);
 class GPTImpl : public torch::nn::Module {
  public:
   // cfg.vocab_size must be resolved (> 0). A non-math attention backend on libtorch < 2.0 is
-  // a ConfigError.
+  // a ConfigError. Sets the process-global SDPA switches to cfg.attention_backend.
   explicit GPTImpl(const TrainingConfig& cfg, ModelOptions options = {});
 
   // tokens [B,T] int64 -> logits [B,T,vocab]. With `block_outputs`, the hidden state after

@@ -1,6 +1,7 @@
 #include "rocm_conformance_llm/optimizer.hpp"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -51,16 +52,26 @@ torch::Tensor FlatAdamW::clip_grad_norm(double max_norm) {
   return total;
 }
 
-void FlatAdamW::step(double lr) {
+void FlatAdamW::step(double lr, const torch::Tensor& apply) {
   torch::NoGradGuard no_grad;
   const int64_t step = ++state_.steps;
+  // Each factor is its own value where the update applies and the identity where it is
+  // withheld (0-dim device tensors: same float arithmetic as the scalars). The gradient is
+  // zeroed where withheld, as it may hold the NaN that withheld it; an infinite eps turns the
+  // parameter update into exactly 0.
+  const auto options = flat_params_.options();
+  const auto either = [&](double applied, double withheld) {
+    return torch::where(apply, torch::full({}, applied, options), torch::full({}, withheld, options));
+  };
+  flat_grads_.masked_fill_(apply.logical_not(), 0.0);
   // torch::optim::AdamW::step's sequence of ops, on the whole buffer at once.
-  if (decayed_numel_ > 0) flat_params_.narrow(0, 0, decayed_numel_).mul_(1.0 - lr * hyper_.weight_decay);
-  state_.exp_avg.mul_(hyper_.beta1).add_(flat_grads_, 1.0 - hyper_.beta1);
-  state_.exp_avg_sq.mul_(hyper_.beta2).addcmul_(flat_grads_, flat_grads_, 1.0 - hyper_.beta2);
+  if (decayed_numel_ > 0) flat_params_.narrow(0, 0, decayed_numel_).mul_(either(1.0 - lr * hyper_.weight_decay, 1.0));
+  state_.exp_avg.mul_(either(hyper_.beta1, 1.0)).add_(flat_grads_, 1.0 - hyper_.beta1);
+  state_.exp_avg_sq.mul_(either(hyper_.beta2, 1.0)).addcmul_(flat_grads_, flat_grads_, 1.0 - hyper_.beta2);
   const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step));
   const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step));
-  const auto denom = (state_.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(hyper_.eps);
+  const auto denom = (state_.exp_avg_sq.sqrt() / std::sqrt(bias_correction2))
+                         .add_(either(hyper_.eps, std::numeric_limits<double>::infinity()));
   flat_params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
 }
 

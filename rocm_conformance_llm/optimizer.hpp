@@ -33,7 +33,11 @@ class FlatAdamW {
   // the gradients (before clipping) as a device scalar, so the step never waits for the GPU.
   // max_norm 0 measures without clipping.
   torch::Tensor clip_grad_norm(double max_norm);
-  void step(double lr);
+  // Applies the update where `apply` (a device bool scalar) is true; where false, parameters
+  // and moments stay bit for bit as they were. Decided on the device: no host read.
+  void step(double lr, const torch::Tensor& apply);
+  // Takes back `n` counted steps whose updates were withheld (bias correction counts updates).
+  void forget_steps(int64_t n) { state_.steps -= n; }
 
   // What a checkpoint holds besides the parameters.
   struct State {

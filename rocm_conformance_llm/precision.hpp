@@ -57,6 +57,15 @@ class DynamicLossScaler {
   double current_scale() const { return scale_; }
   int64_t skipped_steps() const { return skipped_steps_; }
 
+  // What a checkpoint holds (the factors come from the config).
+  struct State {
+    double scale = 0;
+    int64_t clean_streak = 0;
+    int64_t skipped_steps = 0;
+  };
+  State state() const { return {scale_, clean_streak_, skipped_steps_}; }
+  void load_state(const State& s) { scale_ = s.scale, clean_streak_ = s.clean_streak, skipped_steps_ = s.skipped_steps; }
+
  private:
   double scale_;
   int64_t growth_interval_;

@@ -1,78 +1,180 @@
 #include "rocm_conformance_llm/runner.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 
+#include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/diagnostics/attention_probe.hpp"
 #include "rocm_conformance_llm/diagnostics/baseline.hpp"
+#include "rocm_conformance_llm/diagnostics/heartbeat.hpp"
+#include "rocm_conformance_llm/diagnostics/memory.hpp"
+#include "rocm_conformance_llm/diagnostics/prometheus.hpp"
 #include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/report.hpp"
 #include "rocm_conformance_llm/diagnostics/run_summary.hpp"
+#include "rocm_conformance_llm/diagnostics/telemetry.hpp"
 #include "rocm_conformance_llm/diagnostics/watchdog.hpp"
 #include "rocm_conformance_llm/distributed/communicator.hpp"
 #include "rocm_conformance_llm/distributed/launch.hpp"
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/run_checkpoint.hpp"
+#include "rocm_conformance_llm/platform/doctor.hpp"
+#include "rocm_conformance_llm/platform/rocm_knobs.hpp"
+#include "rocm_conformance_llm/signals.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
+#include "rocm_conformance_llm/utils/files.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
+#include "rocm_conformance_llm/utils/progress.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;
 
 namespace {
 
+// On a terminal (rank 0) one updating status line; elsewhere a plain line per step, so CI logs
+// hold no control characters.
 class ConsoleObserver final : public StepObserver {
  public:
-  explicit ConsoleObserver(std::vector<std::string> modes) : modes_(std::move(modes)) {}
-  void on_step(const StepRecord& r) override { spdlog::info("{}", format_step_line(r, modes_)); }
+  ConsoleObserver(std::vector<std::string> modes, const TrainingConfig& cfg, const FindingLog& findings,
+                  std::shared_ptr<StatusLineSink> status)
+      : modes_(std::move(modes)), total_steps_(cfg.steps), max_duration_s_(cfg.max_duration_s),
+        findings_(findings), status_(std::move(status)) {}
+  void on_step(const StepRecord& r) override {
+    if (!status_) {
+      spdlog::info("{}", format_step_line(r, modes_));
+      return;
+    }
+    busy_s_ += r.step_time_s;
+    Progress p{.step = r.step, .total_steps = total_steps_, .elapsed_s = seconds_since(started_),
+               .max_duration_s = max_duration_s_, .tokens_per_s = r.tokens_per_s,
+               .mean_step_time_s = busy_s_ / static_cast<double>(r.step)};
+    for (const auto& f : findings_.snapshot())
+      ++(f.severity == Severity::fail ? p.fail : f.severity == Severity::warn ? p.warn : p.info);
+    status_->show(format_progress(p));
+  }
 
  private:
   std::vector<std::string> modes_;
+  const int64_t total_steps_;
+  const double max_duration_s_;
+  const FindingLog& findings_;
+  std::shared_ptr<StatusLineSink> status_;  // null: plain lines
+  const SteadyClock::time_point started_ = SteadyClock::now();
+  double busy_s_ = 0;
 };
 
 class MetricsObserver final : public StepObserver {
  public:
-  MetricsObserver(const fs::path& dir, int rank, std::vector<std::string> modes) : writer_(dir, rank, std::move(modes)) {}
+  MetricsObserver(const fs::path& dir, int rank, std::vector<std::string> modes, std::optional<int64_t> keep_through)
+      : writer_(dir, rank, std::move(modes), keep_through) {}
   void on_step(const StepRecord& r) override { writer_.write(r); }
 
  private:
   MetricsWriter writer_;
 };
 
+// The output directory must be one this process can create files in; checked before anything
+// runs, so every later failure has somewhere to put its report.
+void check_output_dir(const std::string& dir) {
+  fs::path existing = fs::absolute(dir);
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing))
+    throw ConfigError("--output-dir '" + dir + "': " + existing.string() + " exists and is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw ConfigError("--output-dir '" + dir + "': " + existing.string() + " is not writable");
+}
+
 // What the run is, decided before anything is written: every ConfigError (exit 2) comes from
-// here, so a rejected run leaves no file behind.
+// here, so a rejected run leaves no file behind. Anything that throws later gets a report.
 struct RunSetup {
   LaunchInfo launch;
   FaultPlan faults;
   std::optional<RunRecord> baseline;
   torch::Device device{torch::kCPU};
   nlohmann::json environment;
+  std::optional<ResumePoint> resume_from;  // a verified checkpoint that fits this run
+  bool resume_in_place = false;         // it is one of --output-dir's own checkpoints
+  nlohmann::json rocm_knobs;  // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
+  nlohmann::json doctor;      // the doctor's checks (platform/doctor.hpp)
 };
+
+RunIdentity identity_of(const RunConfig& run, int world_size) {
+  return {nlohmann::json(run.training), run.stress_modes, world_size};
+}
 
 RunSetup setup(const RunConfig& run, bool overwrite) {
   RunSetup s;
   s.launch = detect_launch();
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
+  check_output_dir(run.output_dir);
+  if (!run.resume.empty()) {
+    s.resume_from = resolve_resume(run.resume, run.output_dir, identity_of(run, s.launch.world_size));
+    std::error_code ec;
+    s.resume_in_place = fs::equivalent(s.resume_from->dir.parent_path().parent_path(), run.output_dir, ec);
+  }
+  if (!run.training.data_path.empty() && !(fs::is_regular_file(run.training.data_path) &&
+                                           std::ifstream(run.training.data_path).good()))
+    throw ConfigError("invalid data_path '" + run.training.data_path + "': not a readable regular file");
   // A run never writes into a directory holding another run's results unless asked to: those
   // reports may be someone's baseline.
-  if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite)
+  if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite && !s.resume_in_place)
     throw ConfigError("--output-dir '" + run.output_dir +
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
+  const std::string gemm_env = prepare_gemm_environment(run.training.deterministic);
   s.device = resolve_device(run.training.device, s.launch.local_rank);
+  if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
+  check_attention_backend(run.training, s.device.type());
   // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
   // (world size is the upper bound of ranks per host).
   configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());
   tune_host_allocator();
+  // Again now that the output directory is known (rocm.miopen_user_db=per-run); main applied
+  // the rest before the first HIP call.
+  s.rocm_knobs = apply_rocm_knobs(run.rocm, run.output_dir);
+  for (const auto& [variable, knob] : s.rocm_knobs.items())
+    if (knob.contains("replaced"))
+      spdlog::warn("rocm config replaces {}={} from the environment with {}", variable,
+                   knob.at("replaced").get<std::string>(), knob.at("value").get<std::string>());
   s.environment = environment_report(s.device);
+  DoctorInputs doctor = doctor_inputs_of_this_process();
+  doctor.device = s.device;
+  s.doctor = doctor_to_json(run_doctor(doctor));
   return s;
 }
 
+// How long a rank whose collective failed watches its peers' heartbeat files for a sign of life
+// (kHeartbeatInterval is 1 s: a live peer, even on a loaded host, rewrites its file within it).
+inline constexpr std::chrono::milliseconds kStalledPeerWindow{3000};
+
+// Where the job is; a crash or a stop before the training loop names it as its phase (in the
+// loop, the watchdog's phase is the precise one).
+namespace stage {
+inline constexpr const char* rendezvous = "setup_rendezvous";
+inline constexpr const char* model = "setup_model";  // data, model, optimizer, memory ballast
+inline constexpr const char* detectors = "setup_detectors";
+inline constexpr const char* training = "training";
+inline constexpr const char* final_checks = "final_checks";
+}  // namespace stage
+
 // One run's parts, built in order; the watchdog is destroyed first.
+// The error boundary: from run() on, every exception ends in a "crashed" report (exit 3) and
+// every stop signal in an "interrupted" one (exit 4).
 class Job {
  public:
   Job(const RunConfig& run, RunSetup setup)
@@ -83,11 +185,31 @@ class Job {
                 run.diagnostics.warmup_steps) {
     report_.add_section("faults", s_.faults.to_json());
   }
+  ~Job() { signals::set_force_stop({}); }
 
   int run() {
-    if (auto early_exit = preflight()) return *early_exit;
-    if (auto crashed = train()) return *crashed;
-    return finish();
+    // The main thread may be stuck (a collective, a wedged kernel): the signal watcher writes
+    // the verdict then.
+    signals::set_force_stop([this](int sig) {
+      const int code = interrupted(sig, current_phase(), in_loop() ? watchdog_->current_step() : 0);
+      spdlog::default_logger()->flush();
+      std::_Exit(code);
+    });
+    try {
+      fs::create_directories(run_.output_dir);
+      preflight();
+      if (auto stopped = train()) return *stopped;
+      stage_ = stage::final_checks;
+      return finish();
+    } catch (const CheckpointError&) {
+      throw;  // a checkpoint that does not fit: exit 2 with one line, like any bad input
+    } catch (const CollectiveError& e) {
+      return crashed(e);
+    } catch (const std::exception& e) {
+      return crashed(e.what());
+    } catch (...) {
+      return crashed("unknown exception");
+    }
   }
 
  private:
@@ -95,65 +217,125 @@ class Job {
     nlohmann::json doc = to_json(run_);
     doc["world_size"] = s_.launch.world_size;
     doc["launcher"] = s_.launch.launcher;
+    doc["rocm_knobs"] = s_.rocm_knobs;
+    doc["doctor"] = s_.doctor;
     return doc;
   }
 
+  // The watchdog exists, and knows the loop's phase, from the training stage on.
+  bool in_loop() const { return stage_.load() == stage::training; }
+  std::string current_phase() const { return in_loop() ? watchdog_->current_phase() : stage_.load(); }
+
+  // A CollectiveError carries its own finding (a rank missing from the rendezvous names it).
+  // When the store could not name the lost peer, the peers' heartbeat files may. Then the process
+  // exits at once: tearing down the process group can wait forever on the lost peer (Gloo's
+  // worker, and libtorch 1.13's store server blocked on a request the peer left half-sent).
   int crashed(const CollectiveError& e) {
     if (watchdog_) watchdog_->stop();
-    findings_.add(e.finding());
-    fs::create_directories(run_.output_dir);
-    return report_.write(RunOutcome::crashed, e.what());
+    stop_node_monitor();
+    Finding finding = e.finding();
+    if (finding.evidence.value("missing_ranks", nlohmann::json::array()).empty() && s_.launch.world_size > 1) {
+      const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size,
+                                         kStalledPeerWindow);
+      if (!stalled.empty()) {
+        finding.evidence["missing_ranks"] = stalled;
+        finding.evidence["named_by"] = "heartbeat files";
+        finding.message += fmt::format("; rank{} {} stopped updating {} (stopped or gone)", stalled.size() > 1 ? "s" : "",
+                                       fmt::join(stalled, ","), stalled.size() > 1 ? "their heartbeats" : "its heartbeat");
+      }
+    }
+    findings_.add(finding);
+    const int code = report_.write(RunOutcome::crashed, finding.message);
+    if (heartbeat_) heartbeat_->finish("crashed");
+    spdlog::default_logger()->flush();
+    std::_Exit(code);
+  }
+
+  int crashed(std::string_view what) {
+    if (watchdog_) watchdog_->stop();
+    stop_node_monitor();
+    spdlog::error("run crashed: {}", what);
+    const int code = report_.write_crash(what, current_phase());
+    if (heartbeat_) heartbeat_->finish("crashed");
+    return code;
+  }
+
+  // `phase` and `step`: where the run was when the signal stopped it.
+  int interrupted(int sig, const std::string& phase, int64_t step) {
+    node_sections_as_of_now();
+    report_.add_section("interruption", {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}});
+    return report_.write(RunOutcome::interrupted,
+                         fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step));
   }
 
   // Rendezvous, trainer, files, observers, detectors, watchdog; the cross-rank preflight.
-  // Returns an exit code when the run cannot start (a rank missing from the rendezvous).
-  std::optional<int> preflight() {
+  void preflight() {
     const TrainingConfig& cfg = run_.training;
-    // A rank that never arrives is a CollectiveError naming it. The trainer rejects a bad data
-    // file or an attention backend this libtorch lacks (ConfigError: nothing written yet).
-    try {
-      sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
-    } catch (const CollectiveError& e) {
-      return crashed(e);
-    }
+    stage_ = stage::rendezvous;
+    sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
+    stage_ = stage::model;
     trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, run_.stress_modes, s_.device, run_.output_dir},
                                          sync_);
+    trainer_->set_stop_check([] { return signals::received() != 0; });
+    if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
     write_run_header();
 
     // Observers, in order: the summary first so a crash report has every finished step.
-    metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes);
-    console_.emplace(run_.stress_modes);
+    // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
+    metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
+                     s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
+    prometheus_.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, findings_);
+    console_.emplace(run_.stress_modes, cfg, findings_,
+                     s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);
     trainer_->add_observer(&summary_);
     trainer_->add_observer(&*metrics_);
+    trainer_->add_observer(&*prometheus_);
     trainer_->add_observer(&*console_);
     // Faults strike before the checks look.
     injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
     trainer_->add_hooks(&*injector_);
+    stage_ = stage::detectors;
     detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
                                                 .faults = &s_.faults, .sync = sync_});
-    try {
-      for (auto& d : detectors_) d->preflight();
-    } catch (const CollectiveError& e) {
-      return crashed(e);
+    for (auto& d : detectors_) d->preflight();
+    if (s_.resume_from) {
+      load_checkpoint(*trainer_, s_.resume_from->dir);
+      report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()}, {"step", s_.resume_from->step}});
     }
     for (auto& d : detectors_) {
       trainer_->add_observer(d.get());
       trainer_->add_hooks(d.get());
     }
+    if (run_.diagnostics.memory_profile) {
+      memory_profile_.emplace(trainer_->setup_memory());
+      trainer_->add_observer(&*memory_profile_);
+    }
+    // One monitor per node (its first local rank), from here to the end: the "before" sample.
+    if (run_.diagnostics.enabled && s_.launch.local_rank == 0) {
+      node_ = std::make_unique<NodeMonitor>(run_.diagnostics, findings_, run_.output_dir, s_.launch.rank);
+      node_->start();
+      trainer_->add_observer(node_.get());
+    }
     // A hang never returns control to the training thread: the watchdog writes the verdict and exits.
     watchdog_ = std::make_unique<Watchdog>(run_.diagnostics.watchdog_timeout_s, s_.launch.rank, findings_,
                                            [this](const Finding& hang) {
+                                             node_sections_as_of_now();
                                              const int code = report_.write(RunOutcome::hung, hang.message);
                                              spdlog::default_logger()->flush();
                                              std::_Exit(code);
                                            });
     trainer_->add_observer(watchdog_.get());
     trainer_->add_hooks(watchdog_.get());
-    return std::nullopt;
+    heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
+    // Last: a checkpoint holds the state after every check between steps (a replay rewinds).
+    if (!run_.checkpoint_interval.empty()) {
+      checkpointer_.emplace(*trainer_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
+      trainer_->add_hooks(&*checkpointer_);
+    }
+    stage_ = stage::training;
   }
 
   void write_run_header() {
-    fs::create_directories(run_.output_dir);
     config_doc_["environment"] = s_.environment;
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", config_doc_.dump(2) + "\n");
     spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
@@ -166,26 +348,45 @@ class Job {
     if (!s_.faults.empty()) spdlog::warn("fault injection on: {}", s_.faults.to_string());
   }
 
-  // Returns an exit code when the loop crashed.
+  // Returns an exit code when a stop signal ended the loop (no whole-run checks on a cut run).
   std::optional<int> train() {
-    try {
-      const TrainSummary result = trainer_->run();
-      spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tok/s{}", result.steps_done,
-                   result.losses.empty() ? 0.0 : result.losses.back(), result.mean_tokens_per_s,
-                   result.loss_floor ? fmt::format(" (corpus loss floor {:.4f})", *result.loss_floor) : "");
-    } catch (const CollectiveError& e) {
-      return crashed(e);
-    } catch (const std::exception& e) {
-      watchdog_->stop();
-      spdlog::error("run crashed: {}", e.what());
-      return report_.write_crash(e.what(), watchdog_->current_phase());
-    }
+    const TrainSummary result = trainer_->run();
     watchdog_->stop();
+    // Within the signal's grace (signals::kStopGrace) from the signal: a checkpoint that does
+    // not fit is cut short by the forced report, and the previous one stays (docs/checkpoints.md).
+    if (checkpointer_) checkpointer_->save(result.stopped_by_request ? "signal" : "final");
+    if (result.stopped_by_request) {
+      const int code = interrupted(signals::received(), "step_boundary", result.steps_done);
+      heartbeat_->finish("interrupted");
+      return code;
+    }
+    spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tok/s{}", result.steps_done,
+                 result.losses.empty() ? 0.0 : result.losses.back(), result.mean_tokens_per_s,
+                 result.loss_floor ? fmt::format(" (corpus loss floor {:.4f})", *result.loss_floor) : "");
     return std::nullopt;
+  }
+
+  // The "after" sample and the throttle findings, then the sections. Not for a hang: a sampler
+  // stuck in a driver call would hold the verdict back.
+  void stop_node_monitor() {
+    if (node_) node_->stop();
+    node_sections_as_of_now();
+  }
+
+  // What the node monitor knows now (the kernel log read once more: a GPU reset line is a hang's
+  // best evidence), and the memory profile so far.
+  void node_sections_as_of_now() {
+    if (node_) {
+      node_->drain_kernel_log();
+      const nlohmann::json sections = node_->report_sections();
+      for (const auto& [key, value] : sections.items()) report_.add_section(key, value);
+    }
+    if (memory_profile_) report_.add_section("memory_profile", memory_profile_->to_json());
   }
 
   // Whole-run checks, the --baseline comparison, the verdict.
   int finish() {
+    stop_node_monitor();
     for (auto& d : detectors_) d->finish();
     if (s_.baseline) {
       const RunRecord now{summary_.steps(), findings_.snapshot(), config_doc_};
@@ -193,7 +394,9 @@ class Job {
       for (auto& f : comparison.findings) findings_.add(std::move(f));
       report_.add_section("baseline", comparison.summary);
     }
-    return report_.write(RunOutcome::completed);
+    const int code = report_.write(RunOutcome::completed);
+    heartbeat_->finish("completed");
+    return code;
   }
 
   const RunConfig& run_;
@@ -205,14 +408,37 @@ class Job {
   std::shared_ptr<GradientSync> sync_;
   std::unique_ptr<Trainer> trainer_;
   std::optional<MetricsObserver> metrics_;
+  std::optional<PrometheusObserver> prometheus_;
   std::optional<ConsoleObserver> console_;
   std::optional<FaultInjector> injector_;
   std::vector<std::unique_ptr<Detector>> detectors_;
+  std::optional<MemoryProfile> memory_profile_;
+  std::unique_ptr<NodeMonitor> node_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::optional<HeartbeatFile> heartbeat_;  // reads the watchdog: destroyed before it
+  std::optional<Checkpointer> checkpointer_;
+  std::atomic<const char*> stage_{stage::rendezvous};  // read by the signal watcher
 };
 
 }  // namespace
 
-int run_job(const RunConfig& run, bool overwrite) { return Job(run, setup(run, overwrite)).run(); }
+int run_job(const RunConfig& run, bool overwrite) {
+  signals::install();
+  return Job(run, setup(run, overwrite)).run();
+}
+
+int run_attention_probe(const RunConfig& run) {
+  const FaultPlan faults = FaultPlan::parse(run.inject);
+  const torch::Device device = resolve_device(run.training.device, 0);
+  check_attention_backend(run.training, device.type());
+  configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
+  spdlog::set_level(spdlog::level::warn);  // stdout is the probe's JSON only
+  Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
+  // As at the first step: a fault meant for later steps does not strike a one-shot probe.
+  const auto results = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));
+  const nlohmann::json report = attention_probe_report(trainer, results);
+  std::cout << report.dump(2) << "\n";
+  return report.at("passed").get<bool>() ? kExitClean : kExitFailFinding;
+}
 
 }  // namespace rcl

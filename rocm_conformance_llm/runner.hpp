@@ -7,7 +7,14 @@
 
 namespace rcl {
 
-// Returns one of ExitCode. Throws ConfigError for bad input found before anything ran.
+// Returns one of ExitCode. Throws (ConfigError for bad input) only before the output directory
+// is usable; from then on every failure is a report (crashed, exit 3) and every stop signal
+// too (interrupted, exit 4).
 int run_job(const RunConfig& run, bool overwrite);
+
+// `probe attention`: the attention parity probe alone, on the configured model at its
+// initialisation; its JSON on stdout. 0 every backend within its bound, 1 a mismatch; throws
+// ConfigError (exit 2) for bad input. `--inject attention-mask-corrupt` proves the exit code.
+int run_attention_probe(const RunConfig& run);
 
 }  // namespace rcl

@@ -27,6 +27,7 @@ inline constexpr const char* checksum = "checksum";    // cross-rank parameter c
 inline constexpr const char* optimizer = "optimizer";
 inline constexpr const char* eval = "eval";
 inline constexpr const char* canary = "canary";
+inline constexpr const char* attention_probe = "attention_probe";  // SDPA backends vs float64 math
 inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
 inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
 }  // namespace phase

@@ -46,6 +46,8 @@ struct StepRecord {
   std::vector<CollectiveSample> collectives;
   std::optional<double> val_loss;
   std::map<std::string, int64_t> op_counts;  // ATen ops dispatched (when fingerprinting is on)
+  // Blocking device-to-host reads from this step's start to the next one's (count_host_reads).
+  std::optional<int64_t> host_reads;
 };
 
 // Anything that wants every finished step: the metrics writer, step-level detectors, the

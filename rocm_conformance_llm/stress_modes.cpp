@@ -75,6 +75,25 @@ std::vector<StressMode> builtin_modes() {
        .rules = {raise_to("num_layers", intensity("min_num_layers")), set_to("norm_layout", fixed("sandwich")),
                  switch_on("qk_norm"), set_to("activation", intensity("activation")),
                  raise_to("qkv_conv_kernel", intensity("qkv_conv_kernel"))}},
+      // AOTriton / CK fused attention (MIOpen where it serves them): SDPA lets libtorch pick
+      // its fused kernels, on padded batches with a padding mask (memory-efficient SDPA gave
+      // wrong results with one on ROCm 6.2 / AOTriton 0.8.0, pytorch/pytorch#147460: max diff
+      // 1.73 vs math) and a strided V (ROCm/pytorch#3230); the parity probe runs the model's
+      // own Q/K/V through every backend against float64 math, also at a longer sequence.
+      // The training seq_len is the memory mode's: `--stress attention,memory` trains long
+      // sequences through the fused kernels.
+      {.name = "attention",
+       .targets = "AOTriton/CK flash and memory-efficient SDPA (MIOpen where it serves them)",
+       .summary = "fused SDPA, padded batches with a padding mask, strided V, parity probe at a longer sequence",
+       .intensities = {{"pad_fraction", 0.25, within(0, 1, false), "attention_pad_fraction floor"},
+                       {"probe_interval", 50, at_least(1), "parity probes at least every this many steps"},
+                       {"probe_seq_len", 1024, at_least(1), "attention_probe_seq_len floor"}},
+       .rules = {replace("attention_backend", "math", fixed("sdpa")),
+                 raise_to("attention_pad_fraction", intensity("pad_fraction")),
+                 switch_on("attention_noncontiguous_v"),
+                 at_least_every("attention_probe_interval", intensity("probe_interval")),
+                 raise_to("attention_probe_seq_len", intensity("probe_seq_len"))},
+       .requires_capability = {.torch_major = 2}},
   };
 }
 

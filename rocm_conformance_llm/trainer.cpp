@@ -1,5 +1,6 @@
 #include "rocm_conformance_llm/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -24,7 +25,9 @@ c10::Stream current_stream(const torch::Device& device) {
 
 // Blocks until the device has run everything queued so far (no-op on CPU, which is synchronous).
 void wait_for_device(const torch::Device& device) {
-  if (device.type() != torch::kCPU) current_stream(device).synchronize();
+  if (device.type() == torch::kCPU) return;
+  note_device_wait();
+  current_stream(device).synchronize();
 }
 
 // Device scalars on their way to the host. The copy is queued behind the step's kernels into
@@ -123,11 +126,15 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   // Then each rank continues from its own seed, so dropout masks differ across ranks.
   seed_everything(cfg.seed, device);
   model_ = GPT(cfg, model_options);
+  setup_memory_.emplace_back("after_model_creation", sample_memory(device));
   model_->to(device);
+  setup_memory_.emplace_back("after_to_device", sample_memory(device));
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay});
 
+  update_withheld_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  if (ctx_.diag.count_host_reads) host_reads_.emplace();
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
 
@@ -207,7 +214,14 @@ Trainer::PendingStep Trainer::train_step() {
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
-    if (!rec.skipped) optimizer_->step(rec.lr);
+    // Decided on the device, read by the host one step later (publish): an ordinary step never
+    // waits for the GPU to say whether its loss was finite.
+    update_withheld_.logical_or_(loss_sum.isfinite().logical_and(grad_norm.isfinite()).logical_not());
+    if (!rec.skipped) {
+      optimizer_->step(rec.lr, update_withheld_.logical_not());
+      if (!replaying_) queued_updates_.push_back(rec.step);
+      if (queued_updates_.size() > 8) queued_updates_.pop_front();
+    }
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
   finish_step(rec, start);
@@ -220,6 +234,10 @@ StepRecord Trainer::begin_step() {
   rec.rank = sync_->rank();
   rec.world_size = sync_->world_size();
   rec.lr = learning_rate_at(ctx_.cfg, rec.step);
+  if (host_reads_ && !replaying_) {
+    reads_in_previous_step_ = host_reads_->count() - reads_at_step_begin_;
+    reads_at_step_begin_ = host_reads_->count();
+  }
   sync_->begin_step(rec.step);
   hooks_.on_step_begin(rec.step);
   return rec;
@@ -253,7 +271,8 @@ Trainer::Snapshot Trainer::snapshot() {
                   .scaler = scaler_,
                   .rng = capture_rng(ctx_.device),
                   .step = step_,
-                  .micro_batches = micro_batches_};
+                  .micro_batches = micro_batches_,
+                  .update_withheld = update_withheld_.clone()};
 }
 
 void Trainer::restore(Snapshot snap) {
@@ -264,6 +283,7 @@ void Trainer::restore(Snapshot snap) {
   restore_rng(snap.rng, ctx_.device);
   step_ = snap.step;
   micro_batches_ = snap.micro_batches;
+  update_withheld_.copy_(snap.update_withheld);
 }
 
 void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
@@ -273,11 +293,28 @@ void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);
   rec.grad_norm = values[1];
+  // Step N is published during step N+1: the reads of step N's iteration are complete unless
+  // N is the last step.
+  if (host_reads_) rec.host_reads = rec.step < step_ ? reads_in_previous_step_ : host_reads_->count() - reads_at_step_begin_;
   summary.losses.push_back(rec.loss);
   if (rec.val_loss) summary.final_val_loss = rec.val_loss;
   // With several ranks the observers include the comm monitor's cross-rank checks (RCCL).
   if (rec.world_size > 1) enter_phase(phase::checksum, rec.step);
   for (auto* observer : observers_) observer->on_step(rec);
+  // The observers have localised the fault from the weights it left untouched.
+  if ((!std::isfinite(values[0]) || !std::isfinite(values[1])) && rec.step > withheld_released_through_)
+    release_withheld_updates(rec.step);
+}
+
+void Trainer::release_withheld_updates(int64_t first_step) {
+  const auto withheld = std::count_if(queued_updates_.begin(), queued_updates_.end(),
+                                      [&](int64_t s) { return s >= first_step; });
+  optimizer_->forget_steps(withheld);
+  update_withheld_.fill_(false);
+  withheld_released_through_ = step_;
+  spdlog::warn("step {}: non-finite loss or gradients: the updates of steps {}..{} were withheld on the device; "
+               "training goes on from the weights before step {}",
+               first_step, first_step, step_, first_step);
 }
 
 TrainSummary Trainer::run() {
@@ -285,21 +322,28 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.loss_floor = data_->loss_floor();
   const auto start = Clock::now();
-  double timed_s = 0;  // steps after the first, which pays for kernel selection and warm-up
+  double timed_s = 0;  // steps after this process's first, which pays for kernel selection and warm-up
   int64_t timed_tokens = 0;
+  const int64_t first_step = step_ + 1;  // > 1 when resumed from a checkpoint
 
   // Step N's record is published after step N+1 has been queued, when its loss has reached
   // the host without stalling the device.
   std::optional<PendingStep> pending;
   while (step_ < cfg.steps) {
     PendingStep current = train_step();
-    if (current.record.step > 1) {
+    if (current.record.step > first_step) {
       timed_s += current.record.step_time_s;
       timed_tokens += current.record.tokens;
     }
     if (pending) publish(*pending, summary);
     pending.emplace(std::move(current));
     hooks_.between_steps(step_);
+    // A stop request reaches ranks at different times: agree on it, as on time_up below.
+    if (stop_check_ && step_ < cfg.steps && sync_->mean_across_ranks(stop_check_() ? 1.0 : 0.0) > 0) {
+      summary.stopped_by_request = true;
+      spdlog::warn("stop requested: stopping after {} of {} steps", step_, cfg.steps);
+      break;
+    }
     // Ranks' clocks differ: stop when any rank's time is up, all at the same step, or the
     // others would wait forever in the next collective.
     const bool time_up = cfg.max_duration_s > 0 && step_ < cfg.steps &&
@@ -310,12 +354,13 @@ TrainSummary Trainer::run() {
       break;
     }
   }
-  publish(*pending, summary);
-  if (!pending->record.val_loss) summary.final_val_loss = evaluate();
+  // No step ran when resumed from a checkpoint of the last step.
+  if (pending) publish(*pending, summary);
+  if (!(pending && pending->record.val_loss) && !summary.stopped_by_request) summary.final_val_loss = evaluate();
 
   summary.steps_done = step_;
   summary.skipped_steps = scaler_ ? scaler_->skipped_steps() : 0;
-  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : pending->record.tokens_per_s;
+  summary.mean_tokens_per_s = timed_s > 0 ? double(timed_tokens) / timed_s : pending ? pending->record.tokens_per_s : 0;
   summary.wall_s = seconds_since(start);
   return summary;
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "rocm_conformance_llm/precision.hpp"
 #include "rocm_conformance_llm/step_hooks.hpp"
 #include "rocm_conformance_llm/step_record.hpp"
+#include "rocm_conformance_llm/utils/host_reads.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
@@ -47,6 +49,7 @@ struct TrainSummary {
   int64_t steps_done = 0;
   int64_t skipped_steps = 0;         // fp16 overflow skips
   bool stopped_by_time = false;      // cfg.max_duration_s reached before cfg.steps
+  bool stopped_by_request = false;   // the stop check (set_stop_check) said so on some rank
   double wall_s = 0;
 };
 
@@ -65,6 +68,9 @@ class Trainer {
   void add_observer(StepObserver* observer);
   // Hooks are called in the order added, at the points StepHooks names.
   void add_hooks(StepHooks* hooks);
+  // Asked between steps (a stop signal, signals.hpp); when it says true on any rank, every rank
+  // stops after the same step and run() returns without the final evaluation.
+  void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
   TrainSummary run();
 
   // Mean loss over cfg.eval_batches validation batches; nullopt when the data has none.
@@ -75,6 +81,8 @@ class Trainer {
   const RunContext& ctx() const { return ctx_; }  // cfg.vocab_size resolved
   GradientSync& sync() { return *sync_; }
   int64_t steps_done() const { return step_; }
+  // Memory after the model was built and after it moved to the device (--memory-profile).
+  const std::vector<std::pair<std::string, MemorySample>>& setup_memory() const { return setup_memory_; }
 
   // --- for the loop-side checks ---
   // Everything a step reads or changes: what a checkpoint holds, plus the RNG and data cursor.
@@ -85,6 +93,7 @@ class Trainer {
     RngSnapshot rng;
     int64_t step = 0;
     int64_t micro_batches = 0;
+    torch::Tensor update_withheld;
   };
   Snapshot snapshot();
   // A reload as a checkpoint loader does it: parameters copied into (load_state_dict), the
@@ -108,6 +117,9 @@ class Trainer {
   StepRecord begin_step();  // the record's identity, the LR, the hooks told
   void finish_step(StepRecord& rec, SteadyClock::time_point start);
   void publish(PendingStep& pending, TrainSummary& summary);
+  // After the host has read a non-finite step (and the observers localised it): the updates
+  // withheld on the device since then are released and uncounted.
+  void release_withheld_updates(int64_t first_step);
   // One phase of step `rec.step`: the hooks hear of it, and with cfg.phase_timing it is timed
   // into rec.phase_s.
   Phase enter(const char* name, StepRecord& rec, std::string last_collective = {});
@@ -120,11 +132,20 @@ class Trainer {
   AutocastState autocast_;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
   torch::Tensor ballast_;                    // cfg.memory_pressure_bytes held on the device
+  std::vector<std::pair<std::string, MemorySample>> setup_memory_;
   std::vector<StepObserver*> observers_;
   StepHookList hooks_;
+  std::function<bool()> stop_check_;
   int64_t step_ = 0;           // optimizer steps done
   int64_t micro_batches_ = 0;  // data cursor: micro-batches consumed
   bool replaying_ = false;
+  // Device bool: set by a non-finite loss or gradient norm, it withholds every update until the
+  // host has read that step (one step late) and cleared it; the weights stay as they were.
+  torch::Tensor update_withheld_;
+  int64_t withheld_released_through_ = 0;  // steps up to here are already accounted for
+  std::deque<int64_t> queued_updates_;      // recent steps whose optimizer update was queued
+  std::optional<HostReadCounter> host_reads_;  // diag.count_host_reads
+  int64_t reads_at_step_begin_ = 0, reads_in_previous_step_ = 0;
 };
 
 }  // namespace rcl

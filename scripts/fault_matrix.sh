@@ -6,6 +6,7 @@
 #   scripts/fault_matrix.sh                  # build/rocm-conformance-llm
 #   RCL_BINARY=path/to/rocm-conformance-llm scripts/fault_matrix.sh
 #   RCL_FAULT_MATRIX_OUT=matrix.md scripts/fault_matrix.sh   # write elsewhere ("-": no file)
+#   RCL_DEVICE=gpu scripts/fault_matrix.sh                  # on the GPU (scripts/gpu/run.sh)
 # Prints a markdown table and "N passed, M failed", and writes both, under a header saying when,
 # on what machine, with which binary and libtorch they were produced, to
 # docs/generated/fault-matrix.md (or RCL_FAULT_MATRIX_OUT). Exits 1 when any row failed.
@@ -20,7 +21,7 @@ started_at="$(date -u '+%Y-%m-%d %H:%M UTC')"
 started_s=$SECONDS
 # One intra-op thread: timing detectors judge step times, which a 2-core machine's own
 # oversubscription would blur.
-common=(--preset smoke --device cpu --set num_threads=1 --set eval_interval=0)
+common=(--preset smoke --device "${RCL_DEVICE:-cpu}" --set num_threads=1 --set eval_interval=0)
 rng_replay=(--stress rng --set replay_check_interval=10)
 
 # ranks | --inject | extra arguments | expected component | signature | step | exit code
@@ -38,6 +39,7 @@ cases=(
   "1|rng-skew@step=10|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_not_reproducible|10|1"
   "1|rng-skew@step=10|${rng_replay[*]} --steps 12|rocRAND|replay_mismatch|11|1"
   "1|gemm-corrupt|--steps 5 --set diagnostics.gemm_canary_interval=5|rocBLAS/hipBLASLt|gemm_wrong_result|5|1"
+  "1|attention-mask-corrupt|--steps 4 --set attention_probe_interval=4|AOTriton/CK attention|attention_backend_mismatch|4|1"
   "2|rng-skew@step=10@rank=1|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_rank_mismatch|10|1"
   "2|hang@step=8@rank=1|--steps 20 --watchdog-timeout 3|RCCL|collective_hang|8|3"
 )

@@ -66,6 +66,7 @@ TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {
   expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "invalid dropout=1: must be in [0, 1)");
   expect_invalid(with([](auto& c) { c.min_lr_ratio = 2; }), "invalid min_lr_ratio=2: must be in [0, 1]");
   expect_invalid(with([](auto& c) { c.bucket_mb = 0; }), "invalid bucket_mb=0: must be > 0");
+  expect_invalid(with([](auto& c) { c.collective_timeout_s = 0; }), "invalid collective_timeout_s=0: must be > 0");
   expect_invalid(with([](auto& c) { c.norm = "batchnorm"; }), "invalid norm='batchnorm': allowed: layernorm, rmsnorm");
   DiagnosticsConfig d;
   d.window_steps = 2;
@@ -153,14 +154,37 @@ TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
 
 // The stable command-line contract, exercised through the real binary.
 TEST(Cli, PrintConfigIsOneJsonObjectAndOrderIndependent) {
-  const auto a = run_cli("--stress rng,gemm,memory --output-dir o --print-config");
-  const auto b = run_cli("--stress 'memory, gemm,rng,gemm' --output-dir o --print-config");
+  // --device cpu: the default preset depends on the device (smoke on CPU, small on a GPU).
+  const auto a = run_cli("--device cpu --stress rng,gemm,memory --output-dir o --print-config");
+  const auto b = run_cli("--device cpu --stress 'memory, gemm,rng,gemm' --output-dir o --print-config");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
   const auto ja = nlohmann::json::parse(a.out);
   EXPECT_EQ(ja, nlohmann::json::parse(b.out));
   EXPECT_EQ(ja.at("stress_modes"), nlohmann::json({"gemm", "rng", "memory"}));
   EXPECT_EQ(ja.at("preset"), "smoke");
+}
+
+// Deterministic mode (the rng stress mode switches it on) makes libtorch refuse a GPU BLAS GEMM
+// unless CUBLAS_WORKSPACE_CONFIG is deterministic: the run sets it during setup, before any GEMM,
+// records it in config.json, and never overrides a user's value.
+TEST(Cli, DeterministicModeSetsTheBlasWorkspaceConfigBeforeTheFirstGemm) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rcl-blas-env-" + std::to_string(::getpid()));
+  const auto recorded = [&](const std::string& args, const std::string& env) {
+    const auto r = run_cli("--device cpu --steps 1 --set eval_interval=0 --overwrite --output-dir " + dir.string() +
+                               " " + args,
+                           env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto doc = nlohmann::json::parse(read_text(dir / "config.json"));
+    const auto& env_doc = doc.at("environment").at("env");
+    return env_doc.contains("CUBLAS_WORKSPACE_CONFIG") ? env_doc.at("CUBLAS_WORKSPACE_CONFIG").get<std::string>()
+                                                       : std::string("unset");
+  };
+  EXPECT_EQ(recorded("--stress rng", "env -u CUBLAS_WORKSPACE_CONFIG"), ":4096:8");
+  EXPECT_EQ(recorded("--set deterministic=true", "env -u CUBLAS_WORKSPACE_CONFIG"), ":4096:8");
+  EXPECT_EQ(recorded("--stress rng", "CUBLAS_WORKSPACE_CONFIG=:16:8"), ":16:8");
+  EXPECT_EQ(recorded("", "env -u CUBLAS_WORKSPACE_CONFIG"), "unset");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, BadInputExitsTwoWithOneLineNamingTheValue) {

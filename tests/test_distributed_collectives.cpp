@@ -434,31 +434,27 @@ TEST(CommMonitorTest, SleepingRankIsNamedStragglerAndOthersSeeTheLatency) {
     EXPECT_EQ(f.evidence["straggler_rank"], slow);
     EXPECT_EQ(f.step, 12);  // warm-up 2 steps, then a full 10-step window
     EXPECT_NE(f.message.find("rank 2 is a straggler"), std::string::npos) << f.message;
-    // The latency spike shows in the others' all-reduce, not in the straggler's own.
-    const double seconds = run.last_samples[r].at(0).seconds;
-    if (r == slow) {
-      EXPECT_LT(seconds, 0.5 * sleep_s);
-    } else {
-      EXPECT_GT(seconds, 0.5 * sleep_s);
-    }
+  }
+  // The latency spike shows in the others' all-reduce (they wait for the sleeper), more than in
+  // the straggler's own: a comparison, not a wall-clock bound, so a loaded host cannot fail it.
+  for (int r = 0; r < 4; ++r) {
+    if (r == slow) continue;
+    EXPECT_GT(run.last_samples[r].at(0).seconds, 0.5 * sleep_s) << "rank " << r;
+    EXPECT_GT(run.last_samples[r].at(0).seconds, run.last_samples[slow].at(0).seconds) << "rank " << r;
   }
 }
 
-TEST(MakeGradientSyncTest, OneProcessIsLocalAndGpuWithoutRcclIsRefused) {
+TEST(MakeGradientSyncTest, OneProcessIsLocalAndGpuRanksMeetOverRcclWhereBuilt) {
   TrainingConfig cfg;
   const auto local = make_gradient_sync(LaunchInfo{}, cfg, torch::kCPU);
   EXPECT_EQ(local->world_size(), 1);
   EXPECT_EQ(std::dynamic_pointer_cast<ProcessGroupSync>(local), nullptr);
-#if !defined(RCL_HAVE_RCCL)
-  try {
-    make_gradient_sync(loopback_launch(0, 2, free_port()), cfg, torch::Device(torch::kCUDA, 0));
-    FAIL() << "a GPU group was built without RCCL";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs RCCL"), std::string::npos) << e.what();
-  }
+  EXPECT_EQ(collective_backend(torch::kCPU), "gloo");
+#if defined(RCL_HAVE_RCCL)
+  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), "rccl");
+#else
+  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), "gloo");  // measured on an H100: bench/fault-matrix-gpu.md
 #endif
-  cfg.collective_timeout_s = 0;
-  EXPECT_THROW(make_gradient_sync(loopback_launch(0, 2, free_port()), cfg, torch::kCPU), ConfigError);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -27,6 +28,7 @@ constexpr const char* kRocblas = "rocBLAS/hipBLASLt";
 constexpr const char* kRocrand = "rocRAND";
 constexpr const char* kAllocator = "ROCr allocator";
 constexpr const char* kHipRuntime = "HIP runtime";
+constexpr const char* kAttention = "AOTriton/CK attention";
 
 struct RunOutput {
   int exit_code = -1;
@@ -149,6 +151,12 @@ INSTANTIATE_TEST_SUITE_P(
                   1, "FAIL"},
         FaultCase{"gemm_corrupt", "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt",
                   {{"gemm_wrong_result", kRocblas, 5, "fail"}}, 1, "FAIL"},
+        // One backend's masked outputs come out wrong at the probe of step 4 (the start-up probe,
+        // step 0, is before the fault): the explicit math path on 1.13, a fused one on 2.x.
+        FaultCase{"attention_mask_corrupt",
+                  "--steps 4 --set attention_probe_interval=4 --set attention_probe_seq_len=96 "
+                  "--inject attention-mask-corrupt",
+                  {{"attention_backend_mismatch", kAttention, 4, "fail"}}, 1, "FAIL"},
         // Memory leaked between the replay check's save (step 10) and its reload.
         FaultCase{"reload_leak",
                   "--stress rng --set replay_check_interval=10 --steps 12 --inject memory-leak=48MiB/step@step=11",
@@ -195,6 +203,42 @@ TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
   EXPECT_NE(checked.log.find("replay check: steps 17..18 reproduced bitwise"), std::string::npos);
   EXPECT_EQ(unchecked.log.find("replay check"), std::string::npos);
   EXPECT_EQ(losses(checked), losses(unchecked));
+}
+
+// An ordinary step with diagnostics at their defaults issues no blocking device-to-host read:
+// the loss's finiteness is decided on the device and read one step late (gpu-path-review item
+// 8). Counted on CPU at the call sites a GPU would block on; validation steps do read, which
+// shows the counter counts.
+TEST(HostReads, OrdinaryStepsIssueNoneAndValidationStepsAreCounted) {
+  const RunOutput run = run_smoke("host-reads", "--steps 12 --set eval_interval=5 --set diagnostics.count_host_reads=true");
+  ASSERT_EQ(run.exit_code, 0) << run.log;
+  ASSERT_EQ(run.metrics.size(), 12u);
+  for (const auto& m : run.metrics) {
+    const int64_t step = m.at("step");
+    ASSERT_TRUE(m.contains("host_reads")) << m.dump();
+    if (step % 5 == 0)
+      EXPECT_GE(m.at("host_reads").get<int64_t>(), 1) << "validation at step " << step;
+    else
+      EXPECT_EQ(m.at("host_reads").get<int64_t>(), 0) << "ordinary step " << step;
+  }
+}
+
+// A non-finite step withholds its update (and the next one's, queued before the host read it):
+// the weights stay as they were, the fault is localised from them, and training goes on with
+// finite losses. Before, one NaN step poisoned every weight for the rest of the run.
+TEST(HostReads, NonFiniteStepIsWithheldLocalisedAndTrainingGoesOn) {
+  const RunOutput run = run_smoke("withheld", "--steps 12 --inject nan@step=6");
+  ASSERT_TRUE(run.report.is_object()) << run.log;
+  EXPECT_EQ(run.exit_code, 1) << run.log;
+  const auto localised = findings_with(run.report, "nonfinite_also_fp32");
+  ASSERT_EQ(localised.size(), 1u) << run.report.dump(1);
+  EXPECT_EQ(localised[0].at("step"), 6);
+  ASSERT_EQ(run.metrics.size(), 12u);
+  for (const auto& m : run.metrics) {  // metrics.jsonl writes a non-finite loss as null
+    const bool finite = m.at("loss").is_number() && std::isfinite(m.at("loss").get<double>());
+    EXPECT_EQ(finite, m.at("step") != 6) << m.dump();
+  }
+  EXPECT_NE(run.log.find("updates of steps 6..7 were withheld"), std::string::npos) << run.log;
 }
 
 // OpenBLAS's own pool spinning beside libtorch's stalls CPU training (bench/results.md): a CPU

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <filesystem>
@@ -377,7 +378,7 @@ TEST(FlatAdamW, StepsMatchLibtorchAdamW) {
     const double lr = 1e-2 / step;
     for (auto& group : reference.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     twins.set_grads();
-    ours.step(lr);
+    ours.step(lr, torch::tensor(true));
     reference.step();
   }
   for (size_t i = 0; i < twins.decayed.size(); ++i) {
@@ -386,6 +387,39 @@ TEST(FlatAdamW, StepsMatchLibtorchAdamW) {
   }
   // Weight decay reached the decayed group only: without it the two would not differ.
   EXPECT_FALSE(torch::allclose(twins.decayed[0], twins.ref_not_decayed[0]));
+}
+
+// A withheld update (the device-side skip of a non-finite step) leaves parameters and both
+// moments bit for bit as they were, even with NaN and Inf in the gradient; the next applied
+// step then matches an optimizer that never saw the withheld one.
+TEST(FlatAdamW, WithheldUpdateLeavesEverythingBitForBit) {
+  torch::manual_seed(3);
+  auto w = torch::randn({5, 4}), b = torch::randn({4});
+  auto w_twin = w.clone(), b_twin = b.clone();
+  FlatAdamW opt({w}, {b}, {.weight_decay = 0.1});
+  FlatAdamW twin({w_twin}, {b_twin}, {.weight_decay = 0.1});
+  const auto grads = torch::randn({24});
+  opt.flat_grads().copy_(grads);
+  opt.step(1e-2, torch::tensor(true));
+  const auto params = opt.flat_params().clone();
+  const auto moments = opt.state();
+  opt.flat_grads().fill_(std::numeric_limits<float>::quiet_NaN());
+  opt.flat_grads()[3] = std::numeric_limits<float>::infinity();
+  opt.step(1e-2, torch::tensor(false));
+  EXPECT_TRUE(torch::equal(opt.flat_params(), params));
+  EXPECT_TRUE(torch::equal(opt.state().exp_avg, moments.exp_avg));
+  EXPECT_TRUE(torch::equal(opt.state().exp_avg_sq, moments.exp_avg_sq));
+  opt.forget_steps(1);
+  EXPECT_EQ(opt.state().steps, 1);
+  // The same two applied updates on a twin that never saw the withheld step.
+  const auto grads2 = torch::randn({24});
+  twin.flat_grads().copy_(grads);
+  twin.step(1e-2, torch::tensor(true));
+  twin.flat_grads().copy_(grads2);
+  twin.step(1e-2, torch::tensor(true));
+  opt.flat_grads().copy_(grads2);
+  opt.step(1e-2, torch::tensor(true));
+  EXPECT_TRUE(torch::equal(opt.flat_params(), twin.flat_params()));
 }
 
 // The parameters and gradients really live in the flat buffers: backward accumulates into
@@ -400,7 +434,7 @@ TEST(FlatAdamW, ParametersAndGradientsAreViewsOfTheFlatBuffers) {
   EXPECT_TRUE(torch::equal(opt.flat_grads().narrow(0, 0, 12).view({3, 4}), w.grad()));
   EXPECT_TRUE(torch::equal(opt.flat_grads().narrow(0, 12, 4), torch::full({4}, 2.0f)));
   const auto saved = opt.state();
-  opt.step(0.1);
+  opt.step(0.1, torch::tensor(true));
   EXPECT_TRUE(torch::equal(opt.flat_params().narrow(0, 0, 12).view({3, 4}), w.detach()));
   EXPECT_FALSE(torch::equal(w.detach(), w0));
   opt.zero_grad();

@@ -22,7 +22,7 @@ struct Pattern {
 const std::array<Pattern, 11> kPatterns = {{
     {component::allocator, "out_of_memory",
      {"out of memory", "hiperroroutofmemory", "outofmemoryerror", "can't allocate memory",
-      "cannot allocate memory", "std::bad_alloc"}},
+      "cannot allocate memory", "std::bad_alloc", "not enough memory"}},  // the last: c10 CPU allocator
     {component::rccl, "collective_timeout",
      {"collective operation timeout", "timed out waiting", "watchdog got stuck",
       "timeout at nccl work", "nccl communicator was aborted"}},

@@ -21,7 +21,9 @@ inline constexpr const char* rccl = "RCCL";
 inline constexpr const char* allocator = "ROCr allocator";
 inline constexpr const char* miopen = "MIOpen";
 inline constexpr const char* hip_runtime = "HIP runtime";
-inline constexpr const char* all[] = {rocblas, rocrand, rccl, allocator, miopen, hip_runtime};
+// The fused SDPA kernels (AOTriton flash / memory-efficient, CK flash on ROCm).
+inline constexpr const char* attention = "AOTriton/CK attention";
+inline constexpr const char* all[] = {rocblas, rocrand, rccl, allocator, miopen, hip_runtime, attention};
 }  // namespace component
 
 struct Finding {

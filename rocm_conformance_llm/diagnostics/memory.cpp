@@ -30,6 +30,27 @@ nlohmann::json memory_to_json(const MemorySample& m) {
           {"source", m.source}};
 }
 
+void MemoryProfile::on_step(const StepRecord& r) {
+  if (!first_step_) first_step_ = r.memory;
+  const auto tracked = tracked_memory(r.memory);
+  const bool has_peak = r.memory.peak_allocated_bytes >= 0;
+  const int64_t bytes = has_peak ? r.memory.peak_allocated_bytes : tracked ? tracked->bytes : -1;
+  if (bytes <= peak_bytes_) return;
+  peak_bytes_ = bytes;
+  peak_step_ = r.step;
+  peak_figure_ = has_peak ? "peak_allocated_bytes" : tracked->figure;
+  peak_ = r.memory;
+}
+
+nlohmann::json MemoryProfile::to_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [point, sample] : setup_) out[point] = memory_to_json(sample);
+  if (first_step_) out["after_first_step"] = memory_to_json(*first_step_);
+  if (peak_)
+    out["peak"] = {{"step", peak_step_}, {"figure", peak_figure_}, {"bytes", peak_bytes_}, {"memory", memory_to_json(*peak_)}};
+  return out;
+}
+
 void MemoryDetector::on_step(const StepRecord& r) {
   if (in_warmup(r)) return;
   if (const auto m = tracked_memory(r.memory)) check_growth(r, *m);

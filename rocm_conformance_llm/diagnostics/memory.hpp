@@ -53,4 +53,21 @@ std::optional<Finding> check_memory_after_reload(const MemorySample& before,
 // The sample as report evidence (same keys as metrics.jsonl).
 nlohmann::json memory_to_json(const MemorySample& m);
 
+// --memory-profile: where a run's memory goes, for report.json's "memory_profile": the setup
+// samples (after model creation, after the move to the device), after step 1, and the step
+// with the highest figure (peak_allocated_bytes where the source has it, else the tracked one).
+class MemoryProfile final : public StepObserver {
+ public:
+  explicit MemoryProfile(std::vector<std::pair<std::string, MemorySample>> setup) : setup_(std::move(setup)) {}
+  void on_step(const StepRecord& r) override;
+  nlohmann::json to_json() const;
+
+ private:
+  std::vector<std::pair<std::string, MemorySample>> setup_;
+  std::optional<MemorySample> first_step_;
+  std::optional<MemorySample> peak_;
+  int64_t peak_step_ = 0, peak_bytes_ = -1;
+  std::string peak_figure_;
+};
+
 }  // namespace rcl

@@ -44,7 +44,7 @@ void NumericsDetector::on_step(const StepRecord& r) {
   consecutive_skips_ = r.skipped ? consecutive_skips_ + 1 : 0;
   if (!std::isfinite(r.grad_norm) && !r.skipped)
     report(numerics_finding("nonfinite_grad_norm", Severity::fail, r,
-                            fmt::format("gradient norm is {} and the update was applied", r.grad_norm),
+                            fmt::format("gradient norm is {} outside fp16 loss scaling: the step's update was withheld", r.grad_norm),
                             values));
   if (consecutive_skips_ >= cfg_.window_steps)
     report(numerics_finding(
@@ -211,9 +211,17 @@ NonFiniteLocaliser::NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog&
     : Detector(cfg, log), trainer_(trainer) {}
 
 void NonFiniteLocaliser::on_gradients(int64_t step, const std::vector<torch::Tensor>& /*params*/,
-                                      const torch::Tensor& loss_sum, int64_t first_micro_batch) {
-  if (trainer_.replaying() || diagnosed_ || loss_sum.isfinite().item<bool>()) return;
+                                      const torch::Tensor& /*loss_sum*/, int64_t first_micro_batch) {
+  if (trainer_.replaying()) return;
+  first_micro_batch_[step] = first_micro_batch;
+  while (first_micro_batch_.size() > 4) first_micro_batch_.erase(first_micro_batch_.begin());
+}
+
+void NonFiniteLocaliser::on_loss(int64_t step, double local_loss) {
+  const auto where = first_micro_batch_.find(step);
+  if (diagnosed_ || std::isfinite(local_loss) || where == first_micro_batch_.end()) return;
   diagnosed_ = true;
+  const int64_t first_micro_batch = where->second;
   const auto& cfg = trainer_.ctx().cfg;
   const auto& device = trainer_.ctx().device;
   const RngSnapshot rng = capture_rng(device);  // re-runs draw the same dropout masks

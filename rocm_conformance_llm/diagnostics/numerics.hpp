@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <functional>
 #include <optional>
 #include <string>
@@ -98,12 +99,17 @@ Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, in
 class NonFiniteLocaliser final : public Detector {
  public:
   NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer);
+  // Notes where the step's data starts; nothing is read from the device here.
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
                     int64_t first_micro_batch) override;
+  // This rank's loss, read one step late: when non-finite, re-runs that step's micro-batches.
+  // The trainer withheld the updates since, so the weights are the ones the step saw.
+  void on_loss(int64_t step, double local_loss) override;
 
  private:
   Trainer& trainer_;
   bool diagnosed_ = false;
+  std::map<int64_t, int64_t> first_micro_batch_;  // recent steps only
 };
 
 }  // namespace rcl

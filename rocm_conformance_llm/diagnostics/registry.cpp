@@ -4,6 +4,7 @@
 #include <limits>
 #include <mutex>
 
+#include "rocm_conformance_llm/diagnostics/attention_probe.hpp"
 #include "rocm_conformance_llm/diagnostics/collectives.hpp"
 #include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
@@ -103,6 +104,13 @@ std::vector<DetectorSpec> builtin_detectors() {
          if (!c.trainer || c.diag.gemm_canary_interval <= 0) return nullptr;
          return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.trainer, c.faults);
        }},
+      {"attention_probe", "loop",
+       {{"attention_backend_mismatch", component::attention, fail, kRepeated, "attention-mask-corrupt"}},
+       {"training.attention_probe_interval", "training.attention_probe_seq_len", "training.attention_pad_fraction"},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         if (!c.trainer || c.trainer->ctx().cfg.attention_probe_interval <= 0) return nullptr;
+         return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.trainer, c.faults);
+       }},
       // Produces op_counts for metrics.jsonl; `--baseline` judges them (op_fingerprint_changed).
       {"op_fingerprint", "loop", {}, {"diagnostics.fingerprint_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
@@ -146,6 +154,23 @@ std::vector<DetectorSpec> builtin_detectors() {
         {"exchange_timeout", rccl, fail, 1, "test:CommChecksTest.VanishedRankZeroIsNamedThroughTheUnreachableStore"},
         {"rendezvous_failed", rccl, fail, 1, "test:CommChecksTest.RendezvousNamesTheRankThatNeverJoined"}},
        {"training.collective_timeout_s"},
+       {}},
+      // The node under the job (diagnostics/telemetry.hpp): ROCm SMI samples and the amdgpu
+      // kernel log, read by the runner's NodeMonitor on its own thread.
+      {"telemetry", "run",
+       {{"ecc_uncorrectable_increase", hip_runtime, fail, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings"},
+        {"ecc_correctable_increase", hip_runtime, warn, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings"},
+        {"gpu_throttled", hip_runtime, warn, kRepeated, "test:Telemetry.FakeSmiEccIncreaseAndThrottleBecomeFindings"},
+        {"gpu_disappeared", hip_runtime, fail, kRepeated, "test:Telemetry.GpuThatStopsAnsweringOrIsNoLongerListedFails"}},
+       {"diagnostics.telemetry_interval_s"},
+       {}},
+      {"kernel_log", "run",
+       {{"kernel_gpu_reset", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
+        {"kernel_ring_timeout", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
+        {"kernel_page_fault", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
+        {"kernel_ras_event", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"},
+        {"kernel_xgmi_error", hip_runtime, fail, kRepeated, "test:KernelLog.RecordedAmdgpuLinesMapToSignatures"}},
+       {"diagnostics.kernel_log_source"},
        {}},
       {"watchdog", "run",
        {{"hang", hip_runtime, fail, 1, "hang"}, {"collective_hang", rccl, fail, 1, "hang"}},

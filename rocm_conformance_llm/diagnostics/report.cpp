@@ -1,16 +1,21 @@
 #include "rocm_conformance_llm/diagnostics/report.hpp"
 
+#include <functional>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/diagnostics/error_classifier.hpp"
+#include "rocm_conformance_llm/utils/files.hpp"
+#include "rocm_conformance_llm/diagnostics/html_report.hpp"
+#include "rocm_conformance_llm/diagnostics/prometheus.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
 namespace rcl {
 
 std::string to_string(RunOutcome o) {
-  static constexpr const char* kNames[] = {"completed", "crashed", "hung"};  // enum order
+  static constexpr const char* kNames[] = {"completed", "crashed", "hung", "interrupted"};  // enum order
   return kNames[static_cast<size_t>(o)];
 }
 
@@ -32,6 +37,7 @@ std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& find
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome) {
   if (outcome == RunOutcome::crashed) return {"CRASHED", kExitCrashOrHang};
   if (outcome == RunOutcome::hung) return {"HUNG", kExitCrashOrHang};
+  if (outcome == RunOutcome::interrupted) return {"INTERRUPTED", kExitInterrupted};
   bool warn = false;
   for (const auto& f : findings) {
     if (f.severity == Severity::fail) return {"FAIL", kExitFailFinding};
@@ -127,6 +133,9 @@ ReportWriter::ReportWriter(std::filesystem::path output_dir, int rank, nlohmann:
                            int64_t warmup_steps)
     : report_path_(per_rank(output_dir, "report", ".json", rank)),
       junit_path_(per_rank(output_dir, "junit", ".xml", rank)),
+      html_path_(per_rank(output_dir, "report", ".html", rank)),
+      metrics_path_(per_rank(output_dir, "metrics", ".jsonl", rank)),
+      prom_path_(prom_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
       rank_(rank), config_(std::move(config_snapshot)), environment_(std::move(environment)),
       findings_(findings), summary_(summary), warmup_steps_(warmup_steps),
       started_(std::chrono::steady_clock::now()) {}
@@ -162,13 +171,38 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
   for (const auto& f : findings) report["findings"].push_back(to_json(f));
   for (const auto& [key, value] : sections_.items()) report[key] = value;
 
-  write_file_atomically(report_path_, report.dump(2) + "\n");
-  write_file_atomically(junit_path_, junit_xml(findings, verdict, duration_s));
+  try {
+    write_file_atomically(report_path_, report.dump(2) + "\n");
+    write_file_atomically(junit_path_, junit_xml(findings, verdict, duration_s));
+  } catch (const std::exception& e) {
+    // The verdict cannot reach its files (directory removed, disk full, permissions): say so on
+    // the console and exit as a crash, never with the code of a verdict nobody can read.
+    spdlog::error("cannot write the report ({}): {}; verdict was {}", report_path_.string(), e.what(), verdict.status);
+    written_exit_code_ = kExitCrashOrHang;
+    return kExitCrashOrHang;
+  }
+  write_views(report, findings, verdict);
   const auto level = verdict.exit_code == kExitClean ? spdlog::level::info : spdlog::level::err;
   spdlog::log(level, "ROCm component summary ({}):\n{}", report_path_.string(),
               format_component_table(statuses, verdict));
   written_exit_code_ = verdict.exit_code;
   return verdict.exit_code;
+}
+
+void ReportWriter::write_views(const nlohmann::json& report, const std::vector<Finding>& findings,
+                               const Verdict& verdict) {
+  const auto steps = summary_.steps();
+  PromState prom{run_name_, rank_, std::nullopt, findings, verdict};
+  if (!steps.empty()) prom.last_step = steps.back();
+  const auto write_view = [](const std::filesystem::path& path, const std::function<std::string()>& render) {
+    try {
+      write_file_atomically(path, render());
+    } catch (const std::exception& e) {
+      spdlog::error("cannot write {}: {}", path.string(), e.what());
+    }
+  };
+  write_view(html_path_, [&] { return report_html(report, metrics_path_); });
+  write_view(prom_path_, [&] { return prometheus_text(prom); });
 }
 
 int ReportWriter::write_crash(std::string_view what, const std::string& phase) {

@@ -7,6 +7,7 @@
 //   1 (kExitFailFinding)  completed, or stopped, with at least one fail-severity finding
 //   2 (kExitUsage)        usage or configuration error (ConfigError before the run; no report)
 //   3 (kExitCrashOrHang)  crashed (an exception escaped the loop) or hung (watchdog fired)
+//   4 (kExitInterrupted)  interrupted by a stop signal (signals.hpp)
 #pragma once
 
 #include <chrono>
@@ -24,7 +25,7 @@
 
 namespace rcl {
 
-enum class RunOutcome { completed, crashed, hung };
+enum class RunOutcome { completed, crashed, hung, interrupted };
 std::string to_string(RunOutcome o);
 
 struct ComponentStatus {
@@ -36,7 +37,7 @@ struct ComponentStatus {
 std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings);
 
 struct Verdict {
-  std::string status;  // "PASS" | "WARN" | "FAIL" | "CRASHED" | "HUNG"
+  std::string status;  // "PASS" | "WARN" | "FAIL" | "CRASHED" | "HUNG" | "INTERRUPTED"
   int exit_code = 0;
 };
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome);
@@ -59,9 +60,11 @@ class ReportWriter {
   // Extra top-level sections, e.g. "baseline" (the --baseline comparison), "faults".
   void add_section(const std::string& key, nlohmann::json value);
 
-  // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0) and
-  // logs the component table; returns the exit code. Thread-safe and first-call-wins: once a
+  // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
+  // report.html and the final metrics.prom beside them, and logs the component table; returns
+  // the exit code. Thread-safe and first-call-wins: once a
   // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
+  // When the files cannot be written it logs why and returns kExitCrashOrHang.
   int write(RunOutcome outcome, const std::string& note = {});
 
   // For a catch block: classifies `what` (error_classifier.hpp) into a fail finding for the
@@ -71,7 +74,12 @@ class ReportWriter {
   const std::filesystem::path& report_path() const { return report_path_; }
 
  private:
-  const std::filesystem::path report_path_, junit_path_;
+  // report.html and metrics.prom: views of the verdict; failing to write them is logged, the
+  // verdict stands.
+  void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict);
+
+  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_;
+  const std::string run_name_;
   const int rank_;
   const nlohmann::json config_, environment_;
   FindingLog& findings_;

@@ -49,6 +49,18 @@ std::string Watchdog::current_phase() const {
   return phase_;
 }
 
+Watchdog::Status Watchdog::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  return {phase_, phase_step_, last_completed_step_, std::chrono::duration<double>(now - phase_since_).count(),
+          std::chrono::duration<double>(now - last_progress_).count()};
+}
+
+int64_t Watchdog::current_step() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return phase_step_;
+}
+
 Finding Watchdog::hang_finding(std::chrono::steady_clock::time_point now) const {
   const bool collective = is_collective_phase(phase_);
   const double stalled_s = std::chrono::duration<double>(now - last_progress_).count();

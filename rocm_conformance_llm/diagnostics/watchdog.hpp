@@ -44,7 +44,17 @@ class Watchdog final : public StepObserver, public StepHooks {
     set_phase(phase, step, last_collective);
   }
   bool fired() const;
+  // Everything above at one instant (heartbeat.json's content).
+  struct Status {
+    std::string phase;
+    int64_t phase_step = 0;
+    int64_t last_completed_step = 0;
+    double seconds_in_phase = 0;
+    double seconds_since_progress = 0;
+  };
+  Status status() const;
   std::string current_phase() const;  // for a crash report's "phase"
+  int64_t current_step() const;       // the step of that phase
   void stop();
 
  private:

@@ -1,10 +1,18 @@
 #include "rocm_conformance_llm/distributed/communicator.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cstdlib>
+#include <future>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -30,12 +38,39 @@ std::string from_bytes(const std::vector<uint8_t>& bytes) { return {bytes.begin(
 
 std::string heartbeat_key(int rank) { return "heartbeat/" + std::to_string(rank); }
 
+// Reading every rank's heartbeat from a healthy store takes milliseconds.
+constexpr std::chrono::milliseconds kHeartbeatReadLimit{5000};
+
 bool mentions_timeout(const std::string& error) {
   const std::string lower = to_lower(error);
   return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// libtorch 2.x's TCPStoreOptions has `useLibUV`, true by default, but a libtorch built without
+// libuv (Debian's) refuses it ("use_libuv was requested but PyTorch was built without libuv
+// support"), and the query for it (c10d::detail::is_libuv_tcpstore_backend_available) is not
+// exported. So: where the field exists, try the build's default; if the build says it has no
+// libuv, use the classic backend from then on. The check precedes any socket work, so the retry
+// is clean. USE_LIBUV=0 asks for the classic backend, as it does of torch.distributed. Older
+// libtorch (1.13) has no such field and no retry.
+template <typename Options>
+c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, Options options) {
+  if constexpr (requires { options.useLibUV; }) {
+    static std::atomic<bool> libuv_missing{false};
+    const char* use_libuv = std::getenv("USE_LIBUV");
+    if (libuv_missing.load() || (use_libuv != nullptr && std::string(use_libuv) == "0")) options.useLibUV = false;
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    } catch (const std::exception& e) {
+      if (!options.useLibUV || to_lower(e.what()).find("without libuv") == std::string::npos) throw;
+      libuv_missing.store(true);
+      options.useLibUV = false;
+    }
+  }
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
 
 std::string describe(const RankHeartbeat& beat) {
   if (!beat.seen) return fmt::format("rank {} never published a heartbeat", beat.rank);
@@ -107,7 +142,10 @@ struct Communicator::Impl {
     store->set(heartbeat_key(rank), to_bytes(fmt::format("{} {} {}", step, sequence, op)));
   }
 
-  std::optional<std::vector<RankHeartbeat>> read_heartbeats() const {
+  std::optional<std::vector<RankHeartbeat>> read_heartbeats() const { return read_heartbeats_from(store, world_size); }
+
+  static std::optional<std::vector<RankHeartbeat>> read_heartbeats_from(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                       int world_size) {
     std::vector<RankHeartbeat> beats(world_size);
     try {
       for (int r = 0; r < world_size; ++r) {
@@ -123,10 +161,30 @@ struct Communicator::Impl {
     return beats;
   }
 
+  // The heartbeats, read on a helper thread that is given at most kHeartbeatReadLimit (or the
+  // timeout, when shorter): a store server blocked by a stopped peer would otherwise hold this
+  // rank for another full timeout. The helper owns a reference to the store, so it may outlive
+  // this object.
+  std::optional<std::vector<RankHeartbeat>> read_heartbeats_bounded() const {
+    auto result = std::make_shared<std::promise<std::optional<std::vector<RankHeartbeat>>>>();
+    auto future = result->get_future();
+    std::thread([store = store, world = world_size, result] { result->set_value(read_heartbeats_from(store, world)); })
+        .detach();
+    if (future.wait_for(std::min(timeout, kHeartbeatReadLimit)) != std::future_status::ready) return std::nullopt;
+    return future.get();
+  }
+
   // Who never reached collective #`seq` (0: the rendezvous), from the heartbeats, as a clause
   // for an error message; fills evidence with the heartbeats and the missing ranks.
   std::string absentees(int64_t seq, const std::string& verb, nlohmann::json& evidence) const {
-    const auto beats = read_heartbeats();
+    const auto beats = read_heartbeats_bounded();
+    if (!beats && store_server == "rank 0" && rank == 0) {
+      // Served by this very process: its server thread is stuck, typically reading a request a
+      // stopped peer left half-sent (libtorch 1.13's server reads each request to its end).
+      return fmt::format("the rendezvous store this rank serves at {} stopped answering (a peer stopped in the "
+                         "middle of a store request?)",
+                         store_address);
+    }
     if (!beats) {
       return fmt::format("the rendezvous store at {} (served by {}) is unreachable, so {} is likely gone",
                          store_address, store_server, store_server);
@@ -182,6 +240,15 @@ struct Communicator::Impl {
   }
 };
 
+std::string collective_backend(const torch::Device& device) {
+#if defined(RCL_HAVE_RCCL)
+  return device.is_cpu() ? "gloo" : "rccl";
+#else
+  (void)device;
+  return "gloo";
+#endif
+}
+
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
@@ -191,19 +258,15 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->rank = launch.rank;
   impl->world_size = launch.world_size;
   impl->device = device;
-  impl->backend = device.is_cpu() ? "gloo" : "rccl";
+  impl->backend = collective_backend(device);
+  if (!device.is_cpu() && impl->backend == "gloo")
+    spdlog::warn("rank {}: this {} build has no RCCL backend: collectives of device tensors go through Gloo "
+                 "(they stress host copies, not RCCL)",
+                 launch.rank, RCL_TORCH_BUILD);
   impl->timeout = timeout;
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
   const bool serve_store = launch.rank == 0 && !launch.launcher_store_prefix;
   impl->store_server = launch.launcher_store_prefix ? launch.launcher : "rank 0";
-#if !defined(RCL_HAVE_RCCL)
-  if (!device.is_cpu()) {
-    throw ConfigError(fmt::format(
-        "multi-rank training on device '{}' needs RCCL, but this binary was built against a {} libtorch "
-        "without it: rebuild against a ROCm libtorch, or pass --device cpu (Gloo)",
-        device.str(), RCL_TORCH_BUILD));
-  }
-#endif
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(launch.master_port);
@@ -212,7 +275,7 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   store_options.waitWorkers = false;  // the group's own rendezvous waits, and names who is missing
   store_options.timeout = timeout;
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, store_options);
+    impl->store = make_tcp_store(launch.master_addr, store_options);
     if (launch.launcher_store_prefix)
       impl->store = c10::make_intrusive<c10d::PrefixStore>(*launch.launcher_store_prefix, impl->store);
     impl->publish_heartbeat("join");

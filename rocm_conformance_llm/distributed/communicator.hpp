@@ -46,13 +46,16 @@ struct RankHeartbeat {
 enum class CollectiveKind { all_reduce, all_gather, broadcast };
 double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, int world_size);
 
+// "gloo" for a CPU device; for a GPU device "rccl" where this build has the RCCL backend, else
+// "gloo" (Gloo takes device tensors: a CUDA wheel's build still runs several GPU ranks).
+std::string collective_backend(const torch::Device& device);
+
 class Communicator {
  public:
   // Rendezvous at launch.master_addr:master_port (rank 0 serves the TCPStore, unless the
-  // launcher already does: launch.launcher_store_prefix), then a Gloo group for a CPU device or
-  // an RCCL group for a GPU device. A GPU device on a libtorch without RCCL is a ConfigError; a
-  // rank that never joins is a CollectiveError after `timeout` naming the ranks that did not
-  // arrive.
+  // launcher already does: launch.launcher_store_prefix), then a group of
+  // collective_backend(device). A rank that never joins is a CollectiveError after `timeout`
+  // naming the ranks that did not arrive.
   static std::unique_ptr<Communicator> connect(const LaunchInfo& launch, const torch::Device& device,
                                                std::chrono::milliseconds timeout);
   ~Communicator();

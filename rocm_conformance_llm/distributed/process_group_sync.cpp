@@ -5,6 +5,9 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 
 namespace rcl {
 namespace {
@@ -88,9 +91,7 @@ std::string human_bytes(int64_t bytes) {
 }  // namespace
 
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb)
-    : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
-  if (!(bucket_mb > 0)) throw ConfigError(fmt::format("invalid bucket_mb={}: must be > 0", bucket_mb));
-}
+    : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {}
 
 int ProcessGroupSync::rank() const { return comm_->rank(); }
 int ProcessGroupSync::world_size() const { return comm_->world_size(); }
@@ -240,10 +241,7 @@ RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s, double col
 
 std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
                                                  const torch::Device& device) {
-  if (!launch.distributed()) return std::make_shared<LocalSync>();
-  if (!(cfg.collective_timeout_s > 0)) {
-    throw ConfigError(fmt::format("invalid collective_timeout_s={}: must be > 0", cfg.collective_timeout_s));
-  }
+  if (!launch.distributed()) return std::make_shared<LocalSync>();  // cfg is validated (config.cpp)
   const auto timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0));
   return std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb);
 }

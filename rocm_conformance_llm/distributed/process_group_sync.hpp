@@ -25,6 +25,7 @@ class ProcessGroupSync final : public GradientSync {
  public:
   // `bucket_mb`: gradients are flattened into buckets of about this size per all-reduce
   // (bigger buckets: fewer, larger RCCL messages; a tensor larger than a bucket goes alone).
+  // Validated with the config (bucket_mb > 0).
   ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb);
 
   int rank() const override;

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
@@ -30,7 +32,30 @@ torch::Device resolve_device(const std::string& choice, int local_rank) {
     throw ConfigError("invalid --device gpu: no GPU visible to libtorch (" RCL_TORCH_BUILD
                       " build); use --device cpu or auto");
   const auto count = static_cast<int>(torch::cuda::device_count());
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+  if (local_rank >= count) {
+#if defined(RCL_HAVE_RCCL)
+    throw ConfigError(fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL needs one GPU per rank "
+                                  "(\"Duplicate GPU detected\"); start at most {} ranks per node",
+                                  local_rank, count, count));
+#else
+    spdlog::warn("local rank {} shares GPU {} ({} visible): this build has no RCCL, ranks meet over Gloo",
+                 local_rank, local_rank % count, count);
+#endif
+  }
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+  // The current device decides where allocator figures and collectives' internal buffers go;
+  // left at 0, every rank of a node would use GPU 0 for them.
+  c10::impl::VirtualGuardImpl(device.type()).setDevice(device);
+  return device;
+}
+
+std::string prepare_gemm_environment(bool deterministic) {
+  // With deterministic algorithms on, libtorch refuses a cuBLAS/hipBLAS GEMM unless the BLAS
+  // workspace config is a deterministic one (Context.cpp alertCuBLASConfigNotDeterministic;
+  // ROCm builds read the same variable). The library reads it at its first GEMM.
+  if (!deterministic || std::getenv("CUBLAS_WORKSPACE_CONFIG")) return "";
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  return "CUBLAS_WORKSPACE_CONFIG=:4096:8";
 }
 
 int64_t process_rss_bytes() {
@@ -81,7 +106,7 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
   }
   torch::set_num_threads(static_cast<int>(threads));
   const auto blas = active_blas();
-  if (blas == "reference")
+  if (training_on_cpu && blas == "reference")
     spdlog::warn("libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
                  "so libblas.so.3 resolves to OpenBLAS");
   // OpenBLAS keeps its own thread pool beside libtorch's, and the two spin against each other:
@@ -119,7 +144,9 @@ const char* const kRocmEnvironment[] = {
     "MIOPEN_USER_DB_PATH", "MIOPEN_DEBUG_DISABLE_FIND_DB", "NCCL_DEBUG", "NCCL_P2P_DISABLE",
     "NCCL_SOCKET_IFNAME", "RCCL_MSCCLPP_ENABLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "ROCM_PATH"};
+    "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "ROCM_PATH",
+    // 2.9+ reads PYTORCH_ALLOC_CONF in place of the device-named ones above.
+    "PYTORCH_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "TORCH_CUDNN_SDPA_PREFERRED"};
 }  // namespace
 
 nlohmann::json environment_report(const torch::Device& device) {

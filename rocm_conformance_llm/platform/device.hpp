@@ -13,8 +13,14 @@
 namespace rcl {
 
 bool gpu_available();  // torch::cuda::is_available(): the HIP device on ROCm builds
-// "auto" -> GPU when present else CPU; "gpu" without one is a ConfigError.
+// "auto" -> GPU when present else CPU; "gpu" without one is a ConfigError. Makes the chosen GPU
+// the current device. A local rank beyond the visible GPUs is refused where ranks meet over RCCL
+// (one GPU per rank) and shares a GPU, with a warning, where they meet over Gloo.
 torch::Device resolve_device(const std::string& choice, int local_rank);
+
+// Deterministic mode: sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it (call before
+// the first GEMM). Returns what was set, for the log; empty when nothing was.
+std::string prepare_gemm_environment(bool deterministic);
 
 // Device allocator figures where exposed, else process RSS (MemorySample::source says which).
 MemorySample sample_memory(const torch::Device& device);

@@ -1,6 +1,13 @@
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include <spdlog/spdlog.h>
 
 #ifdef RCL_HAVE_HIP_HEADERS
 #include <hip/hip_runtime_api.h>
@@ -31,14 +38,6 @@ void* hip_library() {
 }
 #endif
 
-#ifdef RCL_HAVE_ROCM_SMI_HEADERS
-void* smi_library() {
-  static void* handle = open_library({"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.6",
-                                      "librocm_smi64.so.5", "librocm_smi64.so.1"});
-  return handle;
-}
-#endif
-
 }  // namespace
 
 std::optional<HipMemInfo> hip_mem_info() {
@@ -61,9 +60,11 @@ nlohmann::json hip_runtime_report() {
     return out;
   }
   auto runtime_version = symbol<hipError_t (*)(int*)>(lib, "hipRuntimeGetVersion");
+  auto driver_version = symbol<hipError_t (*)(int*)>(lib, "hipDriverGetVersion");
   auto device_count = symbol<hipError_t (*)(int*)>(lib, "hipGetDeviceCount");
-  int version = 0, count = 0;
+  int version = 0, driver = 0, count = 0;
   if (runtime_version && runtime_version(&version) == hipSuccess) out["runtime_version"] = version;
+  if (driver_version && driver_version(&driver) == hipSuccess) out["driver_version"] = driver;
   if (!device_count || device_count(&count) != hipSuccess) {
     out["reason"] = "hipGetDeviceCount failed (no usable device)";
     return out;
@@ -76,38 +77,188 @@ nlohmann::json hip_runtime_report() {
   return out;
 }
 
-nlohmann::json rocm_smi_report() {
-  nlohmann::json out = {{"available", false}};
 #ifdef RCL_HAVE_ROCM_SMI_HEADERS
-  void* lib = smi_library();
-  auto init = symbol<rsmi_status_t (*)(uint64_t)>(lib, "rsmi_init");
-  auto num_devices = symbol<rsmi_status_t (*)(uint32_t*)>(lib, "rsmi_num_monitor_devices");
-  auto temperature = symbol<rsmi_status_t (*)(uint32_t, uint32_t, rsmi_temperature_metric_t, int64_t*)>(
-      lib, "rsmi_dev_temp_metric_get");
-  auto busy = symbol<rsmi_status_t (*)(uint32_t, uint32_t*)>(lib, "rsmi_dev_busy_percent_get");
-  auto vram_used = symbol<rsmi_status_t (*)(uint32_t, rsmi_memory_type_t, uint64_t*)>(
-      lib, "rsmi_dev_memory_usage_get");
+namespace {
+
+// Runs `fn` with file descriptor 2 pointed at a temporary file; returns what was written there.
+template <typename Fn>
+std::string capture_stderr(Fn&& fn) {
+  std::fflush(stderr);
+  std::cerr.flush();
+  FILE* sink = std::tmpfile();
+  const int saved = sink ? dup(2) : -1;
+  if (saved < 0) {
+    if (sink) std::fclose(sink);
+    fn();
+    return {};
+  }
+  dup2(fileno(sink), 2);
+  fn();
+  std::fflush(stderr);
+  std::cerr.flush();
+  dup2(saved, 2);
+  close(saved);
+  std::string text;
+  std::rewind(sink);
+  for (int c; (c = std::fgetc(sink)) != EOF;) text += static_cast<char>(c);
+  std::fclose(sink);
+  return text;
+}
+
+// The entry points used; each may be missing from an older or newer library (then its keys are).
+struct SmiApi {
+  rsmi_status_t (*num_devices)(uint32_t*) = nullptr;
+  rsmi_status_t (*temperature)(uint32_t, uint32_t, rsmi_temperature_metric_t, int64_t*) = nullptr;
+  rsmi_status_t (*power_ave)(uint32_t, uint32_t, uint64_t*) = nullptr;
+  rsmi_status_t (*power_cap)(uint32_t, uint32_t, uint64_t*) = nullptr;
+  rsmi_status_t (*memory_usage)(uint32_t, rsmi_memory_type_t, uint64_t*) = nullptr;
+  rsmi_status_t (*memory_total)(uint32_t, rsmi_memory_type_t, uint64_t*) = nullptr;
+  rsmi_status_t (*busy)(uint32_t, uint32_t*) = nullptr;
+  rsmi_status_t (*ecc_count)(uint32_t, rsmi_gpu_block_t, rsmi_error_count_t*) = nullptr;
+  rsmi_status_t (*pci_replay)(uint32_t, uint64_t*) = nullptr;
+  rsmi_status_t (*gpu_metrics)(uint32_t, rsmi_gpu_metrics_t*) = nullptr;
+};
+
+struct Smi {
+  SmiStatus status;
+  SmiApi api;
+};
+
+Smi open_smi() {
+  Smi smi;
+  const char* override_path = std::getenv("RCL_ROCM_SMI_LIBRARY");
+  void* lib = nullptr;
+  std::string noise = capture_stderr([&] {
+    if (override_path) {
+      smi.status.library = override_path;
+      lib = dlopen(override_path, RTLD_NOW | RTLD_LOCAL);
+    } else {
+      smi.status.library = "librocm_smi64.so";
+      lib = open_library({"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.6", "librocm_smi64.so.5",
+                          "librocm_smi64.so.1"});
+    }
+    auto init = symbol<rsmi_status_t (*)(uint64_t)>(lib, "rsmi_init");
+    if (!lib) smi.status.reason = smi.status.library + " not found";
+    else if (!init || init(0) != RSMI_STATUS_SUCCESS) smi.status.reason = "rsmi_init failed (no amdgpu driver?)";
+    else smi.status.available = true;
+  });
+  if (!noise.empty()) spdlog::debug("ROCm SMI start-up output (not shown on the console): {}", noise);
+  if (!smi.status.available) return smi;
+  auto& a = smi.api;
+  a.num_devices = symbol<decltype(a.num_devices)>(lib, "rsmi_num_monitor_devices");
+  a.temperature = symbol<decltype(a.temperature)>(lib, "rsmi_dev_temp_metric_get");
+  a.power_ave = symbol<decltype(a.power_ave)>(lib, "rsmi_dev_power_ave_get");
+  a.power_cap = symbol<decltype(a.power_cap)>(lib, "rsmi_dev_power_cap_get");
+  a.memory_usage = symbol<decltype(a.memory_usage)>(lib, "rsmi_dev_memory_usage_get");
+  a.memory_total = symbol<decltype(a.memory_total)>(lib, "rsmi_dev_memory_total_get");
+  a.busy = symbol<decltype(a.busy)>(lib, "rsmi_dev_busy_percent_get");
+  a.ecc_count = symbol<decltype(a.ecc_count)>(lib, "rsmi_dev_ecc_count_get");
+  a.pci_replay = symbol<decltype(a.pci_replay)>(lib, "rsmi_dev_pci_replay_counter_get");
+  a.gpu_metrics = symbol<decltype(a.gpu_metrics)>(lib, "rsmi_dev_gpu_metrics_info_get");
+  return smi;
+}
+
+const Smi& smi() {
+  static const Smi instance = open_smi();
+  return instance;
+}
+
+// The RAS blocks whose ECC counters are summed (UMC is HBM; the rest are on-chip SRAM).
+constexpr rsmi_gpu_block_t kEccBlocks[] = {RSMI_GPU_BLOCK_UMC,  RSMI_GPU_BLOCK_SDMA,    RSMI_GPU_BLOCK_GFX,
+                                           RSMI_GPU_BLOCK_MMHUB, RSMI_GPU_BLOCK_PCIE_BIF, RSMI_GPU_BLOCK_HDP,
+                                           RSMI_GPU_BLOCK_XGMI_WAFL};
+
+}  // namespace
+#endif
+
+const SmiStatus& rocm_smi_status() {
+#ifdef RCL_HAVE_ROCM_SMI_HEADERS
+  return smi().status;
+#else
+  static const SmiStatus absent{.available = false, .library = "", .reason = "built without ROCm SMI headers"};
+  return absent;
+#endif
+}
+
+std::optional<uint32_t> rocm_smi_device_count() {
+#ifdef RCL_HAVE_ROCM_SMI_HEADERS
   uint32_t count = 0;
-  if (!init || init(0) != RSMI_STATUS_SUCCESS || !num_devices || num_devices(&count) != RSMI_STATUS_SUCCESS) {
-    out["reason"] = lib ? "rsmi_init failed (no amdgpu driver?)" : "librocm_smi64 not found";
+  if (smi().status.available && smi().api.num_devices && smi().api.num_devices(&count) == RSMI_STATUS_SUCCESS)
+    return count;
+#endif
+  return std::nullopt;
+}
+
+nlohmann::json rocm_smi_sample(uint32_t index) {
+  nlohmann::json dev = {{"index", index}};
+  bool any = false;
+#ifdef RCL_HAVE_ROCM_SMI_HEADERS
+  const SmiApi& a = smi().api;
+  const auto put = [&](const char* key, auto value) {
+    dev[key] = value;
+    any = true;
+  };
+  const std::pair<const char*, uint32_t> sensors[] = {{"temperature_edge_c", RSMI_TEMP_TYPE_EDGE},
+                                                      {"temperature_junction_c", RSMI_TEMP_TYPE_JUNCTION},
+                                                      {"temperature_memory_c", RSMI_TEMP_TYPE_MEMORY}};
+  for (const auto& [key, sensor] : sensors) {
+    int64_t millidegrees = 0;
+    if (a.temperature && a.temperature(index, sensor, RSMI_TEMP_CURRENT, &millidegrees) == RSMI_STATUS_SUCCESS)
+      put(key, static_cast<double>(millidegrees) / 1000.0);
+  }
+  uint64_t microwatts = 0, bytes = 0, replays = 0;
+  if (a.power_ave && a.power_ave(index, 0, &microwatts) == RSMI_STATUS_SUCCESS) put("power_w", microwatts / 1e6);
+  if (a.power_cap && a.power_cap(index, 0, &microwatts) == RSMI_STATUS_SUCCESS) put("power_cap_w", microwatts / 1e6);
+  if (a.memory_usage && a.memory_usage(index, RSMI_MEM_TYPE_VRAM, &bytes) == RSMI_STATUS_SUCCESS)
+    put("vram_used_bytes", bytes);
+  if (a.memory_total && a.memory_total(index, RSMI_MEM_TYPE_VRAM, &bytes) == RSMI_STATUS_SUCCESS)
+    put("vram_total_bytes", bytes);
+  uint32_t percent = 0;
+  if (a.busy && a.busy(index, &percent) == RSMI_STATUS_SUCCESS) put("busy_percent", percent);
+  if (a.ecc_count) {
+    uint64_t correctable = 0, uncorrectable = 0;
+    bool counted = false;
+    for (const auto block : kEccBlocks) {
+      rsmi_error_count_t ec{};
+      if (a.ecc_count(index, block, &ec) != RSMI_STATUS_SUCCESS) continue;  // block without RAS
+      correctable += ec.correctable_err;
+      uncorrectable += ec.uncorrectable_err;
+      counted = true;
+    }
+    if (counted) {
+      put("ecc_correctable", correctable);
+      put("ecc_uncorrectable", uncorrectable);
+    }
+  }
+  if (a.pci_replay && a.pci_replay(index, &replays) == RSMI_STATUS_SUCCESS) put("pcie_replay_count", replays);
+  if (a.gpu_metrics) {
+    // Newer libraries append fields to rsmi_gpu_metrics_t and write their whole struct: a
+    // buffer far larger than this header's keeps their write inside it. The fields read here
+    // sit in the v1 prefix every version keeps.
+    alignas(8) static thread_local unsigned char buffer[16384];
+    std::fill(std::begin(buffer), std::end(buffer), 0);
+    auto* metrics = reinterpret_cast<rsmi_gpu_metrics_t*>(buffer);
+    if (a.gpu_metrics(index, metrics) == RSMI_STATUS_SUCCESS) {
+      put("gfx_clock_mhz", metrics->current_gfxclk);
+      put("mem_clock_mhz", metrics->current_uclk);
+      put("throttle_status", metrics->throttle_status);
+    }
+  }
+#endif
+  dev["responding"] = any;
+  return dev;
+}
+
+nlohmann::json rocm_smi_report() {
+  const SmiStatus& status = rocm_smi_status();
+  nlohmann::json out = {{"available", status.available}, {"library", status.library}};
+  if (!status.available) {
+    out["reason"] = status.reason;
     return out;
   }
-  out["available"] = true;
   auto& devices = out["devices"] = nlohmann::json::array();
-  for (uint32_t i = 0; i < count; ++i) {
-    nlohmann::json dev = {{"index", i}};
-    int64_t millidegrees = 0;
-    uint32_t percent = 0;
-    uint64_t used = 0;
-    if (temperature && temperature(i, RSMI_TEMP_TYPE_EDGE, RSMI_TEMP_CURRENT, &millidegrees) == RSMI_STATUS_SUCCESS)
-      dev["temperature_c"] = millidegrees / 1000.0;
-    if (busy && busy(i, &percent) == RSMI_STATUS_SUCCESS) dev["busy_percent"] = percent;
-    if (vram_used && vram_used(i, RSMI_MEM_TYPE_VRAM, &used) == RSMI_STATUS_SUCCESS) dev["vram_used_bytes"] = used;
-    devices.push_back(dev);
-  }
-#else
-  out["reason"] = "built without ROCm SMI headers";
-#endif
+  const auto count = rocm_smi_device_count();
+  for (uint32_t i = 0; i < count.value_or(0); ++i) devices.push_back(rocm_smi_sample(i));
   return out;
 }
 

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include "rocm_conformance_llm/utils/files.hpp"
+
 namespace rcl {
 
 void init_logging(int rank, int world_size, bool all_ranks_verbose) {
@@ -41,6 +43,7 @@ nlohmann::json to_json(const StepRecord& r) {
         {"source", r.memory.source}}},
   };
   if (!r.phase_s.empty()) j["phase_s"] = r.phase_s;
+  if (r.host_reads) j["host_reads"] = *r.host_reads;
   if (!r.collectives.empty()) {
     auto& list = j["collectives"] = nlohmann::json::array();
     for (const auto& c : r.collectives)
@@ -75,11 +78,21 @@ std::string format_step_line(const StepRecord& r, const std::vector<std::string>
 }
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank,
-                             std::vector<std::string> stress_modes)
+                             std::vector<std::string> stress_modes, std::optional<int64_t> keep_through_step)
     : path_(output_dir / (rank == 0 ? "metrics.jsonl" : fmt::format("metrics.rank{}.jsonl", rank))),
       stress_modes_(std::move(stress_modes)) {
   std::filesystem::create_directories(output_dir);
-  out_.open(path_, std::ios::out | std::ios::trunc);
+  if (keep_through_step) {
+    // The steps after the checkpoint are run again: their old lines go (temp + rename).
+    std::ifstream in(path_);
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("step", int64_t{0}) <= *keep_through_step) kept += line + '\n';
+    }
+    write_file_atomically(path_, kept);
+  }
+  out_.open(path_, std::ios::out | (keep_through_step ? std::ios::app : std::ios::trunc));
   if (!out_) throw std::runtime_error("cannot write " + path_.string());
 }
 
@@ -88,18 +101,6 @@ void MetricsWriter::write(const StepRecord& r) {
   j["stress_modes"] = stress_modes_;
   out_ << j.dump() << '\n';
   out_.flush();
-}
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::out | std::ios::trunc | std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace rcl

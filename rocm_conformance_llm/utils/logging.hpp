@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,12 @@ nlohmann::json to_json(const StepRecord& r);
 std::string format_step_line(const StepRecord& r, const std::vector<std::string>& stress_modes);
 
 // metrics.jsonl (rank 0) or metrics.rank<N>.jsonl: one JSON object per step, flushed per line
-// so a crash or hang leaves every finished step on disk.
+// so a crash or hang leaves every finished step on disk. With `keep_through_step` (a run resumed
+// in its own directory) the file keeps its lines up to that step and continues after them.
 class MetricsWriter {
  public:
   MetricsWriter(const std::filesystem::path& output_dir, int rank,
-                std::vector<std::string> stress_modes);
+                std::vector<std::string> stress_modes, std::optional<int64_t> keep_through_step = std::nullopt);
   void write(const StepRecord& r);
   const std::filesystem::path& path() const { return path_; }
 
@@ -34,9 +36,5 @@ class MetricsWriter {
   std::ofstream out_;
   std::vector<std::string> stress_modes_;
 };
-
-// Writes `text` to `path` via a temporary file and rename, so a reader never sees half a file
-// and an existing file is never left corrupted.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace rcl

@@ -2,6 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/errors.hpp"
 
 namespace rcl {
 
@@ -25,6 +31,29 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
     out += item;
   }
   return out;
+}
+
+double parse_duration_s(std::string_view flag, std::string_view text) {
+  double unit = 1;
+  std::string_view number = text;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 's': unit = 1, number.remove_suffix(1); break;
+      case 'm': unit = 60, number.remove_suffix(1); break;
+      case 'h': unit = 3600, number.remove_suffix(1); break;
+      case 'd': unit = 86400, number.remove_suffix(1); break;
+      default: break;
+    }
+  }
+  double value = 0;
+  const char* end = number.data() + number.size();
+  const auto [ptr, ec] = std::from_chars(number.data(), end, value);
+  const double seconds = value * unit;
+  if (number.empty() || ec != std::errc() || ptr != end || !std::isfinite(seconds) || seconds <= 0)
+    throw ConfigError(fmt::format("invalid {} '{}': expected a positive duration such as 90s, 30m, 8h, 1.5h, 2d "
+                                  "(a bare number is seconds)",
+                                  flag, text));
+  return seconds;
 }
 
 }  // namespace rcl

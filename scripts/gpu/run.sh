@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The GPU run: on a GPU machine with no network and no apt (PyTorch 2.x in its python3, CMake,
+# ninja, a compiler and, for a CUDA wheel, the matching toolkit), builds the project against that
+# python's libtorch with the carried dependencies (scripts/gpu/make_deps.sh), then runs the stages
+# named on the command line (default: all), writing everything into one results folder and a
+# tarball of it.
+#   bash scripts/gpu/make_deps.sh                         # where apt works: makes .gpudeps/
+#   bash scripts/gpu/run.sh [build] [test] [main] [faults] [bench]
+# Environment: RCL_GPU_RESULTS (default $OUT when set, else gpu-results/), RCL_GPUDEPS (default
+# .gpudeps/), RCL_GPU_BUILD (default build-gpu/), RCL_JOBS (default nproc).
+# This script is the only place that knows which vendor's machine it is on: the project itself
+# is device-agnostic libtorch (torch::kCUDA is the HIP device on ROCm).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+deps=$(realpath "${RCL_GPUDEPS:-.gpudeps}")
+build=$(realpath -m "${RCL_GPU_BUILD:-build-gpu}")
+results=${RCL_GPU_RESULTS:-${OUT:-gpu-results}}/gpu-results
+jobs=${RCL_JOBS:-$(nproc)}
+stages=("$@")
+((${#stages[@]})) || stages=(build test main faults bench)
+mkdir -p "$results"
+results=$(realpath "$results")
+summary="$results/summary.txt"
+binary="$build/rocm-conformance-llm"
+
+note() { echo "gpu: $*" | tee -a "$summary"; }
+wants() { [[ " ${stages[*]} " == *" $1 "* ]]; }
+# stage NAME SECONDS COMMAND...: runs it with a time limit, its output in NAME.log; notes the result.
+stage() {
+  local name=$1 limit=$2 start=$SECONDS rc; shift 2
+  # bash -c: the command may be one of this script's functions (exported below).
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" >"$results/$name.log" 2>&1
+  rc=$?
+  note "$name: exit $rc after $((SECONDS - start)) s (log: $name.log)"
+  return "$rc"
+}
+pack() { tar -C "$(dirname "$results")" -czf "$(dirname "$results")/gpu-results.tar.gz" gpu-results; }
+trap pack EXIT
+
+machine_facts() {
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true
+  rocm-smi --showproductname 2>&1 | head -n 5 || true
+  python3 -c 'import torch,sys;print("python", sys.version.split()[0], "torch", torch.__version__,
+    "cuda", torch.version.cuda, "hip", torch.version.hip, "gpu", torch.cuda.is_available() and torch.cuda.get_device_name(0))'
+  cmake --version | head -n1; c++ --version | head -n1; nvcc --version 2>/dev/null | tail -n2
+  nproc; free -g | head -n2
+}
+
+build_project() {
+  [[ -d "$deps/usr/include/CLI" ]] || { echo "no carried dependencies at $deps: run scripts/gpu/make_deps.sh"; return 2; }
+  local gtest=$build/gtest-install
+  if [[ ! -f "$gtest/lib/cmake/GTest/GTestConfig.cmake" && ! -f "$gtest/lib64/cmake/GTest/GTestConfig.cmake" ]]; then
+    cmake -S "$deps/usr/src/googletest" -B "$build/gtest" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX="$gtest" -DBUILD_GMOCK=ON && cmake --build "$build/gtest" -j"$jobs" \
+      && cmake --install "$build/gtest" || return 1
+  fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRCL_GPUDEPS="$deps" \
+    -DCMAKE_PREFIX_PATH="$deps/usr;$gtest" -Dspdlog_DIR="$repo/scripts/gpu/cmake" || return 1
+  cmake --build "$build" -j"$jobs"
+}
+
+main_job() {
+  # The main job of the README on the GPU: small preset, every stress mode.
+  "$binary" --device gpu --preset small --stress all --steps "${RCL_GPU_MAIN_STEPS:-200}" \
+    --output-dir "$results/main-small-all" --overwrite
+}
+
+export repo deps build jobs results binary
+export -f build_project main_job
+note "stages: ${stages[*]}; results in $results"
+machine_facts >"$results/machine.txt" 2>&1
+cat "$results/machine.txt"
+# Later stages build first when the binary is missing (each device call may start on a bare machine).
+if wants build || [[ ! -x "$binary" ]]; then
+  stage build 360 build_project || { note "build failed: later stages skipped"; exit 1; }
+fi
+status=0
+if wants test; then
+  # Two intra-op threads per test: at 16 tests x 16 threads the float64 gradient sweep took 60-120 s
+  # a test (measured on an H100 machine's 16 cores). A whole suite needs a device call of its own.
+  OMP_NUM_THREADS=2 stage test 540 ctest --test-dir "$build" -j"$((jobs / 2 > 0 ? jobs / 2 : 1))" --timeout 300 \
+    --output-on-failure || status=1
+  sed -n '/tests passed/,$p' "$results/test.log" | tee -a "$summary"
+fi
+if wants main; then stage main 150 main_job || status=1; fi
+if wants faults; then
+  RCL_BINARY="$binary" RCL_DEVICE=gpu RCL_FAULT_MATRIX_OUT="$results/fault-matrix.md" \
+    stage faults 180 bash scripts/fault_matrix.sh || status=1
+  tail -n1 "$results/faults.log" | tee -a "$summary"
+fi
+if wants bench; then
+  stage bench 240 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" || status=1
+fi
+exit "$status"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Every test lane, as CI runs them (as root, on Debian 12):
+#   host lane:         Debian 12's libtorch 1.13 (scripts/setup.sh --with-tests, then ctest)
+#   libtorch 2.x lane: Debian sid's libtorch 2.14 in a cached sid root (scripts/test_libtorch2.sh)
+# Prints tests passed/failed and minutes per lane; exits non-zero if either lane fails.
+#   bash scripts/test_all.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# ccache hits across clones (CI and a developer's checkouts build the same sources elsewhere).
+# The targets use a precompiled header, which ccache caches only with this sloppiness.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$(pwd)")}
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
+
+logs=$(mktemp -d /tmp/rcl-test-all.XXXXXX)
+names=() results=() minutes=() counts=()
+
+# run_lane NAME COMMAND...: runs it with its output on the console and in a log.
+run_lane() {
+  local name=$1; shift
+  local log="$logs/$name.log" start rc summary
+  echo "================ lane $name: $* ================"
+  start=$(date +%s)
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n1)
+  names+=("$name")
+  results+=("$([[ $rc -eq 0 ]] && echo PASS || echo "FAIL (exit $rc)")")
+  minutes+=("$(awk -v s=$(( $(date +%s) - start )) 'BEGIN {printf "%.1f", s / 60}')")
+  counts+=("${summary:-no ctest summary (build or setup failed: see $log)}")
+  return "$rc"
+}
+
+host_lane() {
+  bash scripts/setup.sh --with-tests && ctest --test-dir build --output-on-failure -j2 --timeout 900
+}
+
+status=0
+run_lane host-libtorch1.13 host_lane || status=1
+run_lane sid-libtorch2.14 bash scripts/test_libtorch2.sh || status=1
+
+echo "================ summary ================"
+for i in "${!names[@]}"; do
+  printf '%-18s %-14s %5s min  %s\n' "${names[i]}" "${results[i]}" "${minutes[i]}" "${counts[i]}"
+done
+echo "logs: $logs"
+exit "$status"
