@@ -37,6 +37,7 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::hang, "hang", true, FaultValue::none},
     FaultTraits{FaultKind::gemm_corrupt, "gemm-corrupt", false, FaultValue::none},
     FaultTraits{FaultKind::attention_mask_corrupt, "attention-mask-corrupt", false, FaultValue::none},
+    FaultTraits{FaultKind::slow_collective, "slow-collective", true, FaultValue::seconds},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -170,8 +171,8 @@ std::string fault_syntax_help() {
   return "Known faults: " + names +
          ". Syntax: NAME[=VALUE][@step=N][@rank=R], comma-separated, e.g. nan@step=20, "
          "grad-bitflip@step=30, loss-spike@step=25, slow-step@step=15=0.5, memory-leak=8MiB/step, "
-         "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt (nan, grad-bitflip, loss-spike and hang "
-         "need @step)";
+         "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt, slow-collective=3@step=30 (nan, "
+         "grad-bitflip, loss-spike, hang and slow-collective need @step)";
 }
 
 std::string FaultSpec::to_string() const {
@@ -300,10 +301,16 @@ void FaultInjector::on_gradients(int64_t step, const std::vector<torch::Tensor>&
 }
 
 void FaultInjector::before_step_time(StepRecord& rec, double elapsed_s) {
-  const FaultSpec* slow = active(FaultKind::slow_step, rec.step);
-  if (!slow) return;
-  // Without SECONDS the step takes 3x its own time on any hardware: a performance cliff.
-  std::this_thread::sleep_for(std::chrono::duration<double>(slow->seconds > 0 ? slow->seconds : 2.0 * elapsed_s));
+  if (const FaultSpec* slow = active(FaultKind::slow_step, rec.step)) {
+    // Without SECONDS the step takes 3x its own time on any hardware: a performance cliff.
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow->seconds > 0 ? slow->seconds : 2.0 * elapsed_s));
+  }
+  const FaultSpec* late = active(FaultKind::slow_collective, rec.step);
+  if (!late || rec.collectives.empty()) return;
+  // The step waits for the all-reduce's completion: its time, and the collective's, grow by it.
+  const double delay_s = late->seconds > 0 ? late->seconds : 10.0 * elapsed_s;
+  std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  rec.collectives.back().seconds += delay_s;
 }
 
 void FaultInjector::after_step_time(StepRecord& rec) {

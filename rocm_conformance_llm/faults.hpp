@@ -25,6 +25,9 @@
 //   attention-mask-corrupt[@step=N]  from step N, the attention parity probe's masked outputs of
 //                          one backend (the last that serves a mask here) come out wrong (seen at
 //                          probe steps: every training.attention_probe_interval)
+//   slow-collective[=SECONDS]@step=N  the step's last gradient all-reduce completes SECONDS
+//                          late (default: ten times the step's own time), as behind a stalled
+//                          RCCL proxy thread: the rank waits and the collective's time includes it
 //   @rank=R                only rank R injects (default: every rank)
 #pragma once
 
@@ -52,6 +55,7 @@ enum class FaultKind : uint8_t {
   hang,
   gemm_corrupt,
   attention_mask_corrupt,
+  slow_collective,
   count,  // not a fault: the number of kinds (faults.cpp checks its table against it)
 };
 
@@ -59,7 +63,7 @@ struct FaultSpec {
   FaultKind kind = FaultKind::nan;
   std::optional<int64_t> step;  // exact step (one-shot kinds) or first step (persistent kinds)
   std::optional<int> rank;      // nullopt: every rank
-  double seconds = 0.0;         // slow-step; 0: relative, sleep 2x the step's own time
+  double seconds = 0.0;         // slow-step, slow-collective; 0: relative to the step's own time
   int64_t bytes_per_step = 0;   // memory-leak
 
   bool operator==(const FaultSpec&) const = default;
@@ -105,7 +109,7 @@ class FaultInjector final : public StepHooks {
   torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;    // loss-spike
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
                     int64_t first_micro_batch) override;                  // grad-bitflip
-  void before_step_time(StepRecord& rec, double elapsed_s) override;      // slow-step
+  void before_step_time(StepRecord& rec, double elapsed_s) override;      // slow-step, slow-collective
   void after_step_time(StepRecord& rec) override;                         // memory-leak
 
  private:

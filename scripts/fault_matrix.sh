@@ -42,6 +42,7 @@ cases=(
   "1|attention-mask-corrupt|--steps 4 --set attention_probe_interval=4|AOTriton/CK attention|attention_backend_mismatch|4|1"
   "2|rng-skew@step=10@rank=1|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_rank_mismatch|10|1"
   "2|hang@step=8@rank=1|--steps 20 --watchdog-timeout 3|RCCL|collective_hang|8|3"
+  "2|slow-collective=3@step=30@rank=1|--stress comm --steps 31|RCCL|collective_latency_spike|30|0"
 )
 
 # Runs one case; prints "exit_code" and leaves the reports in $1.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "rocm_conformance_llm/diagnostics/collectives.hpp"
 #include "rocm_conformance_llm/diagnostics/registry.hpp"
 #include "rocm_conformance_llm/diagnostics/memory.hpp"
 #include "rocm_conformance_llm/diagnostics/numerics.hpp"
@@ -325,6 +326,25 @@ TEST(CollectiveDetector, HiccupShorterThanAQuarterStepIsNotASpike) {
   EXPECT_TRUE(run_detectors(stream).empty()) << describe(run_detectors(stream));
   stream[29].collectives[1].seconds = 0.040;
   EXPECT_EQ(with_signature(run_detectors(stream), "collective_latency_spike").size(), 1u);
+}
+
+TEST(CollectiveDetector, OnSharedCoresOnlyAWaitOfSeveralStepsIsASpike) {
+  // CPU ranks (issue 12): a peer descheduled by the loaded host kept an all-reduce 1.3 median
+  // steps longer than usual in a clean 2-rank run; a stalled transport costs far more.
+  const auto spikes = [](double extra_s) {
+    FindingLog log;
+    CollectiveDetector detector(DiagnosticsConfig{}, log, RunProfile{.shared_cores = true});
+    auto stream = clean_stream();
+    stream[29].collectives[0].seconds += extra_s;  // step 30's all-reduce, in 100 ms steps
+    for (const auto& r : stream) detector.on_step(r);
+    return with_signature(log.snapshot(), "collective_latency_spike");
+  };
+  EXPECT_TRUE(spikes(0.13).empty()) << describe(spikes(0.13));
+  EXPECT_TRUE(spikes(0.35).empty()) << describe(spikes(0.35));
+  const auto found = spikes(0.5);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].step, 30);
+  EXPECT_EQ(found[0].component, component::rccl);
 }
 
 TEST(CollectiveDetector, SizesAreJudgedSeparately) {

@@ -74,15 +74,10 @@ std::vector<DetectorSpec> builtin_detectors() {
         "diagnostics.window_steps"},
        step_detector<MemoryDetector>},
       {"collective_latency", "step",
-       {{"collective_latency_spike", rccl, warn, kRepeated, "test:CollectiveDetector.LatencySpikeIsAttributedToRccl"}},
+       {{"collective_latency_spike", rccl, warn, kRepeated, "slow-collective"}},
        {"diagnostics.collective_latency_zscore", "diagnostics.collective_latency_min_step_fraction",
         "diagnostics.false_alarm_budget", "diagnostics.window_steps"},
-       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         // CPU ranks all-reduce through Gloo on the host's shared cores: a latency there is a
-         // peer's scheduling, not RCCL (issue 12: every clean 2-rank comm run warned).
-         if (run_profile(c).shared_cores) return nullptr;
-         return step_detector<CollectiveDetector>(c);
-       }},
+       step_detector<CollectiveDetector>},
 
       // --- loop-side checks: act inside the step through StepHooks ---
       {"nonfinite_localisation", "loop",
