@@ -6,28 +6,13 @@
 // is kernel performance and MIOpen Find / kernel compilation (MIOpen).
 #pragma once
 
-#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "rocm_conformance_llm/diagnostics/detector.hpp"
 
 namespace rcl {
-
-// The time the calling thread spent runnable but waiting for a core (its run_delay in
-// /proc/thread-self/schedstat) during the last `span_s` seconds: the wait since the previous
-// call, prorated when more time than `span_s` has passed since (checks between steps). 0 on
-// the first call or where the kernel does not say. On a host whose cores other processes or
-// co-located ranks share, that wait is the host's load, not the stack's; a slower GPU kernel,
-// or a sleep, is not runqueue time.
-class HostWait {
- public:
-  double during_s(double span_s);
-
- private:
-  std::optional<double> last_delay_s_;
-  std::chrono::steady_clock::time_point last_call_;
-};
 
 // Signatures:
 //   step_time_cliff (rocBLAS/hipBLASLt, warn; online): max(3, window_steps/2) consecutive steps
@@ -41,8 +26,8 @@ class HostWait {
 //   slow_first_step (MIOpen; at finish): first step / post-warm-up median >= first_step_ratio_warn
 //     (warn), or >= a fifth of it (info: a noticeable but tolerable Find / compile cost).
 //
-// Every step time is judged without the training thread's HostWait since the previous step
-// (issue 12: clean CPU runs on a loaded 2-core host warned of cliffs and variance).
+// Every step time is judged without the time in collectives (RCCL's, and on several ranks the
+// slowest peer's: issue 12's 2-rank runs had a step-time CV above 1 with them).
 class StepTimeDetector final : public Detector {
  public:
   using Detector::Detector;
@@ -51,8 +36,6 @@ class StepTimeDetector final : public Detector {
 
  private:
   int64_t cliff_run_length() const;
-
-  HostWait host_wait_;
 
   std::optional<double> first_step_s_;
   int64_t first_step_ = 0;

@@ -1,7 +1,5 @@
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -45,9 +43,7 @@ void CommMonitor::on_step(const StepRecord& record) {
 
   double in_collectives = 0.0;
   for (const auto& c : record.collectives) in_collectives += c.seconds;
-  // A rank the host kept off its cores is the host's straggler, not RCCL's (issue 12).
-  const double step_s = std::max(record.step_time_s - host_wait_.during_s(record.step_time_s), in_collectives);
-  const RankStepTimes times = sync_->gather_step_times(step_s, in_collectives);
+  const RankStepTimes times = sync_->gather_step_times(record.step_time_s, in_collectives);
   if (!in_warmup(record)) {
     if (const auto verdict = stragglers_.add(times.busy_s)) {
       report(Finding{component::rccl, "straggler_rank", Severity::warn, record.step, sync_->rank(),

@@ -1,8 +1,7 @@
 // The cross-rank RCCL checks as a step observer. Every rank runs it after every optimizer step
 // (all ranks finish step N before any starts N+1, so its collectives line up), and every rank
 // records the same verdicts.
-//   every step:            per-rank step times (less the rank's HostWait) gathered; a persistent
-//                          straggler is named
+//   every step:            per-rank step times gathered; a persistent straggler is named
 //   every check_interval:  collective sequence numbers compared through the store (first: a
 //                          desynchronised transport would mis-pair the other checks), the
 //                          exact all-reduce canary, and the parameter fingerprint
@@ -15,7 +14,6 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/diagnostics/detector.hpp"
-#include "rocm_conformance_llm/diagnostics/step_time.hpp"
 #include "rocm_conformance_llm/distributed/comm_checks.hpp"
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
 
@@ -51,7 +49,6 @@ class CommMonitor final : public Detector {
   std::vector<torch::Tensor> params_;
   CommMonitorOptions options_;
   StragglerTracker stragglers_;
-  HostWait host_wait_;  // step times are gathered without this rank's runqueue wait
 };
 
 }  // namespace rcl
