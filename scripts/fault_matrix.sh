@@ -32,7 +32,7 @@ cases=(
   "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|loss_spike|25|0"
   "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|grad_norm_spike|25|0"
   "1|grad-bitflip@step=20|--steps 21|rocBLAS/hipBLASLt|nonfinite_grad_norm|20|1"
-  "1|slow-step@step=16=0.25|--steps 20|rocBLAS/hipBLASLt|step_time_cliff|16|0"
+  "1|slow-step@step=16=2|--steps 20|rocBLAS/hipBLASLt|step_time_cliff|16|0"
   "1|memory-leak=8MiB/step|--steps 25|ROCr allocator|memory_growth|25|0"
   "1|memory-leak=48MiB/step@step=11|${rng_replay[*]} --steps 12|ROCr allocator|memory_not_recovered_after_reload|10|0"
   "1|hang@step=8|--steps 20 --watchdog-timeout 2|HIP runtime|hang|8|3"
