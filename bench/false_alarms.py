@@ -19,12 +19,14 @@ import time
 
 
 
-def commit():
-    """The checkout's commit and whether its tree had changes, for the table's header."""
+def commit(output):
+    """The checkout's commit when the battery starts and whether its tree (but for the table
+    this script writes) had changes, for the table's header."""
     git = ["git", "-C", os.path.dirname(os.path.abspath(__file__))]
     head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
-    return head or "unknown", " had uncommitted changes" if dirty.strip() else " was clean"
+    changed = [line for line in dirty.splitlines() if not output.endswith(line[3:])]
+    return head or "unknown", " had uncommitted changes" if changed else " was clean"
 
 
 def stress_modes(binary):
@@ -76,7 +78,8 @@ def write_table(a, last_seed, runs, alarmed_runs, fired, examples, started, load
              "alarm). Preset `{}`, {} steps ({} for {}), seeds {}..{}, CPU, one thread per rank, {} single-rank runs".format(
                  a.preset, a.steps, a.long_steps, a.long_modes, a.first_seed, last_seed, a.jobs),
              "side by side.",
-             "Binary of commit {} (the working tree{}).".format(*commit()),
+             "Binary `{}`; checkout at commit {} when the battery started (the working tree{}).".format(
+                 a.binary, *a.commit),
              "{} runs in {:.0f} s on a {}-core host, load average {:.1f} at the start and {:.1f} at the end".format(
                  total, time.time() - started, os.cpu_count(), load_before, os.getloadavg()[0]),
              "(other builds and tests shared the cores: the battery's size is what the time allowed).",
@@ -122,6 +125,7 @@ def main():
     alarmed_runs = collections.Counter()
     runs = collections.Counter()
     started = time.time()
+    a.commit = commit(a.output)
     load_before = os.getloadavg()[0]
     def one(mode, world, seed):
         with tempfile.TemporaryDirectory(prefix="rcl-fa-") as out:
