@@ -115,6 +115,9 @@ struct ConfigField {
   X(bool, enabled, true, unchecked(), "run the detectors and active checks")                             \
   X(int64_t, warmup_steps, 5, at_least(0), "steps excluded from timing baselines")                       \
   X(double, loss_spike_zscore, 6.0, above(0), "robust z of loss vs running median/MAD")                  \
+  X(double, loss_spike_min_jump, 0.5, above(0), "a loss spike is also this relative jump over the median") \
+  X(double, false_alarm_budget, 1e-3, above(0),                                                          \
+    "per-run false-alarm probability a statistical detector may spend (raises z over long runs)")        \
   X(double, step_time_cv_warn, 0.5, above(0), "coefficient of variation of steady-state step time")      \
   X(double, slowdown_ratio_warn, 1.5, above(1), "late window median / post-warm-up median")              \
   X(double, first_step_ratio_warn, 50.0, above(1), "first step / steady-state median")                   \
@@ -122,6 +125,8 @@ struct ConfigField {
   X(double, fragmentation_ratio_warn, 0.5, within(0, 1, false), "(reserved - allocated) / reserved")     \
   X(int64_t, gemm_canary_interval, 100, at_least(0), "steps between GEMM shape canaries (0 = off)")      \
   X(double, collective_latency_zscore, 8.0, above(0), "robust z of a collective's latency")              \
+  X(double, collective_latency_min_step_fraction, 0.25, above(0),                                        \
+    "a latency spike's extra time, as a share of the median step time")                                  \
   X(double, watchdog_timeout_s, 300.0, above(0), "no step finished within this: hang")                   \
   X(int64_t, window_steps, 10, at_least(3), "steps in each timing/memory/latency baseline window")       \
   X(double, replay_rel_tolerance, 1e-4, within(0, 1, true),                                              \

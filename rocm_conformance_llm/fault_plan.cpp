@@ -42,6 +42,7 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::rank_stop, "rank-stop", false, FaultValue::none, true},
     FaultTraits{FaultKind::logits_nan_once, "logits-nan-once", true, FaultValue::none},
     FaultTraits{FaultKind::logits_nan, "logits-nan", false, FaultValue::none},
+    FaultTraits{FaultKind::slow_collective, "slow-collective", true, FaultValue::seconds},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -179,7 +180,8 @@ std::string fault_syntax_help() {
          ". Syntax: NAME[=VALUE][@step=N][@rank=R], comma-separated, e.g. nan@step=20, "
          "grad-bitflip@step=30, loss-spike@step=25, slow-step@step=15=0.5, memory-leak=8MiB/step, "
          "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt, rank-stop@phase=grad_sync@rank=1, "
-         "logits-nan-once@step=12, logits-nan@step=12 (nan, grad-bitflip, loss-spike, hang and logits-nan-once "
+         "logits-nan-once@step=12, logits-nan@step=12, "
+         "slow-collective=3@step=30 (nan, grad-bitflip, loss-spike, hang, logits-nan-once and slow-collective "
          "need @step; rank-stop needs @phase)";
 }
 

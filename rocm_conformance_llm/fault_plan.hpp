@@ -34,6 +34,9 @@
 //                          (a re-run of the step is clean)
 //   logits-nan[@step=N]    one NaN in the logits of every forward from step N on, re-runs
 //                          included: a persistent fault
+//   slow-collective[=SECONDS]@step=N  the step's last gradient all-reduce completes SECONDS
+//                          late (default: ten times the step's own time), as behind a stalled
+//                          RCCL proxy thread: the rank waits and the collective's time includes it
 //   @rank=R                only rank R injects (default: every rank)
 #pragma once
 
@@ -60,6 +63,7 @@ enum class FaultKind : uint8_t {
   rank_stop,
   logits_nan_once,
   logits_nan,
+  slow_collective,
   count,  // not a fault: the number of kinds (fault_plan.cpp checks its table against it)
 };
 
@@ -67,7 +71,7 @@ struct FaultSpec {
   FaultKind kind = FaultKind::nan;
   std::optional<int64_t> step;  // exact step (one-shot kinds) or first step (persistent kinds)
   std::optional<int> rank;      // nullopt: every rank
-  double seconds = 0.0;         // slow-step; 0: relative, sleep 2x the step's own time
+  double seconds = 0.0;         // slow-step, slow-collective; 0: relative to the step's own time
   int64_t bytes_per_step = 0;   // memory-leak
   std::string phase;            // rank-stop: the phase it strikes in
 

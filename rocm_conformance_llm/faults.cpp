@@ -87,10 +87,16 @@ void FaultInjector::on_gradients(int64_t step, const std::vector<torch::Tensor>&
 }
 
 void FaultInjector::before_step_time(StepRecord& rec, double elapsed_s) {
-  const FaultSpec* slow = active(FaultKind::slow_step, rec.step);
-  if (!slow) return;
-  // Without SECONDS the step takes 3x its own time on any hardware: a performance cliff.
-  std::this_thread::sleep_for(std::chrono::duration<double>(slow->seconds > 0 ? slow->seconds : 2.0 * elapsed_s));
+  if (const FaultSpec* slow = active(FaultKind::slow_step, rec.step)) {
+    // Without SECONDS the step takes 3x its own time on any hardware: a performance cliff.
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow->seconds > 0 ? slow->seconds : 2.0 * elapsed_s));
+  }
+  const FaultSpec* late = active(FaultKind::slow_collective, rec.step);
+  if (!late || rec.collectives.empty()) return;
+  // The step waits for the all-reduce's completion: its time, and the collective's, grow by it.
+  const double delay_s = late->seconds > 0 ? late->seconds : 10.0 * elapsed_s;
+  std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  rec.collectives.back().seconds += delay_s;
 }
 
 void FaultInjector::after_step_time(StepRecord& rec) {

@@ -32,7 +32,7 @@ cases=(
   "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|loss_spike|25|0"
   "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|grad_norm_spike|25|0"
   "1|grad-bitflip@step=20|--steps 21|rocBLAS/hipBLASLt|nonfinite_grad_norm|20|1"
-  "1|slow-step@step=16=0.25|--steps 20|rocBLAS/hipBLASLt|step_time_cliff|16|0"
+  "1|slow-step@step=16=2|--steps 20|rocBLAS/hipBLASLt|step_time_cliff|16|0"
   "1|memory-leak=8MiB/step|--steps 25|ROCr allocator|memory_growth|25|0"
   "1|memory-leak=48MiB/step@step=11|${rng_replay[*]} --steps 12|ROCr allocator|memory_not_recovered_after_reload|10|0"
   "1|hang@step=8|--steps 20 --watchdog-timeout 2|HIP runtime|hang|8|3"
@@ -42,6 +42,7 @@ cases=(
   "1|attention-mask-corrupt|--steps 4 --set attention_probe_interval=4|AOTriton/CK attention|attention_backend_mismatch|4|1"
   "2|rng-skew@step=10@rank=1|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_rank_mismatch|10|1"
   "2|hang@step=8@rank=1|--steps 20 --watchdog-timeout 3|RCCL|collective_hang|8|3"
+  "2|slow-collective=3@step=30@rank=1|--stress comm --steps 31|RCCL|collective_latency_spike|30|0"
 )
 
 # Runs one case; prints "exit_code" and leaves the reports in $1.

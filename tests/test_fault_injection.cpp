@@ -157,9 +157,9 @@ INSTANTIATE_TEST_SUITE_P(
         // A flipped top exponent bit (x 2^128) overflows the float32 norm: Inf, update applied.
         FaultCase{"grad_bitflip", "--steps 21 --inject grad-bitflip@step=20",
                   {{"nonfinite_grad_norm", kRocblas, 20, "fail"}}, 1, "FAIL"},
-        // 0.25 s more per step from step 16 (10x a quiet smoke step, still 3x one on a loaded
-        // machine); a cliff needs 5 slow steps in a row.
-        FaultCase{"slow_step", "--steps 20 --inject slow-step@step=16=0.25",
+        // 2 s more per step from step 16 (a CPU cliff is 4x: still 5x a smoke step that a loaded
+        // 2-core host stretched to 0.5 s); a cliff needs 5 slow steps in a row.
+        FaultCase{"slow_step", "--steps 20 --inject slow-step@step=16=2",
                   {{"step_time_cliff", kRocblas, 16, "warn"}}, 0, "WARN"},
         // Two windows of 10 post-warm-up steps (6..25) growing 8 MiB each.
         FaultCase{"memory_leak", "--steps 25 --inject memory-leak=8MiB/step",

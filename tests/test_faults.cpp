@@ -40,6 +40,17 @@ TEST(FaultPlan, PersistentFaultsFireFromTheirStepWithValues) {
   EXPECT_TRUE(plan.fires(FaultKind::gemm_corrupt, 1000, 5));
 }
 
+TEST(FaultPlan, SlowCollectiveIsOneShotWithAnOptionalDelay) {
+  const auto plan = FaultPlan::parse("slow-collective=3@step=30@rank=1");
+  EXPECT_FALSE(plan.fires(FaultKind::slow_collective, 29, 1));
+  ASSERT_TRUE(plan.fires(FaultKind::slow_collective, 30, 1));
+  EXPECT_FALSE(plan.fires(FaultKind::slow_collective, 31, 1));
+  EXPECT_FALSE(plan.fires(FaultKind::slow_collective, 30, 0));
+  EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_collective, 30, 1)->seconds, 3.0);
+  EXPECT_DOUBLE_EQ(FaultPlan::parse("slow-collective@step=4").active(FaultKind::slow_collective, 4, 0)->seconds, 0.0);
+  EXPECT_THROW(FaultPlan::parse("slow-collective=3"), ConfigError);  // needs @step
+}
+
 TEST(FaultPlan, ValueCanPrecedeTheSelectors) {
   const auto a = FaultPlan::parse("slow-step=2@step=15");
   const auto b = FaultPlan::parse("slow-step@step=15=2s");

@@ -15,9 +15,16 @@
 
 namespace rcl {
 
+// What the run does that shapes its healthy noise: the statistical detectors calibrate their
+// thresholds to it (registry.cpp fills it from the trainer; defaults where a test has none).
+struct RunProfile {
+  int64_t steps = 1000;     // steps judged: a per-step threshold must keep the whole run's false-alarm odds small
+  bool shared_cores = false;  // a CPU run: its steps and collectives run on cores the host shares with everything else
+};
+
 class Detector : public StepObserver, public StepHooks {
  public:
-  Detector(const DiagnosticsConfig& cfg, FindingLog& log) : cfg_(cfg), log_(log) {}
+  Detector(const DiagnosticsConfig& cfg, FindingLog& log, RunProfile run = {}) : cfg_(cfg), run_(run), log_(log) {}
   void on_step(const StepRecord& /*record*/) override {}
   // Before step 1 (cross-rank checks prove the transport here).
   virtual void preflight() {}
@@ -32,7 +39,12 @@ class Detector : public StepObserver, public StepHooks {
   bool in_warmup(const StepRecord& r) const { return r.step <= cfg_.warmup_steps; }
   FindingLog& log() { return log_; }  // for checks that record through a helper of their own
 
+  // The z-score a per-step test needs so that `run_.steps` tests together stay within
+  // cfg_.false_alarm_budget (Gaussian tail), never below `configured`.
+  double run_threshold(double configured) const;
+
   const DiagnosticsConfig cfg_;
+  const RunProfile run_;
 
  private:
   FindingLog& log_;

@@ -21,28 +21,41 @@ class Trainer;
 // Signatures (component rocBLAS/hipBLASLt):
 //   nonfinite_loss (fail), nonfinite_grad_norm (fail, not for fp16 steps the loss scaler
 //   skipped), persistent_overflow_skips (warn: the fp16 scaler skipped `window_steps` steps in a
-//   row), loss_spike (warn: robust z of the loss against the median/MAD of the last
-//   `window_steps` accepted post-warm-up losses >= loss_spike_zscore), loss_divergence (fail:
-//   the spike has not come back under the threshold within `window_steps` steps; reported at
-//   the spike's step), grad_norm_spike (warn, up to 5: a finite gradient norm at least
-//   loss_spike_zscore robust deviations above the recent median in log10 space, the scale
-//   floored at 0.25 decades, so >= ~30x: a flipped exponent bit or a corrupted reduction).
+//   row), loss_spike (warn: the loss is a z-score of at least loss_spike_zscore (raised over
+//   long runs: run_threshold) above the median of the last `window_steps` accepted post-warm-up
+//   losses AND at least loss_spike_min_jump x that median above it, or 1.5x the largest
+//   relative jump a healthy step of this run made, whichever is more; the scale is the run's
+//   own noise: the larger of the window's scaled MAD and the step-to-step noise of the last
+//   kNoiseWindows windows, which carries what dropout, drop-path and small batches add),
+//   loss_divergence (fail: still a spike after `window_steps` steps; reported at the spike's
+//   step), grad_norm_spike (warn, up to 5: a finite gradient norm at least that z-score robust
+//   deviations above the recent median in log10 space, the scale floored at 0.25 decades, so
+//   >= ~30x: a flipped exponent bit or a corrupted reduction).
 class NumericsDetector final : public Detector {
  public:
   using Detector::Detector;
   void on_step(const StepRecord& r) override;
 
  private:
+  struct LossReference {
+    double median = 0.0;
+    double scale = 0.0;     // robust standard deviation of healthy losses
+    double min_jump = 0.0;  // relative to the median
+  };
   struct PendingSpike {
     int64_t step = 0;
     double loss = 0.0;
-    std::vector<double> baseline;  // frozen at the spike: recovery is judged against it
+    LossReference reference;  // frozen at the spike: recovery is judged against it
     int64_t steps_after = 0;
   };
   void check_spike(const StepRecord& r);
   void check_grad_norm(const StepRecord& r);
+  LossReference loss_reference() const;
+  bool is_spike(double loss, const LossReference& ref) const;
 
-  std::deque<double> baseline_;
+  std::deque<double> baseline_;  // the last window_steps accepted losses: the level
+  std::deque<double> recent_;    // the last kNoiseWindows windows of them: the noise
+  double largest_jump_ = 0.0;    // of an accepted loss over its window's median: the noise's tail
   std::deque<double> log_grad_norms_;
   std::optional<PendingSpike> pending_;
   int64_t consecutive_skips_ = 0;

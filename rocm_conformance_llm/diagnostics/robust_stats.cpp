@@ -52,6 +52,24 @@ double robust_zscore(double x, const std::vector<double>& baseline, double relat
   return (x - med) / scale;
 }
 
+double difference_noise(const std::vector<double>& values) {
+  if (values.size() < 2) return kNaN;
+  std::vector<double> steps;
+  steps.reserve(values.size() - 1);
+  for (size_t i = 1; i < values.size(); ++i) steps.push_back(std::abs(values[i] - values[i - 1]));
+  return 1.4826 * median(std::move(steps)) / std::sqrt(2.0);
+}
+
+double upper_normal_quantile(double p) {
+  p = std::clamp(p, 1e-300, 0.5);
+  double lo = 0.0, hi = 40.0;  // bisection on the tail 0.5 * erfc(z / sqrt(2)), decreasing in z
+  for (int i = 0; i < 100; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(mid / std::sqrt(2.0)) > p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 double theil_sen_slope(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size()) throw std::invalid_argument("theil_sen_slope: x and y differ in length");
   std::vector<double> slopes;

@@ -21,6 +21,15 @@ double scaled_mad(const std::vector<double>& values);
 // an infinite z-score.
 double robust_zscore(double x, const std::vector<double>& baseline, double relative_floor);
 
+// The noise of a series estimated from its step-to-step differences: 1.4826 * median |x_i -
+// x_{i-1}| / sqrt(2), the standard deviation of independent noise around a trend. Unlike the
+// MAD of the levels it is neither inflated by a trend nor fooled by a few flat steps; what
+// dropout, drop-path and small batches add to a loss shows up in it directly. NaN below 2 values.
+double difference_noise(const std::vector<double>& values);
+
+// z with P(Z > z) = p for a standard normal Z (p clamped to [1e-300, 0.5]).
+double upper_normal_quantile(double p);
+
 // Theil-Sen estimator: the median of pairwise slopes of (x_i, y_i). Robust to up to ~29% of
 // outliers, which a process RSS or allocator reading regularly contains.
 double theil_sen_slope(const std::vector<double>& x, const std::vector<double>& y);

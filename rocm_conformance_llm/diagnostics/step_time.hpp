@@ -6,6 +6,7 @@
 // is kernel performance and MIOpen Find / kernel compilation (MIOpen).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -24,6 +25,9 @@ namespace rcl {
 //     times >= step_time_cv_warn.
 //   slow_first_step (MIOpen; at finish): first step / post-warm-up median >= first_step_ratio_warn
 //     (warn), or >= a fifth of it (info: a noticeable but tolerable Find / compile cost).
+//
+// Every step time is judged without the time in collectives (RCCL's, and on several ranks the
+// slowest peer's: issue 12's 2-rank runs had a step-time CV above 1 with them).
 class StepTimeDetector final : public Detector {
  public:
   using Detector::Detector;
