@@ -121,6 +121,8 @@ struct ConfigField {
   X(double, memory_slope_bytes_per_step_warn, 1 << 20, above(0), "memory growth per step that warns")    \
   X(double, fragmentation_ratio_warn, 0.5, within(0, 1, false), "(reserved - allocated) / reserved")     \
   X(int64_t, gemm_canary_interval, 100, at_least(0), "steps between GEMM shape canaries (0 = off)")      \
+  X(int64_t, shadow_check_interval, 1, at_least(0),                                                      \
+    "steps between shadow checks of one of the step's own GEMMs in float64 (0 = off)")                   \
   X(double, collective_latency_zscore, 8.0, above(0), "robust z of a collective's latency")              \
   X(double, watchdog_timeout_s, 300.0, above(0), "no step finished within this: hang")                   \
   X(int64_t, window_steps, 10, at_least(3), "steps in each timing/memory/latency baseline window")       \
