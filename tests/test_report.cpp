@@ -109,6 +109,49 @@ std::string parse_junit_with_python(const fs::path& xml) {
   return read(out);
 }
 
+TEST(FindingFields, ActionComesFromClassificationElseSeverityElseRegistry) {
+  auto f = finding(component::rocblas, "loss_spike", Severity::warn, 5);
+  EXPECT_EQ(action_of(f), Action::rerun);  // the registry's default for loss_spike
+  f.signature = "gemm_wrong_result";
+  EXPECT_EQ(action_of(f), Action::isolate_node);
+  f.classification = Classification::transient;
+  EXPECT_EQ(action_of(f), Action::rerun);
+  f.classification = Classification::precision;
+  EXPECT_EQ(action_of(f), Action::check_config);
+  f.action = Action::report_upstream;  // a finding's own action wins
+  EXPECT_EQ(action_of(f), Action::report_upstream);
+  auto info = finding(component::miopen, "slow_first_step", Severity::info, 1);
+  EXPECT_EQ(action_of(info), Action::none);
+  EXPECT_THROW(action_from_string("reboot"), ConfigError);
+  EXPECT_THROW(classification_from_string("flaky"), ConfigError);
+}
+
+TEST(FindingFields, RoundTripAndOldReportsWithoutTheKeysLoad) {
+  auto f = finding(component::rocblas, "nonfinite_loss", Severity::fail, 7);
+  f.classification = Classification::persistent;
+  f.reproducible = true;
+  f.also_in_fp32 = true;
+  const auto j = to_json(f);
+  EXPECT_EQ(j["action"], "isolate_node");
+  EXPECT_EQ(j["classification"], "persistent");
+  EXPECT_EQ(j["reproducible"], true);
+  EXPECT_TRUE(j["also_on_cpu"].is_null());  // not checked
+  const auto back = finding_from_json(j);
+  EXPECT_EQ(back.classification, Classification::persistent);
+  EXPECT_EQ(back.action, Action::isolate_node);
+  EXPECT_EQ(back.also_in_fp32, true);
+  EXPECT_FALSE(back.also_on_cpu.has_value());
+
+  nlohmann::json old = j;  // as written before the keys existed
+  for (const char* key : {"action", "classification", "reproducible", "also_in_fp32", "also_on_cpu"}) old.erase(key);
+  const auto loaded = finding_from_json(old);
+  EXPECT_FALSE(loaded.classification.has_value());
+  EXPECT_FALSE(loaded.reproducible.has_value());
+  EXPECT_EQ(action_of(loaded), Action::rerun);  // nonfinite_loss's default
+  old["action"] = "reboot";
+  EXPECT_THROW(finding_from_json(old), ConfigError);
+}
+
 TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   const fs::path dir = fresh_dir("complete");
   FindingLog log;
