@@ -152,7 +152,8 @@ TEST(ShadowCheckRun, ShimCorruptionOfOneShapeIsCaughtWithinTenSteps) {
     EXPECT_NE(first["evidence"]["op"].get<std::string>().find("aten::matmul [16, 64, 64] x [64, 192]"),
               std::string::npos)
         << first.dump();
-    EXPECT_TRUE(first["evidence"]["reproducible"].get<bool>()) << mode;
+    EXPECT_TRUE(first["reproducible"].get<bool>()) << mode;
+    EXPECT_EQ(first["classification"], "persistent") << mode;
     EXPECT_EQ(run.exit_code, 1) << mode;
   }
 }
@@ -166,7 +167,9 @@ TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
   ASSERT_EQ(found.size(), 1u) << run.findings.dump(1);
   EXPECT_EQ(found[0]["step"], 9);
   EXPECT_EQ(found[0]["evidence"]["occurrence"], 1);  // layer 1
-  EXPECT_FALSE(found[0]["evidence"]["reproducible"].get<bool>());
+  EXPECT_FALSE(found[0]["reproducible"].get<bool>());
+  EXPECT_EQ(found[0]["classification"], "transient");
+  EXPECT_EQ(found[0]["action"], "rerun");
 }
 
 // The shim loaded but off, and no shim at all: fp32 and bf16, several seeds and modes.

@@ -92,7 +92,8 @@ std::vector<DetectorSpec> builtin_detectors() {
          return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.trainer, c.faults);
        }},
       {"shadow_check", "loop",
-       {{"gemm_shadow_mismatch", rocblas, fail, kRepeated, "test:ShadowCheckRun.ShimCorruptionOfOneShapeIsCaughtWithinTenSteps"}},
+       {{"gemm_shadow_mismatch", rocblas, fail, kRepeated, "test:ShadowCheckRun.ShimCorruptionOfOneShapeIsCaughtWithinTenSteps",
+         report_upstream}},
        {"diagnostics.shadow_check_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.diag.shadow_check_interval <= 0) return nullptr;

@@ -181,6 +181,16 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   t_busy = false;
 }
 
+// The op with its inputs on `device` in `dtype`.
+ShadowOp variant(const ShadowOp& op, const torch::Device& device, torch::ScalarType dtype) {
+  ShadowOp v{.kind = op.kind, .eps = op.eps};
+  for (const auto& t : op.inputs) v.inputs.push_back(t.defined() ? t.to(device, dtype) : t);
+  return v;
+}
+
+// Runs `op` once more and judges the new result (a host read: only after a mismatch).
+bool wrong_again(const ShadowOp& op) { return shadow_verdict(op, op.rerun())[0].item<double>() != 0; }
+
 }  // namespace
 
 torch::Tensor ShadowOp::rerun() const {
@@ -281,9 +291,19 @@ void ShadowCheck::read_verdict() {
   while (layer < p.ops.size() && v[3 * layer] == 0) ++layer;
   if (layer == p.ops.size()) return;
   const double worst = v[3 * layer + 1], relative = v[3 * layer + 2];
-  // The same op on the same inputs once more: a wrong result again is a persistent fault.
+  // The same op on the same inputs once more (a wrong result again: persistent), in fp32 when
+  // it ran in bf16/fp16, and on the CPU when it ran on a GPU (fp16 CPU GEMMs may not exist).
   const auto& op = p.ops[layer];
-  const bool reproducible = shadow_verdict(op, op.rerun())[0].item<double>() != 0;
+  const auto device = op.inputs[0].device();
+  const auto dtype = op.inputs[0].scalar_type();
+  const bool reproducible = wrong_again(op);
+  const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
+  const bool also_in_fp32 = reduced ? wrong_again(variant(op, device, torch::kFloat)) : reproducible;
+  std::optional<bool> also_on_cpu;
+  if (!device.is_cpu()) also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
+  const auto classification = !reproducible                 ? Classification::transient
+                              : also_on_cpu.value_or(false) ? Classification::configuration
+                                                            : Classification::persistent;
   report(Finding{
       .component = component::rocblas, .signature = "gemm_shadow_mismatch", .severity = Severity::fail,
       .step = p.step, .rank = trainer_.sync().rank(),
@@ -293,7 +313,11 @@ void ShadowCheck::read_verdict() {
                              reproducible ? "wrong again" : "correct"),
       .evidence = {{"op", p.key}, {"occurrence", layer}, {"worst_error_over_bound", json_number(worst)},
                    {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
-                   {"reproducible", reproducible}}});
+                   {"reproducible", reproducible}},
+      .classification = classification,
+      .reproducible = reproducible,
+      .also_in_fp32 = also_in_fp32,
+      .also_on_cpu = also_on_cpu});
 }
 
 }  // namespace rcl
