@@ -115,8 +115,9 @@ run_below() {
           "$binary" "${args[@]}" >"$dir.rank$r.log" 2>&1 &
         pids+=($!)
       done
-      # metrics.rank1.jsonl gets step s once step s+1 has run: stop rank 1 as it starts step $at.
-      until [[ "$(wc -l <"$dir/metrics.rank1.jsonl" 2>/dev/null || echo 0)" -ge $((at - 1)) ]] ||
+      # metrics.jsonl gets step s once step s+1 has run (the ranks go in lockstep): stop rank 1
+      # as step $at starts.
+      until [[ "$(wc -l <"$dir/metrics.jsonl" 2>/dev/null || echo 0)" -ge $((at - 1)) ]] ||
         ! kill -0 "${pids[1]}" 2>/dev/null; do sleep 0.05; done
       kill -STOP "${pids[1]}" 2>/dev/null
       wait "${pids[0]}"

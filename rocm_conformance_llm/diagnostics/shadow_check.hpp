@@ -63,8 +63,9 @@ struct ShadowOp {
 };
 
 // The verdict of one op, decided on the device: float64 [mismatch (0/1), worst ratio of error to
-// bound, relative error]. `output` defaults to op.output. Inputs that hold NaN/Inf are not
-// judged (the non-finite detectors own those): mismatch 0.
+// bound, relative error]. `output` defaults to op.output. Rows whose inputs hold NaN/Inf, or
+// whose true result may exceed the dtype's range (||a_i|| max_j ||b_j|| > its largest finite
+// value: an fp16 overflow), are not judged: the non-finite detectors own those.
 torch::Tensor shadow_verdict(const ShadowOp& op, const torch::Tensor& output = {});
 
 // Loop-side: see the top of this file. Findings: gemm_shadow_mismatch (fail).
