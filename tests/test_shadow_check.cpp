@@ -100,6 +100,18 @@ TEST(ShadowBound, NanLargeAndOnePercentAreCaught) {
   EXPECT_FALSE(judge(bad_input, nan).mismatch);
 }
 
+// fp16: 64 products of 100 x 100 make 640000, past fp16's 65504, so Inf is the honest answer;
+// with inputs of 1 the result is 64 and Inf is a wrong result.
+TEST(ShadowBound, HonestFp16OverflowIsNotAWrongResult) {
+  const auto inf = torch::full({4, 8}, std::numeric_limits<float>::infinity()).to(torch::kHalf);
+  for (const double value : {100.0, 1.0}) {
+    ShadowOp op{.kind = ShadowOp::Kind::matmul,
+                .inputs = {torch::full({4, 64}, value).to(torch::kHalf), torch::full({64, 8}, value).to(torch::kHalf)}};
+    op.output = inf;
+    EXPECT_EQ(judge(op).mismatch, value == 1.0) << value;
+  }
+}
+
 // --- through the real binary, with the BLAS shim below libtorch ---
 
 struct ShimRun {
