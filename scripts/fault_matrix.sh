@@ -52,7 +52,7 @@ cases=(
 # Faults below libtorch: name | how | extra arguments | expected component | signature ("-": no
 # warn/fail finding at all) | injection step | exit code. The shim rows corrupt the QKV projection
 # of the smoke model (1024 tokens x 64 -> 192: sgemm_ m=192 n=1024 k=64; fp32, as bf16 GEMMs do not
-# reach BLAS on CPU). One call of that shape comes before step 1, then two per step (one per
+# reach BLAS on CPU). One call of that shape comes before step 1 (the GEMM canary's own), then two per step (one per
 # layer, forward only): call 2s is step s's first. The shadow check looks at QKV at step 9
 # (calls 18 and 19).
 below=(
@@ -117,7 +117,7 @@ run_below() {
       done
       # metrics.jsonl gets step s once step s+1 has run (the ranks go in lockstep): stop rank 1
       # as step $at starts.
-      until [[ "$(wc -l <"$dir/metrics.jsonl" 2>/dev/null || echo 0)" -ge $((at - 1)) ]] ||
+      until [[ "$(cat "$dir/metrics.jsonl" 2>/dev/null | wc -l)" -ge $((at - 1)) ]] ||
         ! kill -0 "${pids[1]}" 2>/dev/null; do sleep 0.05; done
       kill -STOP "${pids[1]}" 2>/dev/null
       wait "${pids[0]}"

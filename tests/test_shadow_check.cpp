@@ -144,14 +144,14 @@ std::vector<nlohmann::json> shadow_findings(const nlohmann::json& findings) {
   return out;
 }
 
-// One call of the QKV shape before step 1, then two per step (one per layer): call 2s is step s's
-// first. Corrupted from step 5 on, every mode is caught within 10 steps, named, reproducible.
+// One call of the QKV shape before step 1 (the GEMM canary's own), then two per step
+// (one per layer): call 2s is step s's first. Corrupted from step 5 on, every mode is caught within 10 steps, named, reproducible.
 TEST(ShadowCheckRun, ShimCorruptionOfOneShapeIsCaughtWithinTenSteps) {
   constexpr int kInjectStep = 5;
   for (const std::string mode : {"nan", "large", "rel"}) {
     const auto run = run_with_shim(mode, "RCL_SHIM_MODE=" + mode + " RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=" +
                                              std::to_string(2 * kInjectStep),
-                                   "--steps 16 --set diagnostics.gemm_canary_interval=0");
+                                   "--steps 16");
     ASSERT_NE(run.shim_log.find("call " + std::to_string(2 * kInjectStep)), std::string::npos) << run.shim_log;
     const auto found = shadow_findings(run.findings);
     ASSERT_FALSE(found.empty()) << mode << ": " << run.findings.dump(1);
@@ -174,7 +174,7 @@ TEST(ShadowCheckRun, ShimCorruptionOfOneShapeIsCaughtWithinTenSteps) {
 // the re-run is correct, so not reproducible (a transient fault).
 TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
   const auto run = run_with_shim("once", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=19",
-                                 "--steps 12 --set diagnostics.gemm_canary_interval=0");
+                                 "--steps 12");
   const auto found = shadow_findings(run.findings);
   ASSERT_EQ(found.size(), 1u) << run.findings.dump(1);
   EXPECT_EQ(found[0]["step"], 9);
