@@ -124,6 +124,8 @@ struct ConfigField {
   X(double, memory_slope_bytes_per_step_warn, 1 << 20, above(0), "memory growth per step that warns")    \
   X(double, fragmentation_ratio_warn, 0.5, within(0, 1, false), "(reserved - allocated) / reserved")     \
   X(int64_t, gemm_canary_interval, 100, at_least(0), "steps between GEMM shape canaries (0 = off)")      \
+  X(int64_t, shadow_check_interval, 1, at_least(0),                                                      \
+    "steps between shadow checks of one of the step's own GEMMs in float64 (0 = off)")                   \
   X(double, collective_latency_zscore, 8.0, above(0), "robust z of a collective's latency")              \
   X(double, collective_latency_min_step_fraction, 0.25, above(0),                                        \
     "a latency spike's extra time, as a share of the median step time")                                  \

@@ -4,7 +4,7 @@
 //
 // Implementations: the watchdog (on_phase), the --inject faults (faults.hpp: strike where the
 // real failure strikes), and the loop-side checks of diagnostics/ (op fingerprint, non-finite
-// localisation, GEMM canary, rewind-and-replay).
+// localisation, GEMM canary, shadow check, rewind-and-replay).
 #pragma once
 
 #include <array>

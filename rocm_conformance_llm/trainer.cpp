@@ -1,17 +1,13 @@
 #include "rocm_conformance_llm/trainer.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <concepts>
-#include <thread>
 
-#include <c10/core/Event.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/utils/deferred_scalars.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
@@ -20,69 +16,12 @@ namespace {
 
 using Clock = SteadyClock;
 
-c10::Stream current_stream(const torch::Device& device) {
-  return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
-}
-
 // Blocks until the device has run everything queued so far (no-op on CPU, which is synchronous).
 void wait_for_device(const torch::Device& device) {
   if (device.type() == torch::kCPU) return;
   note_device_wait();
   current_stream(device).synchronize();
 }
-
-// Whether this libtorch's c10::Event can time and wait (2.x: elapsedTime, synchronize; 1.13:
-// neither). A capability of the type, not a version guess.
-template <typename E>
-concept TimingEvent = requires(const E& e) {
-  { e.elapsedTime(e) } -> std::convertible_to<double>;
-  e.synchronize();
-};
-
-// Waits for `e` to fire: a blocking wait where the event has one, else a poll.
-template <typename E>
-void wait_for_event(const E& e) {
-  if constexpr (TimingEvent<E>)
-    e.synchronize();
-  else
-    while (!e.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-}
-
-// Milliseconds from `a` to `b`, both fired; only called where TimingEvent holds.
-template <typename E>
-double elapsed_ms(const E& a, const E& b) {
-  if constexpr (TimingEvent<E>) return a.elapsedTime(b);
-  return 0;
-}
-
-// Device scalars on their way to the host. The copy is queued behind the step's kernels into
-// pinned memory and read one step later, by which time it has landed: logging never drains
-// the GPU queue. On CPU the copy is immediate.
-class DeferredScalars {
- public:
-  explicit DeferredScalars(const std::vector<torch::Tensor>& scalars) {
-    const auto stacked = torch::stack(scalars).to(torch::kDouble);
-    if (stacked.device().is_cpu()) {
-      host_ = stacked;
-      return;
-    }
-    host_ = torch::empty(stacked.sizes(), torch::TensorOptions().dtype(torch::kDouble).pinned_memory(true));
-    host_.copy_(stacked, /*non_blocking=*/true);
-    ready_.emplace(stacked.device().type());
-    ready_->record(current_stream(stacked.device()));
-  }
-
-  std::vector<double> get() const {
-    // By now it has almost always fired (it is read one step later).
-    if (ready_) wait_for_event(*ready_);
-    const auto* data = host_.data_ptr<double>();
-    return {data, data + host_.numel()};
-  }
-
- private:
-  torch::Tensor host_;
-  std::optional<c10::Event> ready_;
-};
 
 torch::Tensor zero_scalar(const torch::Device& device) {
   return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));

@@ -7,12 +7,17 @@
 #   RCL_BINARY=path/to/rocm-conformance-llm scripts/fault_matrix.sh
 #   RCL_FAULT_MATRIX_OUT=matrix.md scripts/fault_matrix.sh   # write elsewhere ("-": no file)
 #   RCL_DEVICE=gpu scripts/fault_matrix.sh                  # on the GPU (scripts/gpu/run.sh)
+# Then the faults below libtorch, which the tool does not inject itself: a BLAS that corrupts one
+# GEMM shape (tests/shim/blas_fault_shim.c through LD_PRELOAD: build/tests/libblas_fault_shim.so,
+# or RCL_BLAS_SHIM), a process holding memory beside the run, a SIGSTOPped rank.
+# Every row gives the detection latency: the first finding's step minus the injection step.
 # Prints a markdown table and "N passed, M failed", and writes both, under a header saying when,
 # on what machine, with which binary and libtorch they were produced, to
 # docs/generated/fault-matrix.md (or RCL_FAULT_MATRIX_OUT). Exits 1 when any row failed.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 binary="${RCL_BINARY:-$repo/build/rocm-conformance-llm}"
+shim="${RCL_BLAS_SHIM:-$(dirname "$binary")/tests/libblas_fault_shim.so}"
 out="${RCL_FAULT_MATRIX_OUT:-$repo/docs/generated/fault-matrix.md}"
 [[ -x "$binary" ]] || { echo "no binary at $binary (build first, or set RCL_BINARY)" >&2; exit 2; }
 work="$(mktemp -d)"
@@ -45,6 +50,22 @@ cases=(
   "2|slow-collective=3@step=30@rank=1|--stress comm --steps 31|RCCL|collective_latency_spike|30|0"
 )
 
+# Faults below libtorch: name | how | extra arguments | expected component | signature ("-": no
+# warn/fail finding at all) | injection step | exit code. The shim rows corrupt the QKV projection
+# of the smoke model (1024 tokens x 64 -> 192: sgemm_ m=192 n=1024 k=64; fp32, as bf16 GEMMs do not
+# reach BLAS on CPU). One call of that shape comes before step 1 (the GEMM canary's own), then two per step (one per
+# layer, forward only): call 2s is step s's first. The shadow check looks at QKV at step 9
+# (calls 18 and 19).
+below=(
+  "shim NaN, from call 10|shim:nan:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
+  "shim large (1e6), from call 10|shim:large:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
+  "shim 1% relative, from call 10|shim:rel:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
+  "shim 1% relative, every 9th call from call 10|shim:rel:every:10:9|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
+  "shim 1% relative, once at call 19|shim:rel:once:19|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|9|1"
+  "2 GiB held by another process|hog:2048|--steps 30|-|-|1|0"
+  "rank 1 SIGSTOPped at step 8|sigstop:8|--steps 40 --watchdog-timeout 3|RCCL|collective_hang|8|3"
+)
+
 # Runs one case; prints "exit_code" and leaves the reports in $1.
 run_case() {
   local dir="$1" ranks="$2" inject="$3" extra="$4"
@@ -65,28 +86,85 @@ run_case() {
   echo "${codes[0]}"  # rank 0's verdict; every rank's report is read below
 }
 
-# Reads every rank's report: "detected attributed" for the signature.
+# Runs one fault below libtorch; prints "exit_code" and leaves the reports in $1.
+run_below() {
+  local dir="$1" how="$2" extra="$3" mode schedule call every
+  # shellcheck disable=SC2206  # extra holds several words on purpose
+  local args=("${common[@]}" $extra --output-dir "$dir")
+  case "$how" in
+    shim:*)
+      IFS=: read -r _ mode schedule call every <<<"$how"
+      [[ -f "$shim" ]] || { echo "no BLAS shim at $shim (build the tests, or set RCL_BLAS_SHIM)" >&2; echo 2; return; }
+      LD_PRELOAD="$shim" RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64 RCL_SHIM_MODE="$mode" \
+        RCL_SHIM_SCHEDULE="$schedule" RCL_SHIM_CALL="$call" RCL_SHIM_EVERY="${every:-10}" \
+        "$binary" "${args[@]}" >"$dir.log" 2>&1
+      echo $? ;;
+    hog:*)
+      # Pages written, so they are resident, not merely reserved.
+      python3 -c "import time; b = b'x' * (${how#hog:} << 20); print('held', flush=True); time.sleep(3600)" \
+        >"$dir.hog" 2>&1 &
+      local hog=$!
+      until grep -q held "$dir.hog" 2>/dev/null || ! kill -0 $hog 2>/dev/null; do sleep 0.2; done
+      "$binary" "${args[@]}" >"$dir.log" 2>&1
+      echo $?
+      kill $hog 2>/dev/null
+      wait $hog 2>/dev/null ;;
+    sigstop:*)
+      local at="${how#sigstop:}" port=$((20000 + RANDOM % 20000)) pids=() r code
+      for r in 0 1; do
+        RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          "$binary" "${args[@]}" >"$dir.rank$r.log" 2>&1 &
+        pids+=($!)
+      done
+      # metrics.jsonl gets step s once step s+1 has run (the ranks go in lockstep): stop rank 1
+      # as step $at starts.
+      until [[ "$(cat "$dir/metrics.jsonl" 2>/dev/null | wc -l)" -ge $((at - 1)) ]] ||
+        ! kill -0 "${pids[1]}" 2>/dev/null; do sleep 0.05; done
+      kill -STOP "${pids[1]}" 2>/dev/null
+      wait "${pids[0]}"
+      code=$?
+      kill -KILL "${pids[1]}" 2>/dev/null
+      wait "${pids[1]}" 2>/dev/null
+      echo "$code" ;;
+  esac
+}
+
+# Reads every rank's report: "detected attributed first_step classification" for the signature
+# (signature "-": detected means no warn/fail finding at all). Attributed: the expected component
+# at the expected step or, with a window, within `window` steps after it.
 judge() {
   python3 - "$@" <<'EOF'
 import glob, json, sys
-dir_, component, signature, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-found = []
+dir_, component, signature, step, window = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+findings = []
 for path in sorted(glob.glob(dir_ + "/report*.json")):
-    found += [f for f in json.load(open(path))["findings"] if f["signature"] == signature]
-detected = bool(found)
-attributed = any(f["component"] == component and f["step"] == step for f in found)
-print("yes" if detected else "no", "yes" if attributed else "no")
+    findings += json.load(open(path))["findings"]
+if signature == "-":
+    clean = "yes" if not [f for f in findings if f["severity"] in ("warn", "fail")] else "no"
+    print(clean, clean, "-", "-")
+    sys.exit()
+found = sorted((f for f in findings if f["signature"] == signature), key=lambda f: f["step"])
+attributed = any(f["component"] == component and step <= f["step"] <= step + window for f in found)
+first = found[0] if found else {}
+print("yes" if found else "no", "yes" if attributed else "no", first.get("step", "-"),
+      first.get("classification") or "-")
 EOF
 }
 
 table="$work/table.md"
 {
-  echo "| fault (\`--inject\`) | ranks | run (smoke preset, plus) | expected component / signature @ step | detected? | attributed correctly? | exit code (expected) |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| fault (\`--inject\`) | ranks | run (smoke preset, plus) | expected component / signature @ step | detected? | attributed correctly? | latency (steps) | classification | exit code (expected) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
 } >"$table"
 cat "$table"
 passed=0
 failed=0
+score() {  # detected attributed exit_code expected_exit
+  if [[ "$1" == yes && "$2" == yes && "$3" == "$4" ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+latency() {  # first finding's step, injection step
+  if [[ "$1" =~ ^[0-9]+$ ]]; then echo $(($1 - $2)); else echo "-"; fi
+}
 declare -A run_dir run_exit
 for i in "${!cases[@]}"; do
   IFS='|' read -r ranks inject extra component signature step expected_exit <<<"${cases[$i]}"
@@ -98,13 +176,30 @@ for i in "${!cases[@]}"; do
   fi
   dir="${run_dir[$key]}"
   exit_code="${run_exit[$key]}"
-  read -r detected attributed <<<"$(judge "$dir" "$component" "$signature" "$step")"
-  if [[ "$detected" == yes && "$attributed" == yes && "$exit_code" == "$expected_exit" ]]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-  fi
-  echo "| \`$inject\` | $ranks | \`$extra\` | $component / \`$signature\` @ $step | $detected | $attributed | $exit_code ($expected_exit) |" |
+  read -r detected attributed first classification <<<"$(judge "$dir" "$component" "$signature" "$step" 0)"
+  injected=1
+  [[ "$inject" =~ @step=([0-9]+) ]] && injected="${BASH_REMATCH[1]}"
+  score "$detected" "$attributed" "$exit_code" "$expected_exit"
+  echo "| \`$inject\` | $ranks | \`$extra\` | $component / \`$signature\` @ $step | $detected | $attributed | $(latency "$first" "$injected") | $classification | $exit_code ($expected_exit) |" |
+    tee -a "$table"
+done
+{
+  echo
+  echo "Below libtorch (not \`--inject\`); attributed: the expected component within 10 steps of the injection."
+  echo
+  echo "| fault | run (smoke preset, plus) | expected component / signature, injected @ step | detected? | attributed correctly? | latency (steps) | classification | exit code (expected) |"
+  echo "|---|---|---|---|---|---|---|---|"
+} | tee -a "$table"
+for i in "${!below[@]}"; do
+  IFS='|' read -r name how extra component signature step expected_exit <<<"${below[$i]}"
+  dir="$work/below$i"
+  mkdir -p "$dir"
+  exit_code="$(run_below "$dir" "$how" "$extra")"
+  read -r detected attributed first classification <<<"$(judge "$dir" "$component" "$signature" "$step" 10)"
+  score "$detected" "$attributed" "$exit_code" "$expected_exit"
+  expected="$component / \`$signature\` @ $step"
+  [[ "$signature" == - ]] && expected="no warn/fail finding (not the stack's fault)"
+  echo "| $name | \`$extra\` | $expected | $detected | $attributed | $(latency "$first" "$step") | $classification | $exit_code ($expected_exit) |" |
     tee -a "$table"
 done
 echo

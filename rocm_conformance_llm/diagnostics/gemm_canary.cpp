@@ -16,16 +16,6 @@ namespace {
 constexpr int64_t kMaxCanaryRows = 1024;
 constexpr int64_t kMaxCanaryLmHeadColumns = 8192;
 
-double unit_roundoff(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kDouble: return std::ldexp(1.0, -53);
-    case torch::kFloat: return std::ldexp(1.0, -24);
-    case torch::kHalf: return std::ldexp(1.0, -11);
-    case torch::kBFloat16: return std::ldexp(1.0, -8);
-    default: throw std::invalid_argument("GEMM canary: unsupported dtype " + std::string(c10::toString(dtype)));
-  }
-}
-
 std::string dtype_name(torch::ScalarType dtype) {
   switch (dtype) {
     case torch::kFloat: return "fp32";
@@ -42,6 +32,16 @@ nlohmann::json shape_json(const CanaryShape& s) {
           {"dtype", dtype_name(s.dtype)}};
 }
 }  // namespace
+
+double unit_roundoff(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kDouble: return std::ldexp(1.0, -53);
+    case torch::kFloat: return std::ldexp(1.0, -24);
+    case torch::kHalf: return std::ldexp(1.0, -11);
+    case torch::kBFloat16: return std::ldexp(1.0, -8);
+    default: throw std::invalid_argument("unit roundoff: unsupported dtype " + std::string(c10::toString(dtype)));
+  }
+}
 
 std::string CanaryShape::to_string() const {
   return fmt::format("{} {}x{}x{} {}{} {}", label, m, n, k, transpose_a ? 'T' : 'N',

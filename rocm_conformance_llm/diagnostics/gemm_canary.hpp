@@ -48,6 +48,8 @@ struct GemmTolerance {
   double max_elementwise = 0.0;  // in units of rms(reference)
 };
 GemmTolerance gemm_tolerance(torch::ScalarType dtype, int64_t k);
+// fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8; std::invalid_argument for other dtypes.
+double unit_roundoff(torch::ScalarType dtype);
 
 // fp32 -> kFloat, bf16 -> kBFloat16, fp16 -> kHalf; ConfigError otherwise.
 torch::ScalarType precision_dtype(const std::string& mixed_precision);

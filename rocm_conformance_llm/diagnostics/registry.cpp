@@ -12,6 +12,7 @@
 #include "rocm_conformance_llm/diagnostics/op_counter.hpp"
 #include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
+#include "rocm_conformance_llm/diagnostics/shadow_check.hpp"
 #include "rocm_conformance_llm/diagnostics/step_time.hpp"
 #include "rocm_conformance_llm/distributed/comm_monitor.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
@@ -101,6 +102,14 @@ std::vector<DetectorSpec> builtin_detectors() {
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.diag.gemm_canary_interval <= 0) return nullptr;
          return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.trainer, c.faults);
+       }},
+      {"shadow_check", "loop",
+       {{"gemm_shadow_mismatch", rocblas, fail, kRepeated, "test:ShadowCheckRun.ShimCorruptionOfOneShapeIsCaughtWithinTenSteps",
+         report_upstream}},
+       {"diagnostics.shadow_check_interval"},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         if (!c.trainer || c.diag.shadow_check_interval <= 0) return nullptr;
+         return std::make_unique<ShadowCheck>(c.diag, c.log, *c.trainer);
        }},
       {"attention_probe", "loop",
        {{"attention_backend_mismatch", component::attention, fail, kRepeated, "attention-mask-corrupt", report_upstream}},

@@ -1,0 +1,332 @@
+#include "rocm_conformance_llm/diagnostics/shadow_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <ATen/record_function.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
+#include "rocm_conformance_llm/precision.hpp"
+#include "rocm_conformance_llm/trainer.hpp"
+
+namespace rcl {
+
+namespace {
+
+constexpr double kBoundFactor = 8.0;  // Hoeffding: P(|e . x| > 8 ||e||) < 2 exp(-32)
+
+// A fixed +-1 vector (bit 40 of a 64-bit multiplicative hash of the index): independent of the
+// data, and no RNG stream is touched, so training draws the same numbers with the check on.
+torch::Tensor signs(int64_t n, const torch::Device& device) {
+  const auto idx = torch::arange(n, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const auto bit = idx.mul(static_cast<int64_t>(0x9E3779B97F4A7C15ULL)).bitwise_right_shift(40).bitwise_and(1);
+  return bit.mul(-2).add(1).to(torch::kDouble);
+}
+
+double accumulation_roundoff(torch::ScalarType dtype) {
+  // PyTorch asks every GEMM for fp32 accumulation (TF32/xf32 off by default).
+  return dtype == torch::kDouble ? unit_roundoff(dtype) : unit_roundoff(torch::kFloat);
+}
+
+torch::Tensor all_finite(const std::vector<torch::Tensor>& inputs) {
+  torch::Tensor finite;
+  for (const auto& t : inputs)
+    if (t.defined()) finite = finite.defined() ? finite.logical_and(t.isfinite().all()) : t.isfinite().all();
+  return finite;
+}
+
+// [mismatch, worst error/bound, relative error]; elements where the bound is not met (NaN
+// included) count only where `judged` (finite inputs that the dtype can represent the result of).
+torch::Tensor verdict(const torch::Tensor& diff, const torch::Tensor& bound, const torch::Tensor& reference,
+                      const torch::Tensor& judged) {
+  const auto inf = std::numeric_limits<double>::infinity();
+  const auto mismatch = diff.le(bound).logical_not().logical_and(judged).any();
+  const auto worst = diff.div(bound.clamp_min(1e-300)).nan_to_num(inf, inf, inf).max();
+  const auto relative = diff.norm().div(reference.norm().clamp_min(1e-300)).nan_to_num(inf, inf, inf);
+  return torch::stack({mismatch.to(torch::kDouble), worst, relative});
+}
+
+// C = A B (+ bias): see the bound at the top of shadow_check.hpp.
+torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                           const torch::Tensor& c, torch::ScalarType dtype) {
+  const auto A = a.to(torch::kDouble), B = b.to(torch::kDouble), C = c.to(torch::kDouble);
+  const auto x = signs(C.size(-1), C.device()).unsqueeze(-1);
+  const auto projected = torch::matmul(C, x);
+  auto reference = torch::matmul(A, torch::matmul(B, x));
+  if (bias.defined()) reference = reference + torch::matmul(bias.to(torch::kDouble), x);
+  const double sqrt_k = std::sqrt(static_cast<double>(A.size(-1)));
+  const auto b_fro = B.square().sum({-2, -1}, /*keepdim=*/true).sqrt();
+  const auto a_rows = A.norm(2, {-1}, true);
+  const auto bound = (C.norm(2, {-1}, true) * unit_roundoff(dtype) +
+                      a_rows * b_fro * (accumulation_roundoff(dtype) * sqrt_k)) *
+                     kBoundFactor;
+  // A row whose true result may exceed the dtype's range (|c_ij| <= ||a_i|| ||b_j||) may honestly
+  // overflow (fp16 forward): that is a range effect for the non-finite detectors, not a wrong GEMM.
+  const auto b_cols = B.norm(2, {-2}, true).amax(-1, true);
+  const double largest = dtype == torch::kHalf       ? 65504.0
+                         : dtype == torch::kBFloat16 ? 3.38e38
+                         : dtype == torch::kFloat    ? 3.4e38
+                                                     : std::numeric_limits<double>::max();
+  auto judged = (a_rows * b_cols).le(largest);  // false for NaN/Inf inputs too
+  if (bias.defined()) judged = judged.logical_and(bias.isfinite().all());
+  return verdict((projected - reference).abs(), bound, reference, judged);
+}
+
+// LayerNorm over the weight's shape, per element (bound at the top of shadow_check.hpp).
+torch::Tensor layer_norm_verdict(const ShadowOp& op, const torch::Tensor& y) {
+  const auto& weight = op.inputs[1];
+  const int64_t d = weight.numel();
+  const auto X = op.inputs[0].to(torch::kDouble).reshape({-1, d});
+  const auto W = weight.to(torch::kDouble).reshape({d});
+  const auto bias = op.inputs[2].defined() ? op.inputs[2].to(torch::kDouble).reshape({d}) : torch::zeros_like(W);
+  const auto mean = X.mean(-1, true);
+  const auto var = (X - mean).square().mean(-1, true) + op.eps;
+  const auto x_hat = (X - mean) / var.sqrt();
+  const auto reference = x_hat * W + bias;
+  const auto m2 = X.square().mean(-1, true) / var;  // (rms(x) / sqrt(var + eps))^2 >= ~1
+  const auto dtype = y.scalar_type();
+  const auto bound = ((reference.abs() + bias.abs()) * unit_roundoff(dtype) +
+                      W.abs() * m2 * (x_hat.abs() + 1) * (accumulation_roundoff(dtype) * std::sqrt(double(d)))) *
+                     kBoundFactor;
+  const auto diff = (y.to(torch::kDouble).reshape({-1, d}) - reference).abs();
+  return verdict(diff, bound, reference, all_finite(op.inputs));
+}
+
+const char* op_name(ShadowOp::Kind kind) {
+  switch (kind) {
+    case ShadowOp::Kind::linear: return "aten::linear";
+    case ShadowOp::Kind::matmul: return "aten::matmul";
+    case ShadowOp::Kind::layer_norm: return "aten::layer_norm";
+  }
+  return "?";
+}
+
+// --- capture: an ATen RecordFunction callback on the training thread ---
+
+thread_local ShadowCheck* t_check = nullptr;  // armed: the forward of a checked step
+thread_local bool t_busy = false;             // the check's own ops are not candidates
+// Input dtypes of the candidate ops now open: an op inside another of the same dtype (the
+// matmul inside a linear) is the same GEMM; one of another dtype (autocast's inner call) is not.
+thread_local std::vector<torch::ScalarType> t_open;
+
+struct Capture final : at::ObserverContext {
+  torch::ScalarType dtype = torch::kFloat;  // the inputs' (fn.inputs() is valid only at the start)
+  std::string key;
+  ShadowOp op;
+  bool wanted = false;
+};
+
+torch::Tensor optional_tensor(const c10::IValue& v) { return v.isTensor() ? v.toTensor() : torch::Tensor(); }
+
+// The op's operands when it is a candidate: floating, one dtype, one device, matrices.
+std::optional<ShadowOp> candidate(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  ShadowOp op;
+  if (std::strcmp(name, "aten::linear") == 0) op.kind = ShadowOp::Kind::linear;
+  else if (std::strcmp(name, "aten::matmul") == 0) op.kind = ShadowOp::Kind::matmul;
+  else if (std::strcmp(name, "aten::layer_norm") == 0) op.kind = ShadowOp::Kind::layer_norm;
+  else return std::nullopt;
+  const auto args = fn.inputs();
+  const size_t wanted = op.kind == ShadowOp::Kind::matmul ? 2 : op.kind == ShadowOp::Kind::linear ? 3 : 5;
+  if (args.size() < wanted || !args[0].isTensor() || (op.kind != ShadowOp::Kind::layer_norm && !args[1].isTensor()))
+    return std::nullopt;
+  if (op.kind == ShadowOp::Kind::layer_norm) {
+    op.inputs = {args[0].toTensor(), optional_tensor(args[2]), optional_tensor(args[3])};
+    if (!op.inputs[1].defined() || !args[4].isDouble()) return std::nullopt;
+    op.eps = args[4].toDouble();
+  } else {
+    op.inputs = {args[0].toTensor(), args[1].toTensor()};
+    if (op.kind == ShadowOp::Kind::linear) op.inputs.push_back(optional_tensor(args[2]));
+    if (op.inputs[0].dim() < 2 || op.inputs[1].dim() < 2) return std::nullopt;
+  }
+  const auto dtype = op.inputs[0].scalar_type();
+  if (dtype != torch::kFloat && dtype != torch::kBFloat16 && dtype != torch::kHalf && dtype != torch::kDouble)
+    return std::nullopt;
+  for (const auto& t : op.inputs)
+    if (t.defined() && (t.scalar_type() != dtype || t.device() != op.inputs[0].device())) return std::nullopt;
+  return op;
+}
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  if (!t_check || t_busy) return nullptr;
+  auto op = candidate(fn);
+  if (!op) return nullptr;
+  auto capture = std::make_unique<Capture>();
+  capture->dtype = op->inputs[0].scalar_type();
+  const bool nested = !t_open.empty() && t_open.back() == capture->dtype;
+  t_open.push_back(capture->dtype);
+  if (nested) return capture;
+  capture->key = op->describe();
+  capture->wanted = t_check->wants(capture->key);
+  if (capture->wanted) capture->op = std::move(*op);
+  return capture;
+}
+
+void on_op_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  auto* capture = static_cast<Capture*>(ctx);
+  if (!capture) return;
+  t_open.pop_back();
+  if (capture->key.empty() || !t_check) return;
+  const auto& outputs = fn.outputs();
+  if (outputs.empty() || !outputs[0].isTensor()) return;
+  const auto& output = outputs[0].toTensor();
+  if (output.scalar_type() != capture->dtype) {
+    t_check->ineligible(capture->key);
+    return;
+  }
+  if (!capture->wanted) return;
+  capture->op.output = output;
+  t_busy = true;
+  try {
+    t_check->captured(capture->op);
+  } catch (...) {
+    t_busy = false;
+    throw;
+  }
+  t_busy = false;
+}
+
+// The op with its inputs on `device` in `dtype`.
+ShadowOp variant(const ShadowOp& op, const torch::Device& device, torch::ScalarType dtype) {
+  ShadowOp v{.kind = op.kind, .eps = op.eps};
+  for (const auto& t : op.inputs) v.inputs.push_back(t.defined() ? t.to(device, dtype) : t);
+  return v;
+}
+
+// Runs `op` once more and judges the new result (a host read: only after a mismatch).
+bool wrong_again(const ShadowOp& op) { return shadow_verdict(op, op.rerun())[0].item<double>() != 0; }
+
+}  // namespace
+
+torch::Tensor ShadowOp::rerun() const {
+  torch::NoGradGuard no_grad;
+  AutocastGuard no_autocast(inputs[0].device().type(), AutocastState{.enabled = false});
+  switch (kind) {
+    case Kind::linear: return at::linear(inputs[0], inputs[1], inputs[2]);
+    case Kind::matmul: return at::matmul(inputs[0], inputs[1]);
+    case Kind::layer_norm: return at::layer_norm(inputs[0], inputs[1].sizes(), inputs[1], inputs[2], eps);
+  }
+  return {};
+}
+
+std::string ShadowOp::describe() const {
+  std::vector<std::string> shapes;
+  for (const auto& t : inputs)
+    if (t.defined()) shapes.push_back(fmt::format("[{}]", fmt::join(t.sizes(), ", ")));
+  return fmt::format("{} {} {}", op_name(kind), fmt::join(shapes, " x "), c10::toString(inputs[0].scalar_type()));
+}
+
+torch::Tensor shadow_verdict(const ShadowOp& op, const torch::Tensor& output) {
+  torch::NoGradGuard no_grad;
+  AutocastGuard no_autocast(op.inputs[0].device().type(), AutocastState{.enabled = false});
+  const auto& y = output.defined() ? output : op.output;
+  switch (op.kind) {
+    case ShadowOp::Kind::linear: return gemm_verdict(op.inputs[0], op.inputs[1].t(), op.inputs[2], y, y.scalar_type());
+    case ShadowOp::Kind::matmul: return gemm_verdict(op.inputs[0], op.inputs[1], {}, y, y.scalar_type());
+    case ShadowOp::Kind::layer_norm: return layer_norm_verdict(op, y);
+  }
+  return {};
+}
+
+ShadowCheck::ShadowCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer)
+    : Detector(cfg, log), trainer_(trainer) {}
+
+ShadowCheck::~ShadowCheck() { disarm(); }
+
+void ShadowCheck::on_step_begin(int64_t /*step*/) { read_verdict(); }
+
+void ShadowCheck::before_forward(int64_t step, bool first) {
+  if (!first || trainer_.replaying() || step == armed_step_ || step % cfg_.shadow_check_interval != 0) return;
+  armed_step_ = step;
+  target_ = keys_.empty() ? std::string() : keys_[round_ % static_cast<int64_t>(keys_.size())];
+  ++round_;
+  t_check = this;
+  t_open.clear();
+  callback_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_op_start, &on_op_end)
+                                             .needsInputs(true)
+                                             .needsOutputs(true)
+                                             .scopes({at::RecordScope::FUNCTION}));
+}
+
+torch::Tensor ShadowCheck::on_logits(torch::Tensor logits, int64_t /*step*/) {
+  disarm();
+  return logits;
+}
+
+void ShadowCheck::disarm() {
+  if (callback_ == 0) return;
+  at::removeCallback(callback_);
+  callback_ = 0;
+  t_check = nullptr;
+  if (checked_.empty()) return;
+  pending_.emplace(Pending{.step = armed_step_, .key = target_, .ops = std::move(checked_),
+                           .verdicts = DeferredScalars(verdicts_)});
+  checked_.clear();
+  verdicts_.clear();
+}
+
+bool ShadowCheck::wants(const std::string& key) {
+  if (ineligible_.count(key)) return false;
+  if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) keys_.push_back(key);
+  if (target_.empty()) target_ = key;  // the first step: the first op seen
+  return key == target_;
+}
+
+void ShadowCheck::ineligible(const std::string& key) {
+  if (!ineligible_.insert(key).second) return;
+  keys_.erase(std::remove(keys_.begin(), keys_.end(), key), keys_.end());
+}
+
+void ShadowCheck::captured(const ShadowOp& op) {
+  verdicts_.push_back(shadow_verdict(op));
+  // Copies for a re-run if the verdict says mismatch: the optimizer changes the weights in place.
+  ShadowOp kept{.kind = op.kind, .eps = op.eps};
+  for (const auto& t : op.inputs) kept.inputs.push_back(t.defined() ? t.detach().clone() : t);
+  checked_.push_back(std::move(kept));
+}
+
+void ShadowCheck::finish() { read_verdict(); }
+
+void ShadowCheck::read_verdict() {
+  if (!pending_) return;
+  Pending p = std::move(*pending_);
+  pending_.reset();
+  const auto v = p.verdicts.get();
+  size_t layer = 0;
+  while (layer < p.ops.size() && v[3 * layer] == 0) ++layer;
+  if (layer == p.ops.size()) return;
+  const double worst = v[3 * layer + 1], relative = v[3 * layer + 2];
+  // The same op on the same inputs once more (a wrong result again: persistent), in fp32 when
+  // it ran in bf16/fp16, and on the CPU when it ran on a GPU (fp16 CPU GEMMs may not exist).
+  const auto& op = p.ops[layer];
+  const auto device = op.inputs[0].device();
+  const auto dtype = op.inputs[0].scalar_type();
+  const bool reproducible = wrong_again(op);
+  const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
+  const bool also_in_fp32 = reduced ? wrong_again(variant(op, device, torch::kFloat)) : reproducible;
+  std::optional<bool> also_on_cpu;
+  if (!device.is_cpu()) also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
+  const auto classification = !reproducible                 ? Classification::transient
+                              : also_on_cpu.value_or(false) ? Classification::configuration
+                                                            : Classification::persistent;
+  report(Finding{
+      .component = component::rocblas, .signature = "gemm_shadow_mismatch", .severity = Severity::fail,
+      .step = p.step, .rank = trainer_.sync().rank(),
+      .message = fmt::format("{} (occurrence {} of {} in the forward) at step {}: error {:.3g}x its float64 "
+                             "bound (relative error {:.3g}); {} on a re-run",
+                             p.key, layer, p.ops.size(), p.step, worst, relative,
+                             reproducible ? "wrong again" : "correct"),
+      .evidence = {{"op", p.key}, {"occurrence", layer}, {"worst_error_over_bound", json_number(worst)},
+                   {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
+                   {"reproducible", reproducible}},
+      .classification = classification,
+      .reproducible = reproducible,
+      .also_in_fp32 = also_in_fp32,
+      .also_on_cpu = also_on_cpu});
+}
+
+}  // namespace rcl
