@@ -34,6 +34,8 @@ rng_replay=(--stress rng --set replay_check_interval=10)
 cases=(
   "1|nan@step=12|--steps 13|rocBLAS/hipBLASLt|nonfinite_loss|12|1"
   "1|nan@step=12|--steps 13|rocBLAS/hipBLASLt|nonfinite_also_fp32|12|1"
+  "1|logits-nan-once@step=12|--steps 13|rocBLAS/hipBLASLt|nonfinite_loss|12|0"
+  "1|logits-nan@step=12|--steps 13|rocBLAS/hipBLASLt|nonfinite_loss|12|1"
   "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|loss_spike|25|0"
   "1|loss-spike@step=25|--steps 32|rocBLAS/hipBLASLt|grad_norm_spike|25|0"
   "1|grad-bitflip@step=20|--steps 21|rocBLAS/hipBLASLt|nonfinite_grad_norm|20|1"
