@@ -3,6 +3,7 @@
 // to the next line at each device count after the first (the last line repeats).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <map>
