@@ -212,10 +212,12 @@ Trainer::PendingStep Trainer::train_step() {
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
-    // Decided on the device, read by the host one step later (publish): an ordinary step never
-    // waits for the GPU to say whether its loss was finite.
-    update_withheld_.logical_or_(loss_sum.isfinite().logical_and(grad_norm.isfinite()).logical_not());
+    // A step the fp16 scaler skipped left the weights alone already: nothing to withhold (else
+    // its overflow would withhold the next step's update too).
     if (!rec.skipped) {
+      // Decided on the device, read by the host one step later (publish): an ordinary step never
+      // waits for the GPU to say whether its loss was finite.
+      update_withheld_.logical_or_(loss_sum.isfinite().logical_and(grad_norm.isfinite()).logical_not());
       optimizer_->step(rec.lr, update_withheld_.logical_not());
       if (!replaying_) queued_updates_.push_back(rec.step);
       if (queued_updates_.size() > 8) queued_updates_.pop_front();
@@ -312,7 +314,7 @@ void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   if (rec.world_size > 1) enter_phase(phase::checksum, rec.step);
   for (auto* observer : observers_) observer->on_step(rec);
   // The observers have localised the fault from the weights it left untouched.
-  if ((!std::isfinite(values[0]) || !std::isfinite(values[1])) && rec.step > withheld_released_through_)
+  if (!rec.skipped && (!std::isfinite(values[0]) || !std::isfinite(values[1])) && rec.step > withheld_released_through_)
     release_withheld_updates(rec.step);
 }
 
