@@ -236,6 +236,44 @@ void replace_directory(const fs::path& from, const fs::path& to) {
   }
 }
 
+// The files `rank` writes into checkpoint directory `dir`: its RNG states and its findings;
+// with `shared` (rank 0, or a private checkpoint), also those of the whole run: weights,
+// optimizer moments, the Hugging Face config and state.json.
+void write_checkpoint_files(Trainer& trainer, const Trainer::Snapshot& snap, const fs::path& dir, int rank, bool shared,
+                            const std::vector<Finding>& findings_so_far, const RunIdentity& identity,
+                            const std::string& reason) {
+  std::vector<std::pair<std::string, torch::Tensor>> rng{{"rng.cpu", snap.rng.cpu_state}};
+  if (snap.rng.device_state.defined()) rng.emplace_back("rng.device", snap.rng.device_state);
+  write_safetensors(dir / rank_file(rank), rng);
+  nlohmann::json findings = nlohmann::json::array();
+  for (const auto& f : findings_so_far) findings.push_back(to_json(f));
+  write_file_synced(dir / findings_file(rank), {nlohmann::json{{"findings", findings}}.dump(2) + "\n"});
+  if (!shared) return;
+  const auto& cfg = trainer.ctx().cfg;
+  const Layout layout = layout_of(cfg);
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  auto params = trainer.model()->named_parameters();
+  for (const auto& [native, stored] : stored_names(trainer.model(), layout)) {
+    const auto blocks = params[native].chunk(static_cast<int64_t>(stored.names.size()), 0);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
+  }
+  write_safetensors(dir / kWeights, weights, {{"format", "pt"}});
+  write_safetensors(dir / kOptimizer, {{"exp_avg", snap.optimizer.exp_avg}, {"exp_avg_sq", snap.optimizer.exp_avg_sq}});
+  write_file_synced(dir / kHfConfig, {hf_config(cfg, layout).dump(2) + "\n"});
+  nlohmann::json scaler = nullptr;
+  if (snap.scaler) {
+    const auto s = snap.scaler->state();
+    scaler = {{"scale", s.scale}, {"clean_streak", s.clean_streak}, {"skipped_steps", s.skipped_steps}};
+  }
+  const nlohmann::json state = {{"format", kFormatName}, {"version", kFormatVersion}, {"reason", reason},
+                                {"step", snap.step}, {"micro_batches", snap.micro_batches},
+                                {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
+                                {"weights", kLayoutNames[int(layout)]}, {"world_size", identity.world_size},
+                                {"stress_modes", identity.stress_modes}, {"training", identity.training}};
+  write_file_synced(dir / kState, {state.dump(2) + "\n"});
+}
+
 }  // namespace
 
 CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep) {
@@ -317,7 +355,7 @@ void load_checkpoint(Trainer& trainer, const fs::path& dir) {
     }
     param.copy_(torch::cat(blocks, 0));
   }
-  // Everything else a step reads, through the trainer's own restore (as the replay check does).
+  // Everything else a step reads, through the trainer's own restore.
   auto snap = trainer.snapshot();
   const auto optimizer = read_safetensors(dir / kOptimizer);
   const std::vector<int64_t> flat{snap.optimizer.exp_avg.numel()};
@@ -342,7 +380,6 @@ void load_checkpoint(Trainer& trainer, const fs::path& dir) {
     throw CheckpointError("checkpoint " + dir.string() + ": state.json: " + e.what());
   }
   trainer.restore(std::move(snap));
-  spdlog::info("resumed from {} at step {}", dir.string(), trainer.steps_done());
 }
 
 std::vector<Finding> checkpoint_findings(const fs::path& dir, int rank) {
@@ -361,6 +398,14 @@ std::vector<Finding> checkpoint_findings(const fs::path& dir, int rank) {
     throw CheckpointError("checkpoint " + dir.string() + ": " + path.filename().string() + ": " + e.what());
   }
   return out;
+}
+
+void save_private_checkpoint(Trainer& trainer, const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const RunIdentity identity{.world_size = trainer.sync().world_size()};
+  write_checkpoint_files(trainer, trainer.snapshot(), dir, trainer.sync().rank(), /*shared=*/true, {}, identity,
+                         "private");
 }
 
 Checkpointer::Checkpointer(Trainer& trainer, const FindingLog& findings, CheckpointPolicy policy, fs::path output_dir,
@@ -394,37 +439,7 @@ fs::path Checkpointer::save(const std::string& reason) {
   trainer_.sync().mean_across_ranks(0);  // no rank writes into a directory rank 0 is removing
   fs::create_directories(tmp);
 
-  std::vector<std::pair<std::string, torch::Tensor>> rng{{"rng.cpu", snap.rng.cpu_state}};
-  if (snap.rng.device_state.defined()) rng.emplace_back("rng.device", snap.rng.device_state);
-  write_safetensors(tmp / rank_file(rank), rng);
-  nlohmann::json findings = nlohmann::json::array();
-  for (const auto& f : findings_.snapshot()) findings.push_back(to_json(f));
-  write_file_synced(tmp / findings_file(rank), {nlohmann::json{{"findings", findings}}.dump(2) + "\n"});
-  if (rank == 0) {
-    const auto& cfg = trainer_.ctx().cfg;
-    const Layout layout = layout_of(cfg);
-    std::vector<std::pair<std::string, torch::Tensor>> weights;
-    auto params = trainer_.model()->named_parameters();
-    for (const auto& [native, stored] : stored_names(trainer_.model(), layout)) {
-      const auto blocks = params[native].chunk(static_cast<int64_t>(stored.names.size()), 0);
-      for (size_t i = 0; i < blocks.size(); ++i)
-        weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
-    }
-    write_safetensors(tmp / kWeights, weights, {{"format", "pt"}});
-    write_safetensors(tmp / kOptimizer, {{"exp_avg", snap.optimizer.exp_avg}, {"exp_avg_sq", snap.optimizer.exp_avg_sq}});
-    write_file_synced(tmp / kHfConfig, {hf_config(cfg, layout).dump(2) + "\n"});
-    nlohmann::json scaler = nullptr;
-    if (snap.scaler) {
-      const auto s = snap.scaler->state();
-      scaler = {{"scale", s.scale}, {"clean_streak", s.clean_streak}, {"skipped_steps", s.skipped_steps}};
-    }
-    const nlohmann::json state = {{"format", kFormatName}, {"version", kFormatVersion}, {"reason", reason},
-                                  {"step", snap.step}, {"micro_batches", snap.micro_batches},
-                                  {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
-                                  {"weights", kLayoutNames[int(layout)]}, {"world_size", identity_.world_size},
-                                  {"stress_modes", identity_.stress_modes}, {"training", identity_.training}};
-    write_file_synced(tmp / kState, {state.dump(2) + "\n"});
-  }
+  write_checkpoint_files(trainer_, snap, tmp, rank, /*shared=*/rank == 0, findings_.snapshot(), identity_, reason);
   trainer_.sync().mean_across_ranks(0);  // every rank's file is on disk
   if (rank == 0) {
     nlohmann::json files = nlohmann::json::object();

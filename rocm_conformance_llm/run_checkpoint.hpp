@@ -77,6 +77,11 @@ ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path&
 // next step draws exactly what it drew in the uninterrupted run.
 void load_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
 
+// This rank's whole training state as a checkpoint of its own in `dir` (replaced if there; no
+// manifest, never resumed): the replay check saves one and reloads it with load_checkpoint, so
+// what it measures after the reload is what the real loader leaves behind.
+void save_private_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
+
 // The findings `rank` had made in the checkpoint's training steps (step >= 1), for the resumed
 // run's report; its own preflight finds the step-0 ones again. Empty for a checkpoint written
 // before findings were kept. CheckpointError when the file is malformed.

@@ -103,6 +103,10 @@ class Trainer {
   // A reload as a checkpoint loader does it: parameters copied into (load_state_dict), the
   // optimizer state copied back into its buffers (Optimizer::load).
   void restore(Snapshot snap);
+  // The device flag that withholds updates after a non-finite step until the host has read it.
+  // No checkpoint holds it (a resumed run starts clear); a reload inside the run puts it back.
+  torch::Tensor withheld_flag() const { return update_withheld_.clone(); }
+  void set_withheld_flag(const torch::Tensor& flag) { update_withheld_.copy_(flag); }
   // What the host reads of a step.
   struct StepValues {
     double loss = 0, grad_norm = 0;

@@ -36,6 +36,7 @@ struct RunOutput {
   nlohmann::json report;
   std::string junit;
   std::vector<nlohmann::json> metrics;
+  std::vector<std::string> files;  // what the output directory held at the end
 };
 
 // The smoke preset on one CPU thread, validation off (eval steps are irrelevant here).
@@ -45,12 +46,14 @@ RunOutput run_smoke(const std::string& name, const std::string& args, const std:
   const auto cli = run_cli("--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --output-dir " +
                            dir.string() + " " + args,
                            env);
-  RunOutput out{cli.exit_code, cli.out + cli.err, {}, {}, {}};
+  RunOutput out{cli.exit_code, cli.out + cli.err, {}, {}, {}, {}};
   if (fs::exists(dir / "report.json")) out.report = nlohmann::json::parse(read_text(dir / "report.json"));
   out.junit = read_text(dir / "junit.xml");
   std::ifstream metrics(dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);)
     if (!line.empty()) out.metrics.push_back(nlohmann::json::parse(line));
+  if (fs::is_directory(dir))
+    for (const auto& entry : fs::directory_iterator(dir)) out.files.push_back(entry.path().filename().string());
   fs::remove_all(dir);
   return out;
 }
@@ -213,8 +216,9 @@ TEST(FaultInjectionBaseline, CleanStressAllRunHasNoWarnOrFailFinding) {
   EXPECT_GT(ops.value("aten::mm", 0) + ops.value("aten::addmm", 0) + ops.value("aten::bmm", 0), 0) << ops.dump();
 }
 
-// A replay check rewinds and re-runs steps, then training continues from the re-run: the
-// logged trajectory is bitwise the one a run without the check logs.
+// A replay check rewinds (saves a private checkpoint, reloads it with the checkpoint loader) and
+// re-runs steps, then training continues from the re-run: the logged trajectory is bitwise the one
+// a run without the check logs, so the loader restored every bit a step reads.
 TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
   const RunOutput checked = run_smoke("replay-on", "--stress rng --set replay_check_interval=8 --steps 20");
   const RunOutput unchecked = run_smoke("replay-off", "--stress rng --steps 20");  // rng's own interval: 50
@@ -222,6 +226,10 @@ TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
   ASSERT_EQ(unchecked.exit_code, 0) << unchecked.log;
   EXPECT_NE(checked.log.find("replay check: steps 9..10 reproduced bitwise"), std::string::npos);
   EXPECT_NE(checked.log.find("replay check: steps 17..18 reproduced bitwise"), std::string::npos);
+  // The rewind went through the checkpoint writer and loader, and left no files behind.
+  EXPECT_NE(checked.log.find("replay check: state at step 16 saved to"), std::string::npos) << checked.log;
+  EXPECT_NE(checked.log.find("and reloaded by the checkpoint loader"), std::string::npos);
+  for (const auto& file : checked.files) EXPECT_EQ(file.find(".replay-checkpoint"), std::string::npos) << file;
   EXPECT_EQ(unchecked.log.find("replay check"), std::string::npos);
   EXPECT_EQ(losses(checked), losses(unchecked));
 }

@@ -1,6 +1,9 @@
 #include "rocm_conformance_llm/diagnostics/rng_checks.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -12,6 +15,7 @@
 #include "rocm_conformance_llm/distributed/process_group_sync.hpp"
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
@@ -139,7 +143,11 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
 }
 
 ReplayCheck::ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults)
-    : Detector(cfg, log), trainer_(trainer), faults_(faults) {
+    : Detector(cfg, log),
+      trainer_(trainer),
+      faults_(faults),
+      scratch_dir_((trainer.ctx().output_dir.empty() ? std::filesystem::temp_directory_path() : trainer.ctx().output_dir) /
+                   fmt::format(".replay-checkpoint-rank-{}-pid-{}", trainer.sync().rank(), ::getpid())) {
   if (auto group = dynamic_cast<ProcessGroupSync*>(&trainer.sync()))
     all_gather_ = [group](const std::vector<double>& values) { return group->all_gather_values(values, "rng_mask_hash"); };
 }
@@ -154,13 +162,20 @@ void ReplayCheck::between_steps(int64_t step) {
   report(check_rng_restore(device, step, rank, skew));
   if (all_gather_) report(check_shared_seed_masks(device, cfg.seed, step, rank, skew, all_gather_));
 
+  // Saved and reloaded through the checkpoint writer and loader (safetensors files on disk), so
+  // the memory figure after the reload is the real loader's.
   const MemorySample before_save = sample_memory(device);
-  Trainer::Snapshot saved = trainer_.snapshot();
+  const auto withheld = trainer_.withheld_flag();
+  save_private_checkpoint(trainer_, scratch_dir_);
   Pending replay{.first_step = step + 1};
   for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(trainer_.run_unpublished_step().loss);
-  trainer_.restore(std::move(saved));
+  load_checkpoint(trainer_, scratch_dir_);
+  trainer_.set_withheld_flag(withheld);
   if (skew) skew_rng(device, rank);  // the reload restored a stale generator state
   report(check_memory_after_reload(before_save, sample_memory(device), cfg_, step, rank));
+  spdlog::info("replay check: state at step {} saved to {} and reloaded by the checkpoint loader", step,
+               scratch_dir_.string());
+  std::filesystem::remove_all(scratch_dir_);
   pending_ = std::move(replay);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -74,14 +75,16 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
                                          bool skew = false);
 
 // Loop-side (rng mode): rewind-and-replay. After step S the state is saved, steps S+1..S+k run
-// unpublished, the state is reloaded and the same steps run again, for real: the two loss
+// unpublished, the state is reloaded (through the checkpoint writer and loader) and the same steps run again, for real: the two loss
 // sequences must match (bitwise under deterministic algorithms: pytorch/pytorch#196164,
 // ROCm/rocBLAS#1459). Training continues from the second run, so a healthy run logs the losses
 // it would have logged without the check. At the same point: the RNG-restore check, the
 // cross-rank dropout-mask check (several ranks) and memory back to its level after the reload.
 class ReplayCheck final : public Detector {
  public:
-  // `faults`: rng-skew skews the restored generator (nullptr: no faults).
+  // `faults`: rng-skew skews the restored generator (nullptr: no faults). The saved state goes to
+  // a private checkpoint in the run's output directory (without one, the temporary directory),
+  // removed after each reload.
   ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
   void between_steps(int64_t step) override;
   void on_loss(int64_t step, double local_loss) override;
@@ -89,6 +92,7 @@ class ReplayCheck final : public Detector {
  private:
   Trainer& trainer_;
   const FaultPlan* faults_;
+  std::filesystem::path scratch_dir_;
   GatherValues all_gather_;  // empty with one process
   // The two runs of the same steps: the first from the snapshot (unpublished), the second
   // after rewinding to it (the run that continues and is logged).
