@@ -289,11 +289,18 @@ class Job {
   }
 
   // `phase` and `step`: where the run was when the signal stopped it.
+  // Under torchrun the signal often follows a peer's death (torchrun stops the survivors): the
+  // peers whose heartbeats tell at once that they are gone or frozen are named.
   int interrupted(int sig, const std::string& phase, int64_t step) {
     node_sections_as_of_now();
-    report_.add_section("interruption", {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}});
-    return report_.write(RunOutcome::interrupted,
-                         fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step));
+    const auto lost = s_.launch.world_size > 1 ? lost_peers_now(run_.output_dir, s_.launch.rank, s_.launch.world_size)
+                                               : std::vector<int>{};
+    report_.add_section("interruption", {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step},
+                                         {"missing_ranks", lost}});
+    std::string message = fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step);
+    if (!lost.empty())
+      message += fmt::format("; rank{} {} gone or stopped (heartbeat)", lost.size() > 1 ? "s" : "", fmt::join(lost, ","));
+    return report_.write(RunOutcome::interrupted, message);
   }
 
   // Rendezvous, trainer, files, observers, detectors, watchdog; the cross-rank preflight.
@@ -330,6 +337,7 @@ class Job {
     for (auto& d : detectors_) d->preflight();
     if (s_.resume_from) {
       load_checkpoint(*trainer_, s_.resume_from->dir);
+      spdlog::info("resumed from {} at step {}", s_.resume_from->dir.string(), trainer_->steps_done());
       const auto earlier = checkpoint_findings(s_.resume_from->dir, s_.launch.rank);
       for (const auto& f : earlier) findings_.add(f);
       report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()},

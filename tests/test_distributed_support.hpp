@@ -7,10 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
+
+#include "rocm_conformance_llm/diagnostics/heartbeat.hpp"
 
 namespace rcl::test {
 
@@ -29,13 +29,7 @@ inline int free_port() {
   return ntohs(addr.sin_port);
 }
 
-// The state letter of /proc/PID/stat ('T': stopped, 'Z': exited, not yet reaped), or 0 when the
-// process is gone.
-inline char process_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  const std::string stat{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
-  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
-}
+// What state a rank's process is in ('T': stopped, 'Z': exited, not yet reaped, 0: gone).
+using rcl::process_state;
 
 }  // namespace rcl::test

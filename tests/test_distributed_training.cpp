@@ -295,6 +295,60 @@ TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
   fs::remove_all(out);
 }
 
+// A stop signal to rank 0 while a peer is frozen (the signal torchrun sends the survivors after a
+// rank dies, or scancel during a hang): rank 0 reports `interrupted` at once, within the
+// signal's grace, not after the collective timeout, and names the frozen peer from its heartbeat.
+// The same signal to every rank of a healthy run names nobody.
+std::vector<std::string> long_run_args(const fs::path& out) {
+  return {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(), "--set", "num_threads=1",
+          "--set", "collective_timeout_s=300", "--set", "checksum_interval=0", "--watchdog-timeout", "600"};
+}
+
+TEST(DistributedFailureTest, InterruptedRankZeroNamesTheFrozenPeer) {
+  const fs::path out = fresh_dir("interrupted-frozen");
+  auto args = long_run_args(out);
+  args.insert(args.end(), {"--inject", "rank-stop@phase=grad_sync@step=3@rank=1"});
+  Ranks ranks = launch(2, args, out);
+  const auto started = Clock::now();
+  while (test::process_state(ranks.pids[1]) != 'T') {
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 120.0) << read_text(out / "rank1.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(kill(ranks.pids[0], SIGTERM), 0);
+  const std::optional<int> code = wait_exit(ranks.pids[0], 60.0);  // the grace is 10 s; the timeout 300 s
+  ASSERT_TRUE(code.has_value()) << read_text(out / "rank0.log");
+  ranks.pids[0] = -1;
+  EXPECT_EQ(*code, kExitInterrupted) << read_text(out / "rank0.log");
+  const auto report = nlohmann::json::parse(read_text(out / "report.json"));
+  EXPECT_EQ(report.at("outcome"), "interrupted");
+  EXPECT_EQ(report.at("interruption").at("signal"), "SIGTERM");
+  EXPECT_EQ(report.at("interruption").at("missing_ranks"), nlohmann::json({1})) << report.at("interruption").dump(2);
+  EXPECT_NE(report.at("note").get<std::string>().find("rank 1 gone or stopped"), std::string::npos) << report.at("note");
+  if (!HasFailure()) fs::remove_all(out);
+}
+
+TEST(DistributedFailureTest, InterruptedHealthyRanksNameNobody) {
+  const fs::path out = fresh_dir("interrupted-healthy");
+  Ranks ranks = launch(2, long_run_args(out), out);
+  const auto started = Clock::now();
+  while (losses(out / "metrics.jsonl").size() < 3) {
+    ASSERT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 120.0) << read_text(out / "rank0.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const pid_t pid : ranks.pids) ASSERT_EQ(kill(pid, SIGTERM), 0);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const std::optional<int> code = wait_exit(ranks.pids[r], 60.0);
+    ASSERT_TRUE(code.has_value()) << read_text(out / ("rank" + std::to_string(r) + ".log"));
+    ranks.pids[r] = -1;
+    EXPECT_EQ(*code, kExitInterrupted);
+    const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
+    EXPECT_EQ(report.at("outcome"), "interrupted");
+    EXPECT_EQ(report.at("interruption").at("missing_ranks"), nlohmann::json::array()) << report.at("interruption").dump(2);
+  }
+  if (!HasFailure()) fs::remove_all(out);
+}
+
 // A rank lost in one phase of the run (issue 10's list), with a launcher that does not stop the
 // others (plain processes here, as under mpirun or srun): `rank-stop` freezes it on entering the
 // phase, sockets open, so its peers see silence, not EOF.

@@ -213,8 +213,8 @@ bool wait_for(double limit_s, Done done) {
 
 // A rank SIGKILLed under torchrun (an OOM kill, a crashed node): torchrun stops the survivors
 // with SIGTERM. Rank 0 must end within collective_timeout_s + 30 s (the product's contract) with
-// a report that says what happened: `interrupted` by torchrun's SIGTERM, or `crashed` naming
-// rank 1 when its collective failed first.
+// a report that says what happened: `interrupted` by torchrun's SIGTERM, naming rank 1 from its
+// heartbeat, or `crashed` naming rank 1 when its collective failed first.
 TEST_F(LauncherTest, TorchrunRankSigkilledLeavesRankZeroAReport) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun not installed (python3-torch or a PyTorch wheel)";
   constexpr double kTimeoutS = 3.0;
@@ -263,6 +263,8 @@ TEST_F(LauncherTest, TorchrunRankSigkilledLeavesRankZeroAReport) {
   if (outcome == "interrupted") {
     EXPECT_EQ(report.at("exit_code"), 4);
     EXPECT_EQ(report.at("interruption").at("signal"), "SIGTERM") << report.dump(2);
+    // rank 1's process is gone (or a zombie) by the time torchrun has noticed and signalled.
+    EXPECT_EQ(report.at("interruption").at("missing_ranks"), json({1})) << report.dump(2);
   } else {
     ASSERT_EQ(outcome, "crashed") << report.dump(2);
     EXPECT_EQ(report.at("exit_code"), 3);

@@ -4,6 +4,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -23,6 +24,8 @@ namespace {
 struct Beat {
   double unix_time = 0;
   bool running = false;  // false: the rank ended on its own, with its own verdict (finish())
+  int64_t pid = 0;
+  std::string host;      // empty in files written before `host` was added
 };
 // The file's write time as it says, and whether its rank still runs; nullopt when absent or unreadable.
 std::optional<Beat> read_beat(const std::filesystem::path& path) {
@@ -30,9 +33,43 @@ std::optional<Beat> read_beat(const std::filesystem::path& path) {
   if (!in) return std::nullopt;
   const auto beat = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!beat.is_object() || !beat.contains("unix_time") || !beat["unix_time"].is_number()) return std::nullopt;
-  return Beat{beat["unix_time"].get<double>(), beat.value("status", "") == "running"};
+  const auto pid = beat.value("pid", nlohmann::json());
+  return Beat{beat["unix_time"].get<double>(), beat.value("status", "") == "running",
+              pid.is_number_integer() ? pid.get<int64_t>() : 0, beat.value("host", "")};
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string();
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 }  // namespace
+
+char process_state(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
+
+std::vector<int> lost_peers_now(const std::filesystem::path& output_dir, int rank, int world_size) {
+  const std::string here = host_name();
+  std::vector<int> lost;
+  for (int r = 0; r < world_size; ++r) {
+    const auto beat = r == rank ? std::nullopt : read_beat(heartbeat_path(output_dir, r));
+    if (!beat || !beat->running) continue;
+    bool gone = unix_now() - beat->unix_time > kStaleHeartbeats * double(kHeartbeatInterval.count());
+    if (!here.empty() && beat->host == here && beat->pid > 0) {
+      const char state = process_state(beat->pid);
+      gone = gone || state == 0 || state == 'Z' || state == 'T' || state == 't';
+    }
+    if (gone) lost.push_back(r);
+  }
+  return lost;
+}
 
 std::vector<int> stalled_peers(const std::filesystem::path& output_dir, int rank, int world_size,
                                std::chrono::milliseconds window) {
@@ -94,6 +131,7 @@ void HeartbeatFile::write(const std::string& status) {
       {"unix_time", std::chrono::duration<double>(now.time_since_epoch()).count()},
       {"interval_s", kHeartbeatInterval.count()},
       {"pid", ::getpid()},
+      {"host", host_name()},
       {"rank", rank_},
       {"phase", s.phase},
       {"step", s.phase_step},

@@ -32,6 +32,19 @@ std::filesystem::path heartbeat_path(const std::filesystem::path& output_dir, in
 std::vector<int> stalled_peers(const std::filesystem::path& output_dir, int rank, int world_size,
                                std::chrono::milliseconds window);
 
+// The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie, ...); 0 when gone.
+char process_state(int64_t pid);
+
+// A peer whose heartbeat is older than this many intervals is gone or frozen.
+inline constexpr int kStaleHeartbeats = 3;
+
+// The peers lost as far as their heartbeat files tell at once, without waiting (a stop signal's
+// report cannot wait out a collective): a peer on this host whose process is gone, a zombie or
+// stopped (SIGSTOP, a debugger), or a peer anywhere whose heartbeat is kStaleHeartbeats intervals
+// old. A peer that wrote its own verdict, or has no file, is not named; a peer on another host
+// killed less than kStaleHeartbeats seconds ago is not known yet.
+std::vector<int> lost_peers_now(const std::filesystem::path& output_dir, int rank, int world_size);
+
 class HeartbeatFile {
  public:
   // heartbeat.json (rank 0) or heartbeat.rank<N>.json; written now, then every interval.
