@@ -171,7 +171,8 @@ TEST(ShadowCheckRun, ShimCorruptionOfOneShapeIsCaughtWithinTenSteps) {
 }
 
 // Corrupted once, at a call the rotation checks (step 9 checks QKV: calls 18 and 19): caught, and
-// the re-run is correct, so not reproducible (a transient fault).
+// the re-run is correct, so not reproducible: a transient fault, a warning whose action is to run
+// the validation again (capped like every re-run anomaly), and the run passes.
 TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
   const auto run = run_with_shim("once", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=19",
                                  "--steps 12");
@@ -182,6 +183,9 @@ TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
   EXPECT_FALSE(found[0]["reproducible"].get<bool>());
   EXPECT_EQ(found[0]["classification"], "transient");
   EXPECT_EQ(found[0]["action"], "rerun");
+  EXPECT_EQ(found[0]["severity"], "warn");
+  EXPECT_NE(found[0]["message"].get<std::string>().find("[re-run: transient"), std::string::npos) << found[0];
+  EXPECT_EQ(run.exit_code, 0);
 }
 
 // The shim loaded but off, and no shim at all: fp32 and bf16, several seeds and modes.

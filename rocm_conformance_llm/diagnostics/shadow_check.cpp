@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/precision.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 
@@ -305,28 +306,24 @@ void ShadowCheck::read_verdict() {
   const auto& op = p.ops[layer];
   const auto device = op.inputs[0].device();
   const auto dtype = op.inputs[0].scalar_type();
-  const bool reproducible = wrong_again(op);
-  const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
-  const bool also_in_fp32 = reduced ? wrong_again(variant(op, device, torch::kFloat)) : reproducible;
-  std::optional<bool> also_on_cpu;
-  if (!device.is_cpu()) also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
-  const auto classification = !reproducible                 ? Classification::transient
-                              : also_on_cpu.value_or(false) ? Classification::configuration
-                                                            : Classification::persistent;
-  report(Finding{
-      .component = component::rocblas, .signature = "gemm_shadow_mismatch", .severity = Severity::fail,
-      .step = p.step, .rank = trainer_.sync().rank(),
-      .message = fmt::format("{} (occurrence {} of {} in the forward) at step {}: error {:.3g}x its float64 "
-                             "bound (relative error {:.3g}); {} on a re-run",
-                             p.key, layer, p.ops.size(), p.step, worst, relative,
-                             reproducible ? "wrong again" : "correct"),
-      .evidence = {{"op", p.key}, {"occurrence", layer}, {"worst_error_over_bound", json_number(worst)},
-                   {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
-                   {"reproducible", reproducible}},
-      .classification = classification,
-      .reproducible = reproducible,
-      .also_in_fp32 = also_in_fp32,
-      .also_on_cpu = also_on_cpu});
+  // Classified and capped like every re-run anomaly (rerun.hpp): only a persistent one fails.
+  RerunOutcome outcome{.reproducible = wrong_again(op)};
+  if (outcome.reproducible) {
+    const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
+    outcome.also_in_fp32 = reduced ? wrong_again(variant(op, device, torch::kFloat)) : true;
+    if (!device.is_cpu())
+      outcome.also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
+  }
+  Finding f{.component = component::rocblas, .signature = "gemm_shadow_mismatch", .severity = Severity::fail,
+            .step = p.step, .rank = trainer_.sync().rank(),
+            .message = fmt::format("{} (occurrence {} of {} in the forward) at step {}: error {:.3g}x its float64 "
+                                   "bound (relative error {:.3g})",
+                                   p.key, layer, p.ops.size(), p.step, worst, relative),
+            .evidence = {{"op", p.key}, {"occurrence", layer}, {"worst_error_over_bound", json_number(worst)},
+                         {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
+                         {"reproducible", outcome.reproducible}}};
+  apply_rerun(f, outcome);
+  report(std::move(f));
 }
 
 }  // namespace rcl
