@@ -92,7 +92,13 @@ TEST_P(StuckRun, SignalWatcherWritesTheInterruptedReport) {
   ASSERT_TRUE(wait_until([&] { return training_started(dir); }, 120s)) << read_text(dir.string() + ".log");
   std::this_thread::sleep_for(1s);  // step 3's forward: a few milliseconds after step 1 was published
   run.signal(SIGTERM);
-  if (twice) run.signal(SIGINT);
+  if (twice) {
+    // Sent back to back, both would be pending together, and Linux delivers the lower number
+    // (SIGINT) first: the second signal goes once the first one is heard.
+    ASSERT_TRUE(wait_until([&] { return read_text(dir.string() + ".log").find("received SIGTERM") != std::string::npos; }, 30s))
+        << read_text(dir.string() + ".log");
+    run.signal(SIGINT);
+  }
   const auto code = run.wait(twice ? 60s : 60s + 10s);
   ASSERT_TRUE(code) << "a stuck run outlived its signal(s)";
   EXPECT_EQ(*code, 4) << read_text(dir.string() + ".log");
