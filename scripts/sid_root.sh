@@ -30,6 +30,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   openmpi-bin python3-torch
+  python3-transformers         # loads our checkpoints in test_checkpoints (TransformersLoads)
   chromium                     # report.html is checked in a headless browser
 )
 optional=(libamdhip64-dev librocm-smi-dev)   # headers for the dlopen shims, if sid has them

@@ -20,6 +20,7 @@
 #include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/safetensors.hpp"
 #include "rocm_conformance_llm/utils/sha256.hpp"
+#include "rocm_conformance_llm/trainer.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
@@ -491,6 +492,49 @@ TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
   EXPECT_EQ(json::parse(read_text(dir / "report.json"))["outcome"], "completed");
   fs::remove_all(dir);
 }
+
+
+#ifdef RCL_PYTHON_TRANSFORMERS
+// The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in
+// the libtorch 2.x lane's root) loads a trained checkpoint as GPT2LMHeadModel / LlamaForCausalLM
+// with every weight used and none missing, and computes the logits our model computes for the
+// same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
+// and config keys all show in the logits.
+class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
+  const auto [name, layout_args] = GetParam();
+  const fs::path dir = fresh_dir(std::string("hf-") + name);
+  const auto r = run_cli(kSmoke + layout_args + " --steps 3 --checkpoint-interval 3 --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path ckpt = checkpoint(dir, 3);
+
+  // Our logits, from the checkpoint through our own loader, dropout off.
+  RunContext ctx;
+  ctx.cfg = json::parse(read_text(ckpt / "state.json")).at("training").get<TrainingConfig>();
+  Trainer trainer(ctx);
+  load_checkpoint(trainer, ckpt);
+  trainer.model()->eval();
+  torch::NoGradGuard no_grad;
+  const auto& cfg = trainer.ctx().cfg;  // vocab_size resolved from the data
+  const auto tokens = ((torch::arange(cfg.seq_len, torch::kLong) * 7 + 3) % cfg.vocab_size).unsqueeze(0);
+  const auto logits = trainer.model()->forward(tokens);
+  write_safetensors(dir / "parity.safetensors", {{"tokens", tokens}, {"logits", logits.contiguous()}});
+
+  const fs::path log = dir / "parity.log";
+  const std::string cmd = "HF_HUB_OFFLINE=1 python3 " RCL_SOURCE_DIR "/tests/transformers_parity.py " + ckpt.string() +
+                          " " + (dir / "parity.safetensors").string() + " >" + log.string() + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(log);
+  std::cout << name << ": " << read_text(log);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
+                         ::testing::Values(std::pair{"gpt2", "--set position=learned"},
+                                           std::pair{"llama", "--set position=rotary --set norm=rmsnorm --set activation=swiglu"}),
+                         [](const auto& info) { return std::string(info.param.first); });
+#endif
 
 }  // namespace
 }  // namespace rcl
