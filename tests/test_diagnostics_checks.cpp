@@ -224,6 +224,28 @@ TEST(AnomalyRerun, ReRunShowsASpikeWhenNearerTheSpikedValueThanTheMedian) {
   EXPECT_FALSE(shows_anomaly(Finding{.signature = "loss_spike"}, 1.0, 1.0).has_value());
 }
 
+// One transient per signature is a one-off; a second of the same signature in the run is an
+// intermittent fault: it keeps its fail and points at the node. Persistent ones do not count.
+TEST(AnomalyRerun, ARepeatedTransientIsIntermittentAndFails) {
+  TransientHistory history;
+  const auto wrong_gemm = [] { return Finding{.signature = "gemm_shadow_mismatch", .severity = Severity::fail}; };
+  Finding persistent = wrong_gemm();
+  history.apply(persistent, {.reproducible = true, .also_in_fp32 = true});
+  Finding first = wrong_gemm();
+  history.apply(first, {.reproducible = false});
+  EXPECT_EQ(first.severity, Severity::warn);
+  EXPECT_EQ(action_of(first), Action::rerun);
+  Finding other{.signature = "nonfinite_loss", .severity = Severity::fail};
+  history.apply(other, {.reproducible = false});
+  EXPECT_EQ(other.severity, Severity::warn) << "another signature's first transient";
+  Finding second = wrong_gemm();
+  history.apply(second, {.reproducible = false});
+  EXPECT_EQ(second.severity, Severity::fail);
+  EXPECT_EQ(second.classification, Classification::transient);
+  EXPECT_EQ(action_of(second), Action::isolate_node);
+  EXPECT_NE(second.message.find("transient again: 1 earlier in this run"), std::string::npos) << second.message;
+}
+
 TEST(AnomalyRerun, OnlyAPersistentAnomalyKeepsAFailSeverity) {
   Finding transient{.signature = "nonfinite_loss", .severity = Severity::fail, .message = "loss is nan"};
   apply_rerun(transient, {.reproducible = false});

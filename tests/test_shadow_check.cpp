@@ -188,6 +188,22 @@ TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
   EXPECT_EQ(run.exit_code, 0);
 }
 
+// Corrupted every 4th call of the shape: each check's re-run is correct (transient), but the
+// second transient of the run is an intermittent fault, not a one-off: it fails, action
+// isolate_node, and so does the run.
+TEST(ShadowCheckRun, IntermittentCorruptionFailsAtItsSecondTransient) {
+  const auto run = run_with_shim("intermittent", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=every RCL_SHIM_CALL=10 RCL_SHIM_EVERY=4",
+                                 "--steps 24");
+  const auto found = shadow_findings(run.findings);
+  ASSERT_GE(found.size(), 2u) << run.findings.dump(1);
+  for (const auto& f : found) EXPECT_EQ(f["classification"], "transient") << f;
+  EXPECT_EQ(found[0]["severity"], "warn");
+  EXPECT_EQ(found[0]["action"], "rerun");
+  EXPECT_EQ(found[1]["severity"], "fail");
+  EXPECT_EQ(found[1]["action"], "isolate_node");
+  EXPECT_EQ(run.exit_code, 1);
+}
+
 // The shim loaded but off, and no shim at all: fp32 and bf16, several seeds and modes.
 TEST(ShadowCheckRun, CleanRunsReportNothing) {
   for (const std::string args : {"--steps 40 --seed 1", "--steps 40 --seed 2 --precision bf16",

@@ -75,6 +75,17 @@ void apply_rerun(Finding& f, const RerunOutcome& outcome) {
   f.message += fmt::format(" [re-run: {}; {}]", to_string(*f.classification), describe(outcome));
 }
 
+void TransientHistory::apply(Finding& f, const RerunOutcome& outcome) {
+  const Severity detected = f.severity;
+  apply_rerun(f, outcome);
+  if (*f.classification != Classification::transient) return;
+  const int earlier = seen_[f.signature]++;
+  if (earlier == 0) return;
+  f.severity = detected;
+  f.action = Action::isolate_node;
+  f.message += fmt::format(" [transient again: {} earlier in this run, so intermittent, not a one-off]", earlier);
+}
+
 std::optional<bool> shows_anomaly(const Finding& f, double loss, double grad_norm) {
   const RerunRule* rule = rule_for(f.signature);
   if (!rule) return std::nullopt;
@@ -147,7 +158,7 @@ void AnomalyRerun::rerun(const Trainer::Snapshot& before) {
     outcome.reproducible = shows_anomaly(a.finding, same.loss, same.grad_norm).value_or(false);
     if (outcome.reproducible)
       outcome.also_in_fp32 = fp32 ? shows_anomaly(a.finding, fp32->loss, fp32->grad_norm).value_or(false) : true;
-    log().amend(a.index, [&](Finding& f) { apply_rerun(f, outcome); });
+    log().amend(a.index, [&](Finding& f) { transients_.apply(f, outcome); });
   }
 }
 

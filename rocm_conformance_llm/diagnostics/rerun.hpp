@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,19 @@ void record_outcome(Finding& f, const RerunOutcome& outcome);
 // caps the severity at warn: the step computed differently when run again, or the device
 // computes what the job asks for; the finding stays in the report with its action.
 void apply_rerun(Finding& f, const RerunOutcome& outcome);
+
+// One rank's transients per signature. The first is a one-off (apply_rerun: warn, action
+// rerun); another of the same signature in the same run is an intermittent fault, not a one-off:
+// it keeps the detector's severity and points at the node (action isolate_node), as the README's
+// action table says a repeated `rerun` means.
+class TransientHistory {
+ public:
+  // apply_rerun, then that escalation.
+  void apply(Finding& f, const RerunOutcome& outcome);
+
+ private:
+  std::map<std::string, int> seen_;
+};
 
 // Whether a re-run's {loss, gradient norm} show the anomaly `f` reported; nullopt when `f` is not
 // a re-runnable anomaly (or its evidence lacks what the judgement needs). Non-finite: non-finite
@@ -63,6 +77,7 @@ class AnomalyRerun final : public Detector {
   std::deque<Trainer::Snapshot> before_;  // state before each of the last two steps
   std::vector<Anomaly> pending_;           // of one step, noted when it was published
   size_t findings_seen_ = 0;
+  TransientHistory transients_;
 };
 
 }  // namespace rcl

@@ -10,7 +10,6 @@
 #include <fmt/ranges.h>
 
 #include "rocm_conformance_llm/diagnostics/gemm_canary.hpp"
-#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/precision.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
 
@@ -306,7 +305,8 @@ void ShadowCheck::read_verdict() {
   const auto& op = p.ops[layer];
   const auto device = op.inputs[0].device();
   const auto dtype = op.inputs[0].scalar_type();
-  // Classified and capped like every re-run anomaly (rerun.hpp): only a persistent one fails.
+  // Classified and capped like every re-run anomaly (rerun.hpp): a persistent or a repeated
+  // transient wrong result fails; a one-off transient warns.
   RerunOutcome outcome{.reproducible = wrong_again(op)};
   if (outcome.reproducible) {
     const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
@@ -322,7 +322,7 @@ void ShadowCheck::read_verdict() {
             .evidence = {{"op", p.key}, {"occurrence", layer}, {"worst_error_over_bound", json_number(worst)},
                          {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
                          {"reproducible", outcome.reproducible}}};
-  apply_rerun(f, outcome);
+  transients_.apply(f, outcome);
   report(std::move(f));
 }
 

@@ -40,6 +40,7 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/diagnostics/detector.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/utils/deferred_scalars.hpp"
 
 namespace rcl {
@@ -104,6 +105,7 @@ class ShadowCheck final : public Detector {
   std::vector<ShadowOp> checked_;  // this step's, kept for a re-run
   std::vector<torch::Tensor> verdicts_;
   std::optional<Pending> pending_;
+  TransientHistory transients_;
 };
 
 }  // namespace rcl
