@@ -288,9 +288,9 @@ class Job {
     return code;
   }
 
-  // `phase` and `step`: where the run was when the signal stopped it.
-  // Under torchrun the signal often follows a peer's death (torchrun stops the survivors): the
-  // peers whose heartbeats tell at once that they are gone or frozen are named.
+  // `phase` and `step`: where the run was when the signal stopped it. Under torchrun the signal
+  // often follows a peer's death (torchrun stops the survivors): the peers whose heartbeats tell
+  // at once that they are gone or frozen are named.
   int interrupted(int sig, const std::string& phase, int64_t step) {
     node_sections_as_of_now();
     const auto lost = s_.launch.world_size > 1 ? lost_peers_now(run_.output_dir, s_.launch.rank, s_.launch.world_size)

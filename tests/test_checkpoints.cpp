@@ -19,8 +19,8 @@
 #include "cpu_fp16.hpp"
 #include "rocm_conformance_llm/run_checkpoint.hpp"
 #include "rocm_conformance_llm/safetensors.hpp"
-#include "rocm_conformance_llm/utils/sha256.hpp"
 #include "rocm_conformance_llm/trainer.hpp"
+#include "rocm_conformance_llm/utils/sha256.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
 namespace rcl {
@@ -492,7 +492,6 @@ TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
   EXPECT_EQ(json::parse(read_text(dir / "report.json"))["outcome"], "completed");
   fs::remove_all(dir);
 }
-
 
 #ifdef RCL_PYTHON_TRANSFORMERS
 // The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in

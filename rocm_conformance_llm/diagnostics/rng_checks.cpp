@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 

@@ -74,11 +74,11 @@ std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regener
 std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank,
                                          bool skew = false);
 
-// Loop-side (rng mode): rewind-and-replay. After step S the state is saved, steps S+1..S+k run
-// unpublished, the state is reloaded (through the checkpoint writer and loader) and the same steps run again, for real: the two loss
-// sequences must match (bitwise under deterministic algorithms: pytorch/pytorch#196164,
-// ROCm/rocBLAS#1459). Training continues from the second run, so a healthy run logs the losses
-// it would have logged without the check. At the same point: the RNG-restore check, the
+// Loop-side (rng mode): rewind-and-replay. After step S the state is saved (a private
+// checkpoint), steps S+1..S+k run unpublished, the state is reloaded (the resume loader) and the
+// same steps run again, for real: the two loss sequences must match (bitwise under
+// deterministic algorithms: pytorch/pytorch#196164, ROCm/rocBLAS#1459). Training continues from
+// the second run, so a healthy run logs the losses it would have logged without the check. At the same point: the RNG-restore check, the
 // cross-rank dropout-mask check (several ranks) and memory back to its level after the reload.
 class ReplayCheck final : public Detector {
  public:
@@ -94,8 +94,8 @@ class ReplayCheck final : public Detector {
   const FaultPlan* faults_;
   std::filesystem::path scratch_dir_;
   GatherValues all_gather_;  // empty with one process
-  // The two runs of the same steps: the first from the snapshot (unpublished), the second
-  // after rewinding to it (the run that continues and is logged).
+  // The two runs of the same steps: the first from the saved state (unpublished), the second
+  // after reloading it (the run that continues and is logged).
   struct Pending {
     int64_t first_step = 0;
     std::vector<double> first_run;
