@@ -289,9 +289,13 @@ TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
   fs::remove_all(dir);
 }
 
+// The flags that give the smoke model a layout Hugging Face has (run_checkpoint.cpp's Layout).
+const std::string kGpt2Layout = "--set position=learned ";
+const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+
 TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   const fs::path dir = fresh_dir("gpt2");
-  const auto r = run_cli(kSmoke + "--set position=learned --steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
+  const auto r = run_cli(kSmoke + kGpt2Layout + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
   EXPECT_EQ(hf["model_type"], "gpt2");
@@ -310,7 +314,7 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_EQ(t.size(), 2u + 2u + 12u * size_t(hf["n_layer"].get<int64_t>()));
   // And it resumes through the same names.
   const fs::path next = fresh_dir("gpt2-next");
-  const auto resumed = run_cli(kSmoke + "--set position=learned --steps 2 --resume " + dir.string() +
+  const auto resumed = run_cli(kSmoke + kGpt2Layout + "--steps 2 --resume " + dir.string() +
                                " --output-dir " + next.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   fs::remove_all(dir);
@@ -327,7 +331,7 @@ void expect_refused(const testing::CliResult& r, const std::string& expected) {
 // Llama's layout (rotary, RMSNorm, SwiGLU): LlamaForCausalLM's names and config; Q, K, V and
 // SwiGLU's gate and up stored as separate tensors, biases as attention_bias / mlp_bias load them.
 TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
-  const std::string llama = kSmoke + "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+  const std::string llama = kSmoke + kLlamaLayout;
   const fs::path dir = fresh_dir("llama");
   const auto r = run_cli(llama + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -499,12 +503,12 @@ TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
 // with every weight used and none missing, and computes the logits our model computes for the
 // same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
 // and config keys all show in the logits.
-class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const std::string*>> {};
 
 TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
-  const auto [name, layout_args] = GetParam();
+  const auto [name, layout] = GetParam();
   const fs::path dir = fresh_dir(std::string("hf-") + name);
-  const auto r = run_cli(kSmoke + layout_args + " --steps 3 --checkpoint-interval 3 --output-dir " + dir.string());
+  const auto r = run_cli(kSmoke + *layout + "--steps 3 --checkpoint-interval 3 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path ckpt = checkpoint(dir, 3);
 
@@ -530,8 +534,7 @@ TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
-                         ::testing::Values(std::pair{"gpt2", "--set position=learned"},
-                                           std::pair{"llama", "--set position=rotary --set norm=rmsnorm --set activation=swiglu"}),
+                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
                          [](const auto& info) { return std::string(info.param.first); });
 #endif
 

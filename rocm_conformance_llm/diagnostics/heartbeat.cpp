@@ -38,9 +38,13 @@ std::optional<Beat> read_beat(const std::filesystem::path& path) {
               pid.is_number_integer() ? pid.get<int64_t>() : 0, beat.value("host", "")};
 }
 
-std::string host_name() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string();
+// Read once: every heartbeat carries it, and it does not change under a running process.
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buffer[256] = {};
+    return ::gethostname(buffer, sizeof(buffer) - 1) == 0 ? std::string(buffer) : std::string();
+  }();
+  return name;
 }
 
 double unix_now() {
@@ -56,7 +60,7 @@ char process_state(int64_t pid) {
 }
 
 std::vector<int> lost_peers_now(const std::filesystem::path& output_dir, int rank, int world_size) {
-  const std::string here = host_name();
+  const std::string& here = host_name();
   std::vector<int> lost;
   for (int r = 0; r < world_size; ++r) {
     const auto beat = r == rank ? std::nullopt : read_beat(heartbeat_path(output_dir, r));
