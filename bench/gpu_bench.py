@@ -17,6 +17,7 @@ import json
 import statistics
 import subprocess
 import sys
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,37 +31,46 @@ from run_bench import LOG_MODEL, step_wall_times  # noqa: E402
 # (label, preset, extra C++ arguments, whether the Python peer replicates it, MFU goal)
 CONFIGS = [
     ("small, math attention", "small", [], True, 0.40),
-    ("small, SDPA", "small", ["--set", "attention_backend=sdpa"], False, 0.40),
+    ("small, SDPA", "small", ["--set", "attention_backend=sdpa"], True, 0.40),
     # large with math attention holds B*H*T^2 score tensors per layer (> 80 GB): fused SDPA only.
     ("large, SDPA", "large", ["--set", "attention_backend=sdpa"], False, 0.55),
 ]
 PEER_GOAL = 1.05  # C++ tokens/s >= 1.05x the Python eager peer on `small`
+SHADOW_GOAL = 0.01  # issue 12: the shadow check costs <= 1% of step time
+SHADOW_OFF = ["--set", "diagnostics.shadow_check_interval=0"]
+COUNT_READS = ["--set", "diagnostics.count_host_reads=true"]
 
 
-def run_cpp(binary, preset, extra, steps, warmup, workdir):
-    out_dir = Path(tempfile.mkdtemp(prefix=f"{preset}-", dir=workdir))
+def run_cpp(binary, preset, extra, steps, warmup, runs_dir):
+    """One C++ run; its log, report, metrics and config stay in runs_dir (not its checkpoints)."""
+    out_dir = Path(tempfile.mkdtemp(prefix=f"{preset}-", dir=runs_dir))
     cmd = [str(binary), "--device", "gpu", "--preset", preset, "--steps", str(steps),
            "--output-dir", str(out_dir), "--overwrite", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
-    (Path(workdir) / f"{out_dir.name}.log").write_text(log)
+    kept = {name: runs_dir / f"{out_dir.name}.{name}" for name in ("log", "report.json", "metrics.jsonl", "config.json")}
+    kept["log"].write_text(" ".join(cmd) + "\n" + log)
+    for name in ("report.json", "metrics.jsonl", "config.json"):
+        if (out_dir / name).exists():
+            shutil.copy(out_dir / name, kept[name])
+    shutil.rmtree(out_dir)
     if proc.returncode not in (0, 1):  # 1: findings; the run itself completed
         return {"error": f"exit {proc.returncode}: {log[-1500:]}"}
-    records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line]
+    records = [json.loads(line) for line in kept["metrics.jsonl"].read_text().splitlines() if line]
     walls = step_wall_times(log)
     timed_walls = [walls[s] for s in walls if s > warmup]
-    tokens = records[-1]["tokens"]
     model = LOG_MODEL.search(log)
-    report = json.loads((out_dir / "report.json").read_text())
+    report = json.loads(kept["report.json"].read_text())
     return {
-        "tokens_per_step": tokens,
-        "tokens_per_s": tokens / statistics.median(timed_walls),
+        "tokens_per_step": records[-1]["tokens"],
+        "tokens_per_s": records[-1]["tokens"] / statistics.median(timed_walls),
         "own_tokens_per_s": statistics.median(r["tokens_per_s"] for r in records if r["step"] > warmup),
         "flops_per_token": float(model.group(2)),
         "parameters": int(model.group(1)),
         "peak_allocated_gib": max(r["memory"]["peak_allocated_bytes"] for r in records) / 2**30,
         "verdict": report.get("verdict", report.get("outcome", "?")),
-        "config": out_dir / "config.json",
+        "host_reads": [r["host_reads"] for r in records if r["step"] > warmup and "host_reads" in r],
+        "config": kept["config.json"],
     }
 
 
@@ -86,12 +96,22 @@ def main():
 
     started = datetime.datetime.now(datetime.timezone.utc)
     peak = measure_peak_gflops(torch.bfloat16, 1, size=8192, seconds=3.0, device="cuda")
-    rows = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for label, preset, extra, peer, goal in CONFIGS:
-            cpp = run_cpp(args.binary, preset, extra, args.steps, args.warmup, workdir)
-            py = run_peer(cpp["config"], args.steps, args.warmup, peak) if peer and "error" not in cpp else None
-            rows.append((label, goal, cpp, py))
+    rows, shadow_rows = [], []
+    # Each run's log, report, metrics and config land in bench-runs/ beside the output.
+    workdir = args.output.parent / "bench-runs"
+    workdir.mkdir(parents=True, exist_ok=True)
+    for label, preset, extra, peer, goal in CONFIGS:
+        cpp = run_cpp(args.binary, preset, extra, args.steps, args.warmup, workdir)
+        py = run_peer(cpp["config"], args.steps, args.warmup, peak) if peer and "error" not in cpp else None
+        rows.append((label, goal, cpp, py))
+        if "SDPA" in label and "error" not in cpp:
+            # The same run without the shadow check: what the check costs on this GPU.
+            off = run_cpp(args.binary, preset, extra + SHADOW_OFF, args.steps, args.warmup, workdir)
+            shadow_rows.append((label, cpp, off))
+    # Blocking device-to-host reads per step, counted by the trainer's own hook (a separate
+    # run: the RecordFunction callback that counts them costs time itself).
+    reads = run_cpp(args.binary, "small", ["--set", "attention_backend=sdpa", *COUNT_READS],
+                    args.steps, args.warmup, workdir)
 
     props = torch.cuda.get_device_properties(0)
     lines = [
@@ -125,6 +145,24 @@ def main():
             f"| {cpp['own_tokens_per_s']:.0f} | {py_cell} | {ratio} | {100 * mfu:.1f}% "
             f"| >= {100 * goal:.0f}% {'met' if mfu >= goal else '**missed**'} "
             f"| {cpp['peak_allocated_gib']:.1f} GiB | {cpp['verdict']} |")
+    lines += ["", "## The shadow check's cost (issue 12: <= 1% of step time)", "",
+              "| configuration | tok/s with the check (every step) | tok/s without | overhead | goal |",
+              "|---|---:|---:|---:|---|"]
+    for label, on, off in shadow_rows:
+        if "error" in off:
+            lines.append(f"| {label} | {on['tokens_per_s']:.0f} | run failed | - | - |")
+            continue
+        overhead = off["tokens_per_s"] / on["tokens_per_s"] - 1.0
+        lines.append(f"| {label} | {on['tokens_per_s']:.0f} | {off['tokens_per_s']:.0f} | {100 * overhead:+.1f}% "
+                     f"| <= {100 * SHADOW_GOAL:.0f}% {'met' if overhead <= SHADOW_GOAL else '**missed**'} |")
+    lines += ["", "## Blocking device-to-host reads per step (goal: 0 in an ordinary step)", ""]
+    if "error" in reads:
+        lines.append(f"- counting run failed: {reads['error'].splitlines()[-1] if reads['error'] else ''}")
+    else:
+        counts = reads["host_reads"]
+        histogram = ", ".join(f"{n} read(s): {counts.count(n)} step(s)" for n in sorted(set(counts)))
+        lines.append(f"- small, SDPA, steps {args.warmup + 1}-{args.steps} with diagnostics at their defaults "
+                     f"(steps that run a periodic check read back its verdict): {histogram}")
     text = "\n".join(lines) + "\n"
     args.output.write_text(text)
     print(text)

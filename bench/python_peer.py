@@ -36,7 +36,7 @@ def resolved_training(config_doc):
     cfg = dict(config_doc.get("training", config_doc))
     unsupported = {
         "position": ("learned", "rotary"), "norm": ("layernorm",), "norm_layout": ("pre",),
-        "activation": ("gelu",), "attention_backend": ("math",), "qk_norm": (False,),
+        "activation": ("gelu",), "attention_backend": ("math", "sdpa"), "qk_norm": (False,),
         "qkv_conv_kernel": (0,), "drop_path": (0.0, 0), "activation_checkpointing": (False,),
         "mixed_precision": ("fp32", "bf16"), "data_path": ("",),
     }
@@ -77,6 +77,7 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = c // self.heads
         self.dropout = cfg["dropout"]
         self.rotary = cfg["position"] == "rotary"
+        self.sdpa = cfg["attention_backend"] == "sdpa"
         self.qkv = nn.Linear(c, 3 * c)
         self.proj = nn.Linear(c, c)
 
@@ -86,6 +87,10 @@ class CausalSelfAttention(nn.Module):
                    for t in self.qkv(x).split(width, -1))
         if self.rotary:
             q, k = apply_rotary(q), apply_rotary(k)
+        if self.sdpa:  # model.cpp sdpa_attention without a padding mask: libtorch picks the kernel
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                               is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         masked = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(masked, -math.inf)

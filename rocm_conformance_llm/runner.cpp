@@ -471,11 +471,14 @@ int run_job(const RunConfig& run, bool overwrite) {
 }
 
 int run_attention_probe(const RunConfig& run) {
+  // stdout is the probe's JSON only: warnings (e.g. the reference BLAS, found on the GPU
+  // machine's wheel) go to the console logger on stderr, before anything can warn.
+  init_logging(0, 1, false);
+  spdlog::set_level(spdlog::level::warn);
   const FaultPlan faults = FaultPlan::parse(run.inject);
   const torch::Device device = resolve_device(run.training.device, 0);
   check_attention_backend(run.training, device.type());
   configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
-  spdlog::set_level(spdlog::level::warn);  // stdout is the probe's JSON only
   Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
   // As at the first step: a fault meant for later steps does not strike a one-shot probe.
   const auto results = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));

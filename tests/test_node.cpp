@@ -262,7 +262,11 @@ TEST(Telemetry, LibraryAbsentIsALoggedSkip) {
   EXPECT_FALSE(telemetry.at("available").get<bool>());
   const auto reason = telemetry.at("reason").get<std::string>();
   EXPECT_NE(reason.find("no-such-libamd_smi.so not found"), std::string::npos) << reason;
+#ifdef RCL_FAKE_SMI
   EXPECT_NE(reason.find("no-such-librocm_smi64.so not found"), std::string::npos) << reason;
+#else  // the ROCm SMI fallback is compiled only with its header (not on the GPU machine's build)
+  EXPECT_NE(reason.find("built without ROCm SMI headers"), std::string::npos) << reason;
+#endif
   EXPECT_FALSE(fs::exists(dir / "out/telemetry.jsonl"));
   // No telemetry: the step lines carry none.
   std::ifstream metrics(dir / "out/metrics.jsonl");
@@ -426,6 +430,23 @@ TEST(Doctor, BadCraftedEnvironmentWarnsAndFailsWithSuggestions) {
   EXPECT_EQ(j.at("counts").at("fail").get<int>() + j.at("counts").at("warn").get<int>() +
                 j.at("counts").at("pass").get<int>(),
             static_cast<int>(checks.size()));
+}
+
+// On a GPU the probes would make the first device allocation, where libtorch throws on a
+// refused allocator configuration (the GPU run's doctor died of SIGSEGV there): not run, said why.
+TEST(Doctor, RefusedAllocatorConfigurationKeepsTheProbesOffTheDevice) {
+  DoctorInputs in;
+  in.device = torch::Device(torch::kCUDA, 0);  // never touched: this host may have no GPU
+  in.env = {{"PYTORCH_HIP_ALLOC_CONF", "bogus:1"}};
+  const auto checks = run_doctor(in);
+  const auto s = statuses(checks);
+  EXPECT_EQ(s.at("allocator_conf"), "fail");
+  for (const auto& c : checks)
+    if (c.name == "fp16_probe" || c.name == "bf16_probe") {
+      EXPECT_EQ(c.status, "warn") << c.name;
+      EXPECT_NE(c.value.find("not run"), std::string::npos) << c.value;
+      EXPECT_EQ(c.suggestion, "fix allocator_conf, then run doctor again");
+    }
 }
 
 TEST(Doctor, SubcommandPrintsLinesAndJsonAndExitsOneOnAFailure) {

@@ -80,8 +80,15 @@ status=0
 if wants test; then
   # Two intra-op threads per test: at 16 tests x 16 threads the float64 gradient sweep took 60-120 s
   # a test (measured on an H100 machine's 16 cores). A whole suite needs a device call of its own.
+  # The rendered-report tests drive chromium, which the GPU machine does not have (no apt): left
+  # out and said so, rather than failed. Every lane with apt installs chromium and runs them.
+  exclude=()
+  if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+    exclude=(-E 'RenderedReport')
+    note "test: RenderedReport tests not run: no chromium on this machine"
+  fi
   OMP_NUM_THREADS=2 stage test 540 ctest --test-dir "$build" -j"$((jobs / 2 > 0 ? jobs / 2 : 1))" --timeout 300 \
-    --output-on-failure || status=1
+    --output-on-failure "${exclude[@]}" || status=1
   sed -n '/tests passed/,$p' "$results/test.log" | tee -a "$summary"
 fi
 if wants main; then stage main 150 main_job || status=1; fi
@@ -91,6 +98,6 @@ if wants faults; then
   tail -n1 "$results/faults.log" | tee -a "$summary"
 fi
 if wants bench; then
-  stage bench 240 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" || status=1
+  stage bench 300 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" || status=1
 fi
 exit "$status"
