@@ -19,18 +19,38 @@ namespace {
 
 constexpr double kBoundFactor = 8.0;  // Hoeffding: P(|e . x| > 8 ||e||) < 2 exp(-32)
 
-// A fixed +-1 vector (bit 40 of a 64-bit multiplicative hash of the index): independent of the
-// data, and no RNG stream is touched, so training draws the same numbers with the check on.
-torch::Tensor signs(int64_t n, const torch::Device& device) {
+// A fixed +-1 vector (bit 40 of a 64-bit multiplicative hash of the index) in `dtype`: independent
+// of the data, and no RNG stream is touched, so training draws the same numbers with the check
+// on. Kept per (length, dtype, device): on a GPU every op the check issues is a kernel launch
+// from the host, which is what the check's cost is made of on a small model.
+torch::Tensor signs(int64_t n, torch::ScalarType dtype, const torch::Device& device) {
+  thread_local std::vector<torch::Tensor> made;
+  for (const auto& t : made)
+    if (t.numel() == n && t.scalar_type() == dtype && t.device() == device) return t;
   const auto idx = torch::arange(n, torch::TensorOptions().dtype(torch::kLong).device(device));
   const auto bit = idx.mul(static_cast<int64_t>(0x9E3779B97F4A7C15ULL)).bitwise_right_shift(40).bitwise_and(1);
-  return bit.mul(-2).add(1).to(torch::kDouble);
+  made.push_back(bit.mul(-2).add(1).to(dtype));
+  return made.back();
 }
 
 double accumulation_roundoff(torch::ScalarType dtype) {
   // PyTorch asks every GEMM for fp32 accumulation (TF32/xf32 off by default).
   return dtype == torch::kDouble ? unit_roundoff(dtype) : unit_roundoff(torch::kFloat);
 }
+
+bool reduced_precision(torch::ScalarType dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
+
+// Norms for the bound (it needs ~1% accuracy, not 16 digits): fp32 sums, or fp64 for fp64 data,
+// returned in fp64.
+torch::Tensor norms(const torch::Tensor& t, int64_t dim) {
+  const auto acc = t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  return at::linalg_vector_norm(t, 2, {dim}, /*keepdim=*/true, acc).to(torch::kDouble);
+}
+
+// The least bound: an fp32 sum of squares underflows to 0 for a row of values below ~1e-19,
+// whose honest error (~1e-15 at most) must not then count as infinitely many bounds; a zero row
+// (a padded or fully dropped-out attention row) has a zero error and a zero bound.
+double bound_floor(torch::ScalarType dtype) { return dtype == torch::kDouble ? 1e-300 : 1e-12; }
 
 torch::Tensor all_finite(const std::vector<torch::Tensor>& inputs) {
   torch::Tensor finite;
@@ -39,41 +59,44 @@ torch::Tensor all_finite(const std::vector<torch::Tensor>& inputs) {
   return finite;
 }
 
-// [mismatch, worst error/bound, relative error]; elements where the bound is not met (NaN
-// included) count only where `judged` (finite inputs that the dtype can represent the result of).
+// [worst error/bound, relative error, 1 if every element was judged]. Elements are judged where
+// `judged` (finite inputs whose true result the dtype can represent); a NaN error makes worst NaN.
 torch::Tensor verdict(const torch::Tensor& diff, const torch::Tensor& bound, const torch::Tensor& reference,
-                      const torch::Tensor& judged) {
-  const auto inf = std::numeric_limits<double>::infinity();
-  const auto mismatch = diff.le(bound).logical_not().logical_and(judged).any();
-  const auto worst = diff.div(bound.clamp_min(1e-300)).nan_to_num(inf, inf, inf).max();
-  const auto relative = diff.norm().div(reference.norm().clamp_min(1e-300)).nan_to_num(inf, inf, inf);
-  return torch::stack({mismatch.to(torch::kDouble), worst, relative});
+                      const torch::Tensor& judged, torch::ScalarType dtype) {
+  const auto worst = at::where(judged, diff.div(bound.clamp_min(bound_floor(dtype))), 0.0).max();
+  const auto relative = diff.norm().div(reference.norm().clamp_min(1e-300));
+  return torch::stack({worst, relative, judged.all().to(torch::kDouble)});
 }
 
-// C = A B (+ bias): see the bound at the top of shadow_check.hpp.
+// C = A B (+ bias): see the bound at the top of shadow_check.hpp. The projection C x of a bf16 or
+// fp16 output is summed in fp32, not copied to fp64 first: flipping signs is exact, and an fp32
+// tree sum of N terms errs by ~log2(N) 2^-24 sqrt(N) ||c_i||, below 1% of the bound's first term
+// 8 u ||c_i|| for N up to 10^6; fp32 and fp64 outputs are projected in fp64.
 torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
                            const torch::Tensor& c, torch::ScalarType dtype) {
-  const auto A = a.to(torch::kDouble), B = b.to(torch::kDouble), C = c.to(torch::kDouble);
-  const auto x = signs(C.size(-1), C.device()).unsqueeze(-1);
-  const auto projected = torch::matmul(C, x);
-  auto reference = torch::matmul(A, torch::matmul(B, x));
+  const auto device = c.device();
+  const int64_t n = c.size(-1);
+  const auto x = signs(n, torch::kDouble, device).unsqueeze(-1);
+  const auto projected = reduced_precision(c.scalar_type())
+                             ? c.mul(signs(n, c.scalar_type(), device)).sum(-1, /*keepdim=*/true, torch::kFloat).to(torch::kDouble)
+                             : torch::matmul(c.to(torch::kDouble), x);
+  auto reference = torch::matmul(a.to(torch::kDouble), torch::matmul(b.to(torch::kDouble), x));
   if (bias.defined()) reference = reference + torch::matmul(bias.to(torch::kDouble), x);
-  const double sqrt_k = std::sqrt(static_cast<double>(A.size(-1)));
-  const auto b_fro = B.square().sum({-2, -1}, /*keepdim=*/true).sqrt();
-  const auto a_rows = A.norm(2, {-1}, true);
-  const auto bound = (C.norm(2, {-1}, true) * unit_roundoff(dtype) +
-                      a_rows * b_fro * (accumulation_roundoff(dtype) * sqrt_k)) *
-                     kBoundFactor;
+  const double sqrt_k = std::sqrt(static_cast<double>(a.size(-1)));
+  const auto b_cols = norms(b, -2);  // [.., 1, N]
+  const auto b_fro = b_cols.norm(2, {-2, -1}, /*keepdim=*/true);
+  const auto a_rows = norms(a, -1);
+  const auto bound = norms(c, -1).mul(unit_roundoff(dtype) * kBoundFactor)
+                         .add(a_rows.mul(b_fro), accumulation_roundoff(dtype) * sqrt_k * kBoundFactor);
   // A row whose true result may exceed the dtype's range (|c_ij| <= ||a_i|| ||b_j||) may honestly
   // overflow (fp16 forward): that is a range effect for the non-finite detectors, not a wrong GEMM.
-  const auto b_cols = B.norm(2, {-2}, true).amax(-1, true);
   const double largest = dtype == torch::kHalf       ? 65504.0
                          : dtype == torch::kBFloat16 ? 3.38e38
                          : dtype == torch::kFloat    ? 3.4e38
                                                      : std::numeric_limits<double>::max();
-  auto judged = (a_rows * b_cols).le(largest);  // false for NaN/Inf inputs too
+  auto judged = a_rows.mul(b_cols.amax(-1, true)).le(largest);  // false for NaN/Inf inputs too
   if (bias.defined()) judged = judged.logical_and(bias.isfinite().all());
-  return verdict((projected - reference).abs(), bound, reference, judged);
+  return verdict((projected - reference).abs(), bound, reference, judged, a.scalar_type());
 }
 
 // LayerNorm over the weight's shape, per element (bound at the top of shadow_check.hpp).
@@ -93,7 +116,7 @@ torch::Tensor layer_norm_verdict(const ShadowOp& op, const torch::Tensor& y) {
                       W.abs() * m2 * (x_hat.abs() + 1) * (accumulation_roundoff(dtype) * std::sqrt(double(d)))) *
                      kBoundFactor;
   const auto diff = (y.to(torch::kDouble).reshape({-1, d}) - reference).abs();
-  return verdict(diff, bound, reference, all_finite(op.inputs));
+  return verdict(diff, bound, reference, all_finite(op.inputs), dtype);
 }
 
 const char* op_name(ShadowOp::Kind kind) {
@@ -198,7 +221,7 @@ ShadowOp variant(const ShadowOp& op, const torch::Device& device, torch::ScalarT
 }
 
 // Runs `op` once more and judges the new result (a host read: only after a mismatch).
-bool wrong_again(const ShadowOp& op) { return shadow_verdict(op, op.rerun())[0].item<double>() != 0; }
+bool wrong_again(const ShadowOp& op) { return shadow_mismatch(shadow_verdict(op, op.rerun())[0].item<double>()); }
 
 }  // namespace
 
@@ -219,6 +242,8 @@ std::string ShadowOp::describe() const {
     if (t.defined()) shapes.push_back(fmt::format("[{}]", fmt::join(t.sizes(), ", ")));
   return fmt::format("{} {} {}", op_name(kind), fmt::join(shapes, " x "), c10::toString(inputs[0].scalar_type()));
 }
+
+bool shadow_mismatch(double worst_error_over_bound) { return !(worst_error_over_bound <= 1.0); }
 
 torch::Tensor shadow_verdict(const ShadowOp& op, const torch::Tensor& output) {
   torch::NoGradGuard no_grad;
@@ -242,8 +267,22 @@ void ShadowCheck::on_step_begin(int64_t /*step*/) { read_verdict(); }
 void ShadowCheck::before_forward(int64_t step, bool first) {
   if (!first || trainer_.replaying() || step == armed_step_ || step % cfg_.shadow_check_interval != 0) return;
   armed_step_ = step;
-  target_ = keys_.empty() ? std::string() : keys_[round_ % static_cast<int64_t>(keys_.size())];
-  ++round_;
+  seen_.clear();
+  if (retry_) {
+    // The last check of this op was not judged (non-finite inputs: a NaN from an earlier layer's
+    // call of it poisons the later ones): its first occurrence now, whose inputs come from other ops.
+    target_ = {*retry_, 0};
+    retry_.reset();
+  } else {
+    // Key-major rotation: every op within keys_.size() steps; its occurrences (layers) in turn.
+    // (The first step knows no ops yet: it checks the first one the forward runs.)
+    if (!keys_.empty()) {
+      const auto n = static_cast<int64_t>(keys_.size());
+      const auto& key = keys_[round_ % n];
+      target_ = {key, (round_ / n) % std::max<int64_t>(1, occurrences_[key])};
+    }
+    ++round_;
+  }
   t_check = this;
   t_open.clear();
   callback_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_op_start, &on_op_end)
@@ -262,18 +301,21 @@ void ShadowCheck::disarm() {
   at::removeCallback(callback_);
   callback_ = 0;
   t_check = nullptr;
-  if (checked_.empty()) return;
-  pending_.emplace(Pending{.step = armed_step_, .key = target_, .ops = std::move(checked_),
-                           .verdicts = DeferredScalars(verdicts_)});
-  checked_.clear();
-  verdicts_.clear();
+  if (!checked_) return;
+  pending_.emplace(Pending{.step = armed_step_, .key = target_.first, .occurrence = target_.second,
+                           .occurrences = occurrences_[target_.first], .op = std::move(*checked_),
+                           .verdict = DeferredScalars({verdict_})});
+  checked_.reset();
+  verdict_ = torch::Tensor();
 }
 
 bool ShadowCheck::wants(const std::string& key) {
   if (ineligible_.count(key)) return false;
   if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) keys_.push_back(key);
-  if (target_.empty()) target_ = key;  // the first step: the first op seen
-  return key == target_;
+  const int64_t occurrence = seen_[key]++;
+  occurrences_[key] = std::max(occurrences_[key], occurrence + 1);
+  if (target_.first.empty()) target_ = {key, 0};  // the first step: the first op seen
+  return key == target_.first && occurrence == target_.second;
 }
 
 void ShadowCheck::ineligible(const std::string& key) {
@@ -282,11 +324,11 @@ void ShadowCheck::ineligible(const std::string& key) {
 }
 
 void ShadowCheck::captured(const ShadowOp& op) {
-  verdicts_.push_back(shadow_verdict(op));
+  verdict_ = shadow_verdict(op);
   // Copies for a re-run if the verdict says mismatch: the optimizer changes the weights in place.
   ShadowOp kept{.kind = op.kind, .eps = op.eps};
   for (const auto& t : op.inputs) kept.inputs.push_back(t.defined() ? t.detach().clone() : t);
-  checked_.push_back(std::move(kept));
+  checked_ = std::move(kept);
 }
 
 void ShadowCheck::finish() { read_verdict(); }
@@ -295,22 +337,22 @@ void ShadowCheck::read_verdict() {
   if (!pending_) return;
   Pending p = std::move(*pending_);
   pending_.reset();
-  const auto v = p.verdicts.get();
-  size_t layer = 0;
-  while (layer < p.ops.size() && v[3 * layer] == 0) ++layer;
-  if (layer == p.ops.size()) return;
-  const double worst = v[3 * layer + 1], relative = v[3 * layer + 2];
+  const auto v = p.verdict.get();
+  const double worst = std::isnan(v[0]) ? std::numeric_limits<double>::infinity() : v[0], relative = v[1];
+  if (!shadow_mismatch(v[0])) {
+    if (v[2] == 0 && p.occurrence > 0) retry_ = p.key;
+    return;
+  }
   // The same op on the same inputs once more (a wrong result again: persistent), in fp32 when
   // it ran in bf16/fp16, and on the CPU when it ran on a GPU (fp16 CPU GEMMs may not exist).
-  const auto& op = p.ops[layer];
+  const auto& op = p.op;
   const auto device = op.inputs[0].device();
   const auto dtype = op.inputs[0].scalar_type();
   // Classified and capped like every re-run anomaly (rerun.hpp): a persistent or a repeated
   // transient wrong result fails; a one-off transient warns.
   RerunOutcome outcome{.reproducible = wrong_again(op)};
   if (outcome.reproducible) {
-    const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
-    outcome.also_in_fp32 = reduced ? wrong_again(variant(op, device, torch::kFloat)) : true;
+    outcome.also_in_fp32 = reduced_precision(dtype) ? wrong_again(variant(op, device, torch::kFloat)) : true;
     if (!device.is_cpu())
       outcome.also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
   }
@@ -318,8 +360,8 @@ void ShadowCheck::read_verdict() {
             .step = p.step, .rank = trainer_.sync().rank(),
             .message = fmt::format("{} (occurrence {} of {} in the forward) at step {}: error {:.3g}x its float64 "
                                    "bound (relative error {:.3g})",
-                                   p.key, layer, p.ops.size(), p.step, worst, relative),
-            .evidence = {{"op", p.key}, {"occurrence", layer}, {"worst_error_over_bound", json_number(worst)},
+                                   p.key, p.occurrence, p.occurrences, p.step, worst, relative),
+            .evidence = {{"op", p.key}, {"occurrence", p.occurrence}, {"worst_error_over_bound", json_number(worst)},
                          {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
                          {"reproducible", outcome.reproducible}}};
   transients_.apply(f, outcome);
