@@ -121,6 +121,8 @@ struct ConfigField {
   X(double, step_time_cv_warn, 0.5, above(0), "coefficient of variation of steady-state step time")      \
   X(double, slowdown_ratio_warn, 1.5, above(1), "late window median / post-warm-up median")              \
   X(double, first_step_ratio_warn, 50.0, above(1), "first step / steady-state median")                   \
+  X(double, first_step_excess_warn_s, 5.0, at_least(0),                                            \
+    "a slow first step warns only when it also costs this many seconds more than a steady one")           \
   X(double, memory_slope_bytes_per_step_warn, 1 << 20, above(0), "memory growth per step that warns")    \
   X(double, fragmentation_ratio_warn, 0.5, within(0, 1, false), "(reserved - allocated) / reserved")     \
   X(int64_t, gemm_canary_interval, 100, at_least(0), "steps between GEMM shape canaries (0 = off)")      \
