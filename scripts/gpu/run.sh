@@ -78,8 +78,9 @@ export -f build_project main_job
 note "stages: ${stages[*]}; results in $results"
 machine_facts >"$results/machine.txt" 2>&1
 cat "$results/machine.txt"
-# Later stages build first when the binary is missing (each device call may start on a bare machine).
-if wants build || [[ ! -x "$binary" ]]; then
+# Later stages build first when the binary is missing (each device call may start on a bare
+# machine); the test stage always does (an earlier call may have built the binary alone).
+if wants build || wants test || [[ ! -x "$binary" ]]; then
   stage build 360 build_project || { note "build failed: later stages skipped"; exit 1; }
 fi
 status=0
