@@ -78,8 +78,9 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
 // checkpoint), steps S+1..S+k run unpublished, the state is reloaded (the resume loader) and the
 // same steps run again, for real: the two loss sequences must match (bitwise under
 // deterministic algorithms: pytorch/pytorch#196164, ROCm/rocBLAS#1459). Training continues from
-// the second run, so a healthy run logs the losses it would have logged without the check. At the same point: the RNG-restore check, the
-// cross-rank dropout-mask check (several ranks) and memory back to its level after the reload.
+// the second run, so a healthy run logs the losses it would have logged without the check. At
+// the same point: the RNG-restore check, the cross-rank dropout-mask check (several ranks) and
+// memory back to its level after the reload.
 class ReplayCheck final : public Detector {
  public:
   // `faults`: rng-skew skews the restored generator (nullptr: no faults). The saved state goes to

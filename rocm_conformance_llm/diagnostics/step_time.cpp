@@ -117,12 +117,13 @@ void StepTimeDetector::finish() {
                      {"max_s", *std::max_element(steady_s_.begin(), steady_s_.end())},
                      {"steps", steady_s_.size()}}});
 
-  const double first_ratio = *first_step_s_ / stats::median(steady_s_);
+  const double steady_median = stats::median(steady_s_);
+  const double first_ratio = *first_step_s_ / steady_median;
   const double info_ratio = cfg_.first_step_ratio_warn / 5.0;
   // A ratio alone blames healthy GPUs: on the H100 the first smoke/small step (context, BLAS
   // handles, module loading) took 0.2-0.3 s against a steady 3-5 ms, 68-91x. A kernel search
   // without a perf database costs tens of seconds: the warning also needs the excess in seconds.
-  const double first_excess_s = *first_step_s_ - stats::median(steady_s_);
+  const double first_excess_s = *first_step_s_ - steady_median;
   const bool warn = first_ratio >= cfg_.first_step_ratio_warn && first_excess_s >= cfg_.first_step_excess_warn_s;
   if (first_ratio >= info_ratio)
     report(Finding{
@@ -133,7 +134,7 @@ void StepTimeDetector::finish() {
                                "search / compilation (MIOpen Find without a perf database?)",
                                first_ratio),
         .evidence = {{"ratio", first_ratio}, {"first_step_s", *first_step_s_},
-                     {"steady_median_s", stats::median(steady_s_)},
+                     {"steady_median_s", steady_median},
                      {"warn_ratio", cfg_.first_step_ratio_warn}, {"info_ratio", info_ratio},
                      {"warn_excess_s", cfg_.first_step_excess_warn_s}}});
 }

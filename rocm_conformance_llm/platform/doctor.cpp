@@ -276,7 +276,8 @@ std::vector<DoctorCheck> run_doctor(const DoctorInputs& in) {
   // A refused allocator configuration is thrown at the first device allocation, which the
   // probes would make: on the H100 machine (PyTorch 2.11 wheel) `doctor` died of SIGSEGV there
   // instead of reporting. Then the device probes are not run, and the report says why.
-  const bool allocator_refused = check_alloc_conf(in).status == "fail" && in.device.is_cuda();
+  const DoctorCheck alloc_conf = check_alloc_conf(in);
+  const bool allocator_refused = alloc_conf.status == "fail" && in.device.is_cuda();
   const auto device_probe = [allocator_refused](const char* name, torch::ScalarType dtype) -> Check {
     return [=](const DoctorInputs& i) {
       if (allocator_refused)
@@ -288,7 +289,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorInputs& in) {
   const std::vector<Check> checks = {
       check_libtorch, check_hip_runtime, check_visible_devices, check_gpu_arch, check_pytorch_rocm_arch,
       device_probe("fp16_probe", torch::kHalf), device_probe("bf16_probe", torch::kBFloat16),
-      check_alloc_conf, check_blas, check_tunableop, check_miopen, check_sdma, check_serialization,
+      [&alloc_conf](const DoctorInputs&) { return alloc_conf; }, check_blas, check_tunableop, check_miopen, check_sdma, check_serialization,
       check_collectives_env, check_kernel_cmdline};
   std::vector<DoctorCheck> out;
   for (const auto& check : checks) out.push_back(check(in));
