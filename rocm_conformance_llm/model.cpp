@@ -170,6 +170,20 @@ torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, con
 #endif
 }
 
+std::string sdpa_kernel_choice(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& allowed, double dropout) {
+#ifdef RCL_HAVE_SDPA
+  // at::SDPBackend's values, the same from 2.0 on (cudnn and overrideable came later).
+  static const char* const kNames[] = {"math", "flash", "mem_efficient", "cudnn", "overrideable"};
+  const int64_t choice = allowed.defined() ? at::_fused_sdp_choice(q, k, v, allowed, dropout, /*is_causal=*/false)
+                                           : at::_fused_sdp_choice(q, k, v, {}, dropout, /*is_causal=*/true);
+  return choice >= 0 && choice < int64_t(std::size(kNames)) ? kNames[choice] : "none";
+#else
+  (void)q, (void)k, (void)v, (void)allowed, (void)dropout;
+  throw ConfigError("SDPA needs libtorch >= 2.0 (this build has " + torch_version_text() + ")");
+#endif
+}
+
 torch::Tensor strided_view_of(const torch::Tensor& v) {
   constexpr int64_t kRowGap = 8;
   return at::constant_pad_nd(v, {0, kRowGap}).narrow(-1, 0, v.size(-1));
@@ -297,19 +311,27 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return proj(y);
 }
 
+torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) const {
+  const int64_t seq = q.size(2);
+  if (self_only_) return torch::eye(seq, torch::TensorOptions().dtype(torch::kBool).device(q.device()));
+  if (pad_fraction_ > 0.0) return padded_causal_mask(q.size(0), seq, pad_fraction_, q.device());
+  return {};
+}
+
 torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k,
                                               const torch::Tensor& v) {
   const double dropout = is_training() ? dropout_ : 0.0;
+  auto allowed = allowed_keys(q);
+  if (calls_sdpa()) return sdpa_attention(q, k, v, allowed, dropout);
   const int64_t seq = q.size(2);
-  const auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(q.device());
-  torch::Tensor allowed;  // undefined: causal only
-  if (self_only_)
-    allowed = torch::eye(seq, bool_opts);
-  else if (pad_fraction_ > 0.0)
-    allowed = padded_causal_mask(q.size(0), seq, pad_fraction_, q.device());
-  if (backend_ != "math" && !self_only_) return sdpa_attention(q, k, v, allowed, dropout);
-  if (!allowed.defined()) allowed = torch::ones({seq, seq}, bool_opts).tril();
+  if (!allowed.defined()) allowed = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
   return explicit_attention(q, k, v, allowed, dropout, is_training());
+}
+
+std::string CausalSelfAttentionImpl::training_kernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                     const torch::Tensor& v) const {
+  if (!calls_sdpa()) return "explicit";
+  return sdpa_kernel_choice(q, k, strided_v_ ? strided_view_of(v) : v, allowed_keys(q), dropout_);
 }
 
 // --- MLP ---

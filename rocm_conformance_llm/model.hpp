@@ -81,6 +81,11 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
 // causal (is_causal). ConfigError without SDPA.
 torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& allowed, double dropout = 0.0);
+// The kernel sdpa_attention would run for these inputs with the kernels enabled now, as
+// libtorch's dispatcher picks it (at::_fused_sdp_choice): "flash", "mem_efficient", "cudnn",
+// "overrideable", "math" (no fused kernel takes the call) or "none". ConfigError without SDPA.
+std::string sdpa_kernel_choice(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& allowed, double dropout);
 // The same values as `v` [.., T, D], as a strided view whose rows are D + 8 elements apart
 // (last dimension still contiguous, as the fused kernels require): fused kernels that assumed
 // V's row stride gave wrong results (ROCm/pytorch#3230).
@@ -111,12 +116,17 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // [B,T,C] -> [B,T,C]
   // The next forward stores its Q, K, V in `out` (the attention parity probe's inputs).
   void capture_next(AttentionInputs* out) { capture_ = out; }
+  // The kernel a training call with these Q, K, V would run on (sdpa_kernel_choice, with this
+  // layer's mask, dropout and V layout), or "explicit" where the layer does not call SDPA.
+  std::string training_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
 
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
 
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  bool calls_sdpa() const { return backend_ != "math" && !self_only_; }
+  torch::Tensor allowed_keys(const torch::Tensor& q) const;  // undefined: causal only
 
   int64_t num_heads_;
   int64_t head_dim_;

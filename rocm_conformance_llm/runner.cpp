@@ -481,8 +481,8 @@ int run_attention_probe(const RunConfig& run) {
   configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
   Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
   // As at the first step: a fault meant for later steps does not strike a one-shot probe.
-  const auto results = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));
-  const nlohmann::json report = attention_probe_report(trainer, results);
+  const auto probe = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));
+  const nlohmann::json report = attention_probe_report(trainer, probe);
   std::cout << report.dump(2) << "\n";
   return report.at("passed").get<bool>() ? kExitClean : kExitFailFinding;
 }

@@ -260,6 +260,7 @@ TEST(ProbeCommand, PrintsJsonAndExitsZeroCleanOneOnAMismatchTwoOnBadInput) {
   EXPECT_TRUE(report.at("passed").get<bool>());
   EXPECT_EQ(report.at("backends").size(), attention_probe_backends().size());
   EXPECT_EQ(report.at("results").size(), attention_probe_backends().size() * 12);
+  EXPECT_EQ(report.at("training_kernel"), "explicit");  // the smoke preset trains on the explicit path
 
   const auto broken = run_cli(common + " --inject attention-mask-corrupt");
   ASSERT_EQ(broken.exit_code, 1) << broken.err;
@@ -273,6 +274,30 @@ TEST(ProbeCommand, PrintsJsonAndExitsZeroCleanOneOnAMismatchTwoOnBadInput) {
     const auto usage = run_cli(args);
     EXPECT_EQ(usage.exit_code, 2) << args << ": " << usage.err;
     EXPECT_NE(usage.err.find("error:"), std::string::npos) << args;
+  }
+}
+
+// The kernel a training call runs on, as libtorch's dispatcher picks it: a pinned backend is
+// obeyed (what the run validates and pays for), and the probe reports the training call's.
+TEST(SdpaKernelChoice, FollowsTheEnabledKernelsAndTheProbeReportsTheTrainingCalls) {
+  RCL_REQUIRE_SDPA();
+  const auto x = torch::randn({2, 2, 16, 8});
+  const auto mask = padded_causal_mask(2, 16, 0.25, torch::Device(torch::kCPU));
+  {
+    SdpaBackendScope math("sdpa_math");
+    EXPECT_EQ(sdpa_kernel_choice(x, x, x, mask, 0.0), "math");
+    EXPECT_EQ(sdpa_kernel_choice(x, x, x, torch::Tensor(), 0.0), "math");
+  }
+  {
+    SdpaBackendScope flash("sdpa_flash");  // CPU flash takes fp32 and masks
+    EXPECT_EQ(sdpa_kernel_choice(x, x, x, mask, 0.0), "flash");
+  }
+  const std::string probe = "probe attention --preset smoke --device cpu --set num_threads=1 "
+                            "--set attention_probe_seq_len=64 --set attention_backend=";
+  for (const auto& [backend, kernel] : {std::pair{"sdpa_math", "math"}, std::pair{"sdpa_flash", "flash"}}) {
+    const auto r = run_cli(probe + backend);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("training_kernel"), kernel) << backend;
   }
 }
 

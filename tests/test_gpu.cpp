@@ -123,14 +123,16 @@ TEST(GpuCanary, DeviceGemmsPassCleanAndTheInjectedCorruptionIsCaught) {
     EXPECT_EQ(f.at("signature").get<std::string>().rfind("gemm_", 0), std::string::npos) << f.dump();
 
   const auto broken_dir = fresh_dir("gpu", "canary-broken");
-  EXPECT_EQ(run_cli(args + broken_dir.string() + " --inject gemm-corrupt").exit_code, 1);
+  const auto broken = run_cli(args + broken_dir.string() + " --inject gemm-corrupt");
+  EXPECT_EQ(broken.exit_code, 1) << broken.err;
+  const json findings = json::parse(read_text(broken_dir / "report.json")).at("findings");
   bool caught = false;
-  for (const auto& f : json::parse(read_text(broken_dir / "report.json")).at("findings"))
+  for (const auto& f : findings)
     if (f.at("signature") == "gemm_wrong_result") {
       caught = true;
       EXPECT_EQ(f.at("evidence").at("device"), "cuda:0") << f.dump();
     }
-  EXPECT_TRUE(caught);
+  EXPECT_TRUE(caught) << findings.dump(1) << "\n" << broken.err;
 }
 
 }  // namespace

@@ -175,16 +175,22 @@ AttentionProbeOptions AttentionProbeOptions::from(const TrainingConfig& cfg, boo
           .corrupt_masked = corrupt_masked};
 }
 
-std::vector<AttentionProbeResult> probe_trainer_attention(Trainer& trainer, bool corrupt_masked) {
-  const AttentionInputs inputs = capture_attention_inputs(trainer.model(), trainer.data().train_batch(0).inputs);
-  return probe_attention(inputs, trainer.ctx().device, AttentionProbeOptions::from(trainer.ctx().cfg, corrupt_masked));
+TrainerAttentionProbe probe_trainer_attention(Trainer& trainer, bool corrupt_masked) {
+  const TrainingConfig& c = trainer.ctx().cfg;
+  const AttentionInputs in = capture_attention_inputs(trainer.model(), trainer.data().train_batch(0).inputs);
+  // Captured in fp32; the training call sees them in autocast's dtype.
+  const auto autocast = autocast_for(c.mixed_precision);
+  const auto dtype = autocast.enabled ? autocast.dtype : torch::kFloat;
+  return {.results = probe_attention(in, trainer.ctx().device, AttentionProbeOptions::from(c, corrupt_masked)),
+          .training_kernel = trainer.model()->blocks().at(0)->attn->training_kernel(in.q.to(dtype), in.k.to(dtype),
+                                                                                      in.v.to(dtype))};
 }
 
-nlohmann::json attention_probe_report(Trainer& trainer, const std::vector<AttentionProbeResult>& results) {
+nlohmann::json attention_probe_report(Trainer& trainer, const TrainerAttentionProbe& probe) {
   const TrainingConfig& c = trainer.ctx().cfg;
   nlohmann::json rows = nlohmann::json::array();
   int64_t mismatches = 0;
-  for (const auto& r : results) {
+  for (const auto& r : probe.results) {
     rows.push_back(r.to_json());
     mismatches += r.passed() ? 0 : 1;
   }
@@ -194,6 +200,7 @@ nlohmann::json attention_probe_report(Trainer& trainer, const std::vector<Attent
           {"seq_len", std::max(c.attention_probe_seq_len, c.seq_len)},
           {"pad_fraction", AttentionProbeOptions::from(c, false).pad_fraction},
           {"backends", attention_probe_backends()},
+          {"training_kernel", probe.training_kernel},
           {"results", std::move(rows)},
           {"mismatches", mismatches},
           {"passed", mismatches == 0}};
@@ -216,12 +223,12 @@ void AttentionProbeCheck::probe(int64_t step, int rank) {
   const torch::Device& device = trainer_.ctx().device;
   const bool corrupt = faults_ && faults_->fires(FaultKind::attention_mask_corrupt, step, rank);
   const int64_t seq = std::max(c.attention_probe_seq_len, c.seq_len);
-  const auto results = probe_trainer_attention(trainer_, corrupt);
+  const auto [results, training_kernel] = probe_trainer_attention(trainer_, corrupt);
   const auto supported = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.supported; });
   const auto outside = std::count_if(results.begin(), results.end(), [](const auto& r) { return !r.passed(); });
   spdlog::info("attention probe at step {}: {} backend/dtype/mask/layout cases run ({} without a kernel here), {} "
-               "outside their bound",
-               step, supported, int64_t(results.size()) - supported, outside);
+               "outside their bound; training attention runs on the {} kernel",
+               step, supported, int64_t(results.size()) - supported, outside, training_kernel);
   for (const auto& r : results) {
     if (r.passed() || !reported_.insert(r.describe()).second) continue;
     nlohmann::json evidence = r.to_json();

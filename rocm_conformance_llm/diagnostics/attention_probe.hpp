@@ -85,12 +85,19 @@ std::vector<AttentionProbeResult> probe_attention(const AttentionInputs& inputs,
                                                   const AttentionProbeOptions& options);
 
 // The probe on the trainer's model: block 0's inputs for the first training batch (a fixed
-// batch, so probes differ only by the weights).
-std::vector<AttentionProbeResult> probe_trainer_attention(Trainer& trainer, bool corrupt_masked);
+// batch, so probes differ only by the weights), and the kernel libtorch serves the training
+// call with: which fused kernel (AOTriton/CK on ROCm) a run validates and pays for, or "math"
+// when none takes the call (its cost is the explicit path's).
+struct TrainerAttentionProbe {
+  std::vector<AttentionProbeResult> results;
+  std::string training_kernel;  // CausalSelfAttentionImpl::training_kernel in the run's precision
+};
+TrainerAttentionProbe probe_trainer_attention(Trainer& trainer, bool corrupt_masked);
 
 // `rocm-conformance-llm probe attention`: {"probe", "device", "libtorch", "seq_len",
-// "pad_fraction", "backends", "results": [AttentionProbeResult::to_json], "mismatches", "passed"}.
-nlohmann::json attention_probe_report(Trainer& trainer, const std::vector<AttentionProbeResult>& results);
+// "pad_fraction", "backends", "training_kernel", "results": [AttentionProbeResult::to_json],
+// "mismatches", "passed"}.
+nlohmann::json attention_probe_report(Trainer& trainer, const TrainerAttentionProbe& probe);
 
 // Loop-side: the probe at start-up (preflight) and every training.attention_probe_interval
 // steps, on block 0's inputs for a validation batch; a mismatch is a fail finding

@@ -72,7 +72,13 @@ MemorySample sample_memory(const torch::Device& device) {
   if (!device.is_cuda()) return m;
 #ifdef RCL_HAVE_ACCELERATOR_STATS
   // The caching allocator's own books: what tensors hold vs what it holds from ROCr.
-  const auto stats = at::accelerator::getDeviceStats(device.index());
+  decltype(at::accelerator::getDeviceStats(device.index())) stats;  // zero-initialised Stat counters
+  try {
+    stats = at::accelerator::getDeviceStats(device.index());
+  } catch (const c10::Error&) {
+    // Before the first allocation on the device the allocator has no books for it ("Invalid
+    // device argument", seen on an H100 with libtorch 2.11): nothing is held yet, all zeros.
+  }
   constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   m.allocated_bytes = stats.allocated_bytes[all].current;
   m.reserved_bytes = stats.reserved_bytes[all].current;
