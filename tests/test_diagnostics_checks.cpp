@@ -426,6 +426,8 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_DOUBLE_EQ(a["requested_bytes"].get<double>(), 432.0 * 1024 * 1024);
   EXPECT_NEAR(a["reserved_unallocated_bytes"].get<double>(), 321.96 * 1024 * 1024, 1.0);
   EXPECT_EQ(a["fragmentation_suspected"], false);
+  EXPECT_EQ(a["own_tensors_fill_device"], false);  // 8.08 of 15.92 GiB: room the allocator did not find
+  EXPECT_FALSE(f.classification.has_value());
   EXPECT_EQ(f.message.find('\n'), std::string::npos) << "one line";
 
   // pytorch#175431's shape: a small request failing while GiBs sit reserved but unallocated.
@@ -435,7 +437,29 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
       "unallocated.",
       12, 0, "backward", std::nullopt);
   EXPECT_EQ(frag.evidence["allocator_message"]["fragmentation_suspected"], true);
+  EXPECT_EQ(frag.evidence["allocator_message"]["own_tensors_fill_device"], false);
+  EXPECT_FALSE(frag.classification.has_value());
   EXPECT_FALSE(frag.evidence.contains("last_memory"));
+
+  // The run's own tensors fill the device (the H100's `--stress gemm,memory,fusion` on `small`):
+  // a configuration that does not fit, not an allocator fault; the same request with most of the
+  // device held elsewhere (another process) stays unclassified.
+  const std::string full_device =
+      "CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 5.65 GiB "
+      "is free. Including non-PyTorch memory, this process has 73.52 GiB memory in use. Of the allocated memory "
+      "72.81 GiB is allocated by PyTorch, and 52.82 MiB is reserved by PyTorch but unallocated.";
+  const auto too_big = crash_finding(full_device, 1, 0, "forward", std::nullopt);
+  EXPECT_EQ(too_big.classification, Classification::configuration);
+  EXPECT_EQ(action_of(too_big), Action::check_config);
+  EXPECT_NE(too_big.message.find("configuration does not fit"), std::string::npos) << too_big.message;
+  EXPECT_NEAR(too_big.evidence["allocator_message"]["capacity_bytes"].get<double>(), 79.18 * (1 << 30), 1.0);
+  const auto crowded = crash_finding(
+      "HIP out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 1.00 GiB is "
+      "free. Of the allocated memory 20.00 GiB is allocated by PyTorch, and 52.82 MiB is reserved by PyTorch but "
+      "unallocated.",
+      1, 0, "forward", std::nullopt);
+  EXPECT_EQ(crowded.evidence["allocator_message"]["own_tensors_fill_device"], false);
+  EXPECT_FALSE(crowded.classification.has_value());
 
   const auto cpu = crash_finding(kCases[9].message, 2, 0, "forward", std::nullopt);
   EXPECT_DOUBLE_EQ(cpu.evidence["allocator_message"]["requested_bytes"].get<double>(), 1099511627776.0);

@@ -64,21 +64,32 @@ std::optional<double> size_after(const std::string& text, const std::regex& re) 
   return value * scale;
 }
 
+constexpr double kOwnTensorsFillShare = 0.9;
+
 nlohmann::json oom_evidence(const std::string& message) {
   static const std::regex requested(R"(Tried to allocate ([0-9.]+) (GiB|MiB|KiB|bytes|B))");
   static const std::regex requested_cpu(R"(you tried to allocate ([0-9]+) (bytes))");
   static const std::regex unallocated(R"(([0-9.]+) (GiB|MiB|KiB|bytes|B) is reserved by PyTorch but unallocated)");
   static const std::regex allocated(R"(([0-9.]+) (GiB|MiB|KiB|bytes|B) is allocated by PyTorch)");
+  static const std::regex capacity(R"(total capacity of ([0-9.]+) (GiB|MiB|KiB|bytes|B))");
   nlohmann::json e = nlohmann::json::object();
   auto req = size_after(message, requested);
   if (!req) req = size_after(message, requested_cpu);
   const auto gap = size_after(message, unallocated);
   const auto alloc = size_after(message, allocated);
+  const auto total = size_after(message, capacity);
   if (req) e["requested_bytes"] = *req;
   if (gap) e["reserved_unallocated_bytes"] = *gap;
   if (alloc) e["allocated_by_pytorch_bytes"] = *alloc;
+  if (total) e["capacity_bytes"] = *total;
   // pytorch#175431: a 2 MiB request failing with GiBs reserved but unallocated.
-  if (req && gap) e["fragmentation_suspected"] = *gap > *req;
+  const bool fragmented = req && gap && *gap > *req;
+  if (req && gap) e["fragmentation_suspected"] = fragmented;
+  // The run's own live tensors fill the device, not a cache beside them: the job does not fit,
+  // which is the configuration's doing, not the allocator's. Seen on an H100: `--stress
+  // gemm,memory,fusion` on `small` held 72.8 of 79.2 GiB in tensors at its first step.
+  if (alloc && total && *total > 0)
+    e["own_tensors_fill_device"] = !fragmented && *alloc >= kOwnTensorsFillShare * *total;
   return e;
 }
 
@@ -102,7 +113,14 @@ Finding crash_finding(std::string_view message, int64_t step, int rank, const st
             .step = step, .rank = rank,
             .message = "run died in '" + phase + "': " + first_line,
             .evidence = {{"phase", phase}, {"exception", full.substr(0, 4000)}}};
-  if (c.signature == "out_of_memory") f.evidence["allocator_message"] = oom_evidence(full);
+  if (c.signature == "out_of_memory") {
+    f.evidence["allocator_message"] = oom_evidence(full);
+    if (f.evidence["allocator_message"].value("own_tensors_fill_device", false)) {
+      f.classification = Classification::configuration;
+      f.message += " [the run's own tensors fill the device: the configuration does not fit; lower batch_size, "
+                   "seq_len or the model's size]";
+    }
+  }
   if (last_memory) f.evidence["last_memory"] = memory_to_json(*last_memory);
   return f;
 }
