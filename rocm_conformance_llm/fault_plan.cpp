@@ -43,6 +43,7 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::logits_nan_once, "logits-nan-once", true, FaultValue::none},
     FaultTraits{FaultKind::logits_nan, "logits-nan", false, FaultValue::none},
     FaultTraits{FaultKind::slow_collective, "slow-collective", true, FaultValue::seconds},
+    FaultTraits{FaultKind::gemm_corrupt_once, "gemm-corrupt-once", true, FaultValue::none},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -174,15 +175,17 @@ auto order_key(const FaultSpec& s) { return std::tuple(s.kind, s.step.value_or(0
 std::string fault_name(FaultKind kind) { return traits(kind).name; }
 
 std::string fault_syntax_help() {
-  std::string names;
-  for (const auto& t : kFaults) names += (names.empty() ? "" : ", ") + std::string(t.name);
+  std::string names, with_step;
+  for (const auto& t : kFaults) {
+    names += (names.empty() ? "" : ", ") + std::string(t.name);
+    if (t.needs_step) with_step += (with_step.empty() ? "" : ", ") + std::string(t.name);
+  }
   return "Known faults: " + names +
          ". Syntax: NAME[=VALUE][@step=N][@rank=R], comma-separated, e.g. nan@step=20, "
          "grad-bitflip@step=30, loss-spike@step=25, slow-step@step=15=0.5, memory-leak=8MiB/step, "
-         "rng-skew@rank=1, hang@step=40, gemm-corrupt, attention-mask-corrupt, rank-stop@phase=grad_sync@rank=1, "
-         "logits-nan-once@step=12, logits-nan@step=12, "
-         "slow-collective=3@step=30 (nan, grad-bitflip, loss-spike, hang, logits-nan-once and slow-collective "
-         "need @step; rank-stop needs @phase)";
+         "rng-skew@rank=1, hang@step=40, gemm-corrupt, gemm-corrupt-once@step=5, attention-mask-corrupt, "
+         "rank-stop@phase=grad_sync@rank=1, logits-nan-once@step=12, logits-nan@step=12, "
+         "slow-collective=3@step=30 (" + with_step + " need @step; rank-stop needs @phase)";
 }
 
 std::string FaultSpec::to_string() const {

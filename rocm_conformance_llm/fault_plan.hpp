@@ -22,7 +22,9 @@
 //                          (seen where replay checks run: replay_check_interval > 0, rng mode)
 //   hang@step=N            the rank stops in the forward of step N (the watchdog must fire)
 //   gemm-corrupt[@step=N]  from step N, one GEMM canary shape's result is corrupted (seen at
-//                          canary steps: every diagnostics.gemm_canary_interval)
+//                          canary steps: every diagnostics.gemm_canary_interval), re-runs included:
+//                          a persistent fault
+//   gemm-corrupt-once@step=N  the same at the canary of step N, its re-run spared: a transient fault
 //   attention-mask-corrupt[@step=N]  from step N, the attention parity probe's masked outputs of
 //                          one backend (the last that serves a mask here) come out wrong (seen at
 //                          probe steps: every training.attention_probe_interval)
@@ -64,6 +66,7 @@ enum class FaultKind : uint8_t {
   logits_nan_once,
   logits_nan,
   slow_collective,
+  gemm_corrupt_once,
   count,  // not a fault: the number of kinds (fault_plan.cpp checks its table against it)
 };
 

@@ -73,7 +73,7 @@ TEST_P(GemmCanaryDtypes, CleanDeviceIsSilentAndCorruptionFires) {
   }
   EXPECT_EQ(log.size(), 0u);
 
-  const auto results = canary.run(50, 1, log, /*corrupt=*/true);
+  const auto results = canary.run(50, 1, log, CanaryFault::persistent);
   EXPECT_FALSE(results[0].passed());
   for (size_t i = 1; i < results.size(); ++i) EXPECT_TRUE(results[i].passed()) << results[i].shape.to_string();
   const auto findings = log.snapshot();
@@ -85,9 +85,37 @@ TEST_P(GemmCanaryDtypes, CleanDeviceIsSilentAndCorruptionFires) {
   EXPECT_EQ(findings[0].rank, 1);
   EXPECT_EQ(findings[0].evidence["shape"]["label"], "qkv_proj");
   EXPECT_EQ(findings[0].evidence["injected_fault"], true);
+  // Wrong again when run again, and in float32 too: the library's result, persistent.
+  EXPECT_EQ(findings[0].reproducible, true);
+  EXPECT_EQ(findings[0].classification, Classification::persistent);
+  EXPECT_EQ(action_of(findings[0]), Action::isolate_node);
 
-  canary.run(75, 1, log, /*corrupt=*/true);
+  canary.run(75, 1, log, CanaryFault::persistent);
   EXPECT_EQ(log.size(), 1u) << "the same bad shape is reported once";
+}
+
+// A wrong result its re-run does not repeat is transient: a warn with action rerun; a second
+// one in the same run is intermittent: fail, isolate the node.
+TEST(GemmCanary, AOneOffWrongResultIsTransientAndASecondFails) {
+  GemmCanary canary(canary_shapes(torch::kFloat), kCpu);
+  FindingLog log;
+  canary.run(5, 0, log, CanaryFault::once);
+  ASSERT_EQ(log.size(), 1u);
+  const Finding first = log.snapshot()[0];
+  EXPECT_EQ(first.signature, "gemm_wrong_result");
+  EXPECT_EQ(first.severity, Severity::warn);
+  EXPECT_EQ(first.classification, Classification::transient);
+  EXPECT_EQ(first.reproducible, false);
+  EXPECT_EQ(action_of(first), Action::rerun);
+
+  canary.run(10, 0, log, CanaryFault::none);
+  EXPECT_EQ(log.size(), 1u) << "a clean canary adds nothing";
+  canary.run(15, 0, log, CanaryFault::once);
+  ASSERT_EQ(log.size(), 2u);
+  const Finding second = log.snapshot()[1];
+  EXPECT_EQ(second.severity, Severity::fail);
+  EXPECT_EQ(second.classification, Classification::transient);
+  EXPECT_EQ(action_of(second), Action::isolate_node);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GemmCanaryDtypes, ::testing::Values(torch::kFloat, torch::kBFloat16));

@@ -174,7 +174,11 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"dropout_mask_not_reproducible", kRocrand, 10, "fail"}, {"replay_mismatch", kRocrand, 11, "fail"}},
                   1, "FAIL"},
         FaultCase{"gemm_corrupt", "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt",
-                  {{"gemm_wrong_result", kRocblas, 5, "fail"}}, 1, "FAIL"},
+                  {{"gemm_wrong_result", kRocblas, 5, "fail", "", "", "persistent", "isolate_node"}}, 1, "FAIL"},
+        // The canary's re-run of the shape is right: transient, a warn, re-run the job.
+        FaultCase{"gemm_corrupt_once",
+                  "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt-once@step=5",
+                  {{"gemm_wrong_result", kRocblas, 5, "warn", "", "", "transient", "rerun"}}, 0, "WARN"},
         // One backend's masked outputs come out wrong at the probe of step 4 (the start-up probe,
         // step 0, is before the fault): the explicit math path on 1.13, a fused one on 2.x.
         FaultCase{"attention_mask_corrupt",

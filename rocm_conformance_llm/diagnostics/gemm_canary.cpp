@@ -26,6 +26,12 @@ std::string dtype_name(torch::ScalarType dtype) {
   }
 }
 
+torch::Tensor product(const CanaryShape& s, const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::mm(s.transpose_a ? a.t() : a, s.transpose_b ? b.t() : b);
+}
+
+void drop_last_row(torch::Tensor& out, const CanaryShape& s) { out.narrow(0, s.m - 1, 1).zero_(); }
+
 nlohmann::json shape_json(const CanaryShape& s) {
   return {{"label", s.label}, {"m", s.m}, {"n", s.n}, {"k", s.k},
           {"transpose_a", s.transpose_a}, {"transpose_b", s.transpose_b},
@@ -124,14 +130,22 @@ GemmCanary::GemmCanary(std::vector<CanaryShape> shapes, const torch::Device& dev
   }
 }
 
-std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog& log, bool corrupt) {
+bool GemmCanary::wrong_again(const Case& c, const torch::Device& device, torch::ScalarType dtype, bool corrupt) const {
+  CanaryShape shape = c.shape;
+  shape.dtype = dtype;
+  auto out = product(shape, c.a.to(device, dtype), c.b.to(device, dtype));
+  if (corrupt) drop_last_row(out, shape);
+  return !judge_gemm_output(shape, out, c.reference).passed();
+}
+
+std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog& log, CanaryFault fault) {
   torch::NoGradGuard no_grad;
   std::vector<GemmCanaryResult> results;
   for (size_t i = 0; i < cases_.size(); ++i) {
     const Case& c = cases_[i];
     torch::Tensor out;
     try {
-      out = torch::mm(c.shape.transpose_a ? c.a.t() : c.a, c.shape.transpose_b ? c.b.t() : c.b);
+      out = product(c.shape, c.a, c.b);
     } catch (const c10::Error&) {
       // e.g. "addmm_impl_cpu_" not implemented for 'Half': nothing to validate on this device.
       GemmCanaryResult unsupported;
@@ -140,34 +154,45 @@ std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog
       results.push_back(std::move(unsupported));
       continue;
     }
-    const bool injected = corrupt && i == 0;
-    if (injected) out.narrow(0, c.shape.m - 1, 1).zero_();
+    const bool injected = fault != CanaryFault::none && i == 0;
+    if (injected) drop_last_row(out, c.shape);
     GemmCanaryResult r = judge_gemm_output(c.shape, out, c.reference);
+    results.push_back(r);
+    if (r.passed()) continue;
 
-    if (!r.passed()) {
-      const std::string signature = r.nonfinite_output ? "gemm_nonfinite_output" : "gemm_wrong_result";
-      if (reported_.insert({i, signature}).second) {
-        log.add(Finding{
-            .component = component::rocblas, .signature = signature, .severity = Severity::fail,
-            .step = step, .rank = rank,
-            .message = r.nonfinite_output
-                           ? fmt::format("GEMM {} on {}: finite inputs gave non-finite outputs",
-                                         c.shape.to_string(), device_.str())
-                           : fmt::format("GEMM {} on {}: relative error {:.3g} (tolerance {:.3g}), "
-                                         "worst element {:.3g} rms (tolerance {:.3g})",
-                                         c.shape.to_string(), device_.str(), r.relative_fro_error,
-                                         r.tolerance.relative_fro, r.max_elementwise_error,
-                                         r.tolerance.max_elementwise),
-            .evidence = {{"shape", shape_json(c.shape)}, {"device", device_.str()},
-                         {"relative_fro_error", json_number(r.relative_fro_error)},
-                         {"max_elementwise_error_rms", json_number(r.max_elementwise_error)},
-                         {"tolerance_relative_fro", r.tolerance.relative_fro},
-                         {"tolerance_max_elementwise_rms", r.tolerance.max_elementwise},
-                         {"nonfinite_output", r.nonfinite_output},
-                         {"injected_fault", injected}}});
-      }
+    const std::string signature = r.nonfinite_output ? "gemm_nonfinite_output" : "gemm_wrong_result";
+    if (reported_.count({i, signature})) continue;
+    // The same product again on the device; then in fp32 (a bf16/fp16 shape) and on the CPU (a
+    // GPU's shape, fp16 as fp32 there: CPU fp16 GEMMs may not exist), as the shadow check does.
+    const bool persistent = injected && fault == CanaryFault::persistent;
+    RerunOutcome outcome{.reproducible = wrong_again(c, device_, c.shape.dtype, persistent)};
+    if (outcome.reproducible) {
+      const bool reduced = c.shape.dtype == torch::kBFloat16 || c.shape.dtype == torch::kHalf;
+      outcome.also_in_fp32 = reduced ? wrong_again(c, device_, torch::kFloat, persistent) : true;
+      if (!device_.is_cpu())
+        outcome.also_on_cpu = wrong_again(c, torch::kCPU, c.shape.dtype == torch::kHalf ? torch::kFloat : c.shape.dtype,
+                                          false);
+      reported_.insert({i, signature});
     }
-    results.push_back(std::move(r));
+    Finding f{
+        .component = component::rocblas, .signature = signature, .severity = Severity::fail,
+        .step = step, .rank = rank,
+        .message = r.nonfinite_output
+                       ? fmt::format("GEMM {} on {}: finite inputs gave non-finite outputs", c.shape.to_string(),
+                                     device_.str())
+                       : fmt::format("GEMM {} on {}: relative error {:.3g} (tolerance {:.3g}), worst element {:.3g} "
+                                     "rms (tolerance {:.3g})",
+                                     c.shape.to_string(), device_.str(), r.relative_fro_error, r.tolerance.relative_fro,
+                                     r.max_elementwise_error, r.tolerance.max_elementwise),
+        .evidence = {{"shape", shape_json(c.shape)}, {"device", device_.str()},
+                     {"relative_fro_error", json_number(r.relative_fro_error)},
+                     {"max_elementwise_error_rms", json_number(r.max_elementwise_error)},
+                     {"tolerance_relative_fro", r.tolerance.relative_fro},
+                     {"tolerance_max_elementwise_rms", r.tolerance.max_elementwise},
+                     {"nonfinite_output", r.nonfinite_output},
+                     {"injected_fault", injected}}};
+    transients_.apply(f, outcome);
+    log.add(std::move(f));
   }
   return results;
 }
@@ -191,8 +216,10 @@ GemmCanaryCheck::GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, 
 void GemmCanaryCheck::after_step(StepRecord& rec) {
   if (trainer_.replaying() || rec.step % cfg_.gemm_canary_interval != 0) return;
   trainer_.enter_phase(phase::canary, rec.step);
-  const bool corrupt = faults_ && faults_->fires(FaultKind::gemm_corrupt, rec.step, rec.rank);
-  canary_.run(rec.step, rec.rank, log(), corrupt);
+  CanaryFault fault = CanaryFault::none;
+  if (faults_ && faults_->fires(FaultKind::gemm_corrupt_once, rec.step, rec.rank)) fault = CanaryFault::once;
+  if (faults_ && faults_->fires(FaultKind::gemm_corrupt, rec.step, rec.rank)) fault = CanaryFault::persistent;
+  canary_.run(rec.step, rec.rank, log(), fault);
 }
 
 }  // namespace rcl

@@ -26,6 +26,7 @@
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/diagnostics/detector.hpp"
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 
 namespace rcl {
 
@@ -76,16 +77,21 @@ struct GemmCanaryResult {
 GemmCanaryResult judge_gemm_output(const CanaryShape& shape, const torch::Tensor& output,
                                    const torch::Tensor& reference);
 
+// The injected faults (gemm-corrupt, gemm-corrupt-once): the first shape's output loses its
+// last row, as a GEMM that dropped its stores would; `once` spares the re-run, `persistent` not.
+enum class CanaryFault { none, once, persistent };
+
 class GemmCanary {
  public:
   // Draws the inputs and computes the float64 references once.
   GemmCanary(std::vector<CanaryShape> shapes, const torch::Device& device, uint64_t seed = 0xC0FFEE);
 
-  // Runs every shape on the device. A bad shape adds a fail finding (component rocBLAS/
-  // hipBLASLt): gemm_nonfinite_output or gemm_wrong_result, once per shape per run of the
-  // program. `corrupt` (the gemm-corrupt fault) zeroes the last row of the first shape's output,
-  // as a GEMM that dropped its stores would.
-  std::vector<GemmCanaryResult> run(int64_t step, int rank, FindingLog& log, bool corrupt = false);
+  // Runs every shape on the device. A bad shape is run again: on the device (reproducible?),
+  // in fp32 when its dtype is bf16/fp16, on the CPU when the device is a GPU, and classified as
+  // every re-run anomaly is (rerun.hpp): gemm_nonfinite_output or gemm_wrong_result (component
+  // rocBLAS/hipBLASLt), fail when it reproduces (once per shape per run of the program), warn
+  // for a one-off transient, fail again for a second transient (intermittent).
+  std::vector<GemmCanaryResult> run(int64_t step, int rank, FindingLog& log, CanaryFault fault = CanaryFault::none);
 
  private:
   struct Case {
@@ -93,9 +99,13 @@ class GemmCanary {
     torch::Tensor a, b;       // on the device, in the dtype, stored as the shape says
     torch::Tensor reference;  // CPU float64, M x N
   };
+  // Whether the shape's product, computed on `device` in `dtype`, is wrong again.
+  bool wrong_again(const Case& c, const torch::Device& device, torch::ScalarType dtype, bool corrupt) const;
+
   torch::Device device_;
   std::vector<Case> cases_;
-  std::set<std::pair<size_t, std::string>> reported_;
+  std::set<std::pair<size_t, std::string>> reported_;  // reproducible ones: reported once
+  TransientHistory transients_;
 };
 
 // Loop-side: the canary every diagnostics.gemm_canary_interval steps, after the step (outside
@@ -103,7 +113,7 @@ class GemmCanary {
 // costs ~27 GFLOP of float64 reference on the host, too much for a CPU run).
 class GemmCanaryCheck final : public Detector {
  public:
-  // `faults`: the gemm-corrupt fault corrupts a canary output (nullptr: no faults).
+  // `faults`: gemm-corrupt and gemm-corrupt-once corrupt a canary output (nullptr: no faults).
   GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
   void after_step(StepRecord& rec) override;
 

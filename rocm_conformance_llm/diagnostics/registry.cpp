@@ -97,7 +97,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        }},
       {"gemm_canary", "loop",
        {{"gemm_nonfinite_output", rocblas, fail, kRepeated, "test:GemmCanary.FiniteInNonFiniteOutFails", isolate_node},
-        {"gemm_wrong_result", rocblas, fail, kRepeated, "gemm-corrupt", isolate_node}},
+        {"gemm_wrong_result", rocblas, fail, kRepeated, "gemm-corrupt|gemm-corrupt-once", isolate_node}},
        {"diagnostics.gemm_canary_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.trainer || c.diag.gemm_canary_interval <= 0) return nullptr;
