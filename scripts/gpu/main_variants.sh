@@ -8,7 +8,8 @@ set -uo pipefail
 binary=$1 results=$2/variants limit=$3; shift 3
 mkdir -p "$results"
 for modes in "$@"; do
-  name=${modes//,/-} dir=$results/${modes//,/-} start=$SECONDS
+  name=${modes//,/-}
+  dir=$results/$name start=$SECONDS
   "$binary" --device gpu --preset small --stress "$modes" --steps 3 \
     --set stress_profile.memory.min_grad_accum_steps=1 --output-dir "$dir" --overwrite >"$dir.log" 2>&1 &
   pid=$!
