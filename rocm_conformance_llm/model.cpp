@@ -324,7 +324,8 @@ torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torc
   auto allowed = allowed_keys(q);
   if (calls_sdpa()) return sdpa_attention(q, k, v, allowed, dropout);
   const int64_t seq = q.size(2);
-  if (!allowed.defined()) allowed = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
+  if (!allowed.defined())
+    allowed = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
   return explicit_attention(q, k, v, allowed, dropout, is_training());
 }
 

@@ -441,6 +441,14 @@ TEST(ErrorClassifier, RealMessagesMapToComponents) {
   }
 }
 
+// libtorch's out-of-memory text (the caching allocator's, as a ROCm build words it) with a case's sizes.
+std::string oom_text(const std::string& requested, const std::string& capacity, const std::string& allocated,
+                     const std::string& unallocated) {
+  return "HIP out of memory. Tried to allocate " + requested + ". GPU 0 has a total capacity of " + capacity +
+         " of which 0 bytes is free. Of the allocated memory " + allocated + " is allocated by PyTorch, and " +
+         unallocated + " is reserved by PyTorch but unallocated.";
+}
+
 TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   const MemorySample last{.allocated_bytes = 8 << 20, .reserved_bytes = 16 << 20, .source = "hip"};
   const auto f = crash_finding(kCases[8].message, 31, 1, "forward", last);
@@ -459,11 +467,8 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_EQ(f.message.find('\n'), std::string::npos) << "one line";
 
   // pytorch#175431's shape: a small request failing while GiBs sit reserved but unallocated.
-  const auto frag = crash_finding(
-      "HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 63.98 GiB of which 0 bytes is "
-      "free. Of the allocated memory 47.12 GiB is allocated by PyTorch, and 15.00 GiB is reserved by PyTorch but "
-      "unallocated.",
-      12, 0, "backward", std::nullopt);
+  const auto frag = crash_finding(oom_text("2.00 MiB", "63.98 GiB", "47.12 GiB", "15.00 GiB"), 12, 0, "backward",
+                                  std::nullopt);
   EXPECT_EQ(frag.evidence["allocator_message"]["fragmentation_suspected"], true);
   EXPECT_EQ(frag.evidence["allocator_message"]["own_tensors_fill_device"], false);
   EXPECT_FALSE(frag.classification.has_value());
@@ -481,11 +486,8 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_EQ(action_of(too_big), Action::check_config);
   EXPECT_NE(too_big.message.find("configuration does not fit"), std::string::npos) << too_big.message;
   EXPECT_NEAR(too_big.evidence["allocator_message"]["capacity_bytes"].get<double>(), 79.18 * (1 << 30), 1.0);
-  const auto crowded = crash_finding(
-      "HIP out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 1.00 GiB is "
-      "free. Of the allocated memory 20.00 GiB is allocated by PyTorch, and 52.82 MiB is reserved by PyTorch but "
-      "unallocated.",
-      1, 0, "forward", std::nullopt);
+  const auto crowded =
+      crash_finding(oom_text("6.00 GiB", "79.18 GiB", "20.00 GiB", "52.82 MiB"), 1, 0, "forward", std::nullopt);
   EXPECT_EQ(crowded.evidence["allocator_message"]["own_tensors_fill_device"], false);
   EXPECT_FALSE(crowded.classification.has_value());
 

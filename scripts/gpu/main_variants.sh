@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the GPU main job (`--stress all` on `small`) spends its first steps: runs stress-mode
-# subsets with one micro-batch per step, and while each runs samples the GPU's utilisation and,
-# where gdb exists, every thread's stack. Stress modes only raise knobs (a --set cannot take one
+# subsets with one micro-batch per step, and while each runs samples the GPU's utilisation and
+# the busiest threads. Stress modes only raise knobs (a --set cannot take one
 # back), so the variants are subsets of modes. Keeps each run in $results/variants/NAME.
 #   bash scripts/gpu/main_variants.sh BINARY RESULTS SECONDS_PER_VARIANT SUBSET...
 set -uo pipefail
@@ -17,8 +17,6 @@ for modes in "$@"; do
     sleep 15
     { echo "--- +$((SECONDS - start)) s"; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
       ps -L -o tid,pcpu,comm -p "$pid" | sort -k2 -nr | head -n 4
-      command -v gdb >/dev/null && ((SECONDS - start > 40)) &&
-        timeout 30 gdb -p "$pid" -batch -ex 'thread apply all bt 25' 2>/dev/null | grep -E '^(Thread|#)' | grep -v -E 'pthread_cond|futex|clock_nanosleep|poll \(' | head -n 60
     } >>"$dir.samples" 2>&1
   done
   kill -INT "$pid" 2>/dev/null; sleep 20; kill -KILL "$pid" 2>/dev/null; wait "$pid"
