@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/checkpointing.hpp"
+#include "rocm_conformance_llm/op_tap.hpp"
 
 // at::scaled_dot_product_attention and its backend switches are public from libtorch 2.0;
 // on 1.13 the explicit "math" path is the only attention.
@@ -152,11 +153,11 @@ torch::Tensor padded_causal_mask(int64_t batch, int64_t seq, double pad_fraction
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& allowed, double dropout, bool training) {
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
+  auto scores = tapped_matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
   scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   auto probs = scores.softmax(-1, at_least_float(scores.scalar_type())).to(v.scalar_type());
   probs = torch::dropout(probs, dropout, training);
-  return torch::matmul(probs, v);
+  return tapped_matmul(probs, v);
 }
 
 torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -242,7 +243,7 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   // Statistics in >= float32. A bf16/fp16 input (a GEMM output under autocast: QK-norm and
   // sandwich norms) would otherwise meet float32 weights, which CPU autocast does not reconcile.
   const auto xc = x.to(at_least_float(x.scalar_type()));
-  if (!rms_) return at::layer_norm(xc, {dim_}, weight_, bias_, kNormEps).to(x.scalar_type());
+  if (!rms_) return tapped_layer_norm(xc, weight_, bias_, kNormEps).to(x.scalar_type());
   // RMSNorm has no fused op in libtorch 1.13.
   const auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);
   return (normed * weight_).to(x.scalar_type());
@@ -283,7 +284,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t batch = x.size(0), seq = x.size(1), width = x.size(2);
-  auto qkv_out = qkv(x);  // [B, T, 3C]
+  auto qkv_out = tapped_linear(qkv, x);  // [B, T, 3C]
   if (conv_kernel_ > 0) {
     // Left padding only: position t sees t-k+1..t, never the future.
     const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
@@ -308,7 +309,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   }
   if (strided_v_) v = strided_view_of(v);
   const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
-  return proj(y);
+  return tapped_linear(proj, y);
 }
 
 torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) const {
@@ -344,10 +345,10 @@ MlpImpl::MlpImpl(const TrainingConfig& cfg) : swiglu_(cfg.activation == "swiglu"
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const auto h = up(x);
-  if (!swiglu_) return down(torch::gelu(h));
+  const auto h = tapped_linear(up, x);
+  if (!swiglu_) return tapped_linear(down, torch::gelu(h));
   const auto gate_value = h.chunk(2, -1);
-  return down(torch::silu(gate_value[0]) * gate_value[1]);
+  return tapped_linear(down, torch::silu(gate_value[0]) * gate_value[1]);
 }
 
 // --- block ---
@@ -423,7 +424,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
                   : block->forward(x);
     if (block_outputs) block_outputs->push_back(x);
   }
-  return F::linear(final_norm_(x), wte_->weight);  // LM head tied to the token embedding
+  return tapped_linear(final_norm_(x), wte_->weight);  // LM head tied to the token embedding
 }
 
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {

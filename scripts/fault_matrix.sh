@@ -58,14 +58,14 @@ cases=(
 # warn/fail finding at all) | injection step | exit code. The shim rows corrupt the QKV projection
 # of the smoke model (1024 tokens x 64 -> 192: sgemm_ m=192 n=1024 k=64; fp32, as bf16 GEMMs do not
 # reach BLAS on CPU). One call of that shape comes before step 1 (the GEMM canary's own), then two per step (one per
-# layer, forward only): call 2s is step s's first. The shadow check looks at QKV at step 9
-# (calls 18 and 19).
+# layer, forward only): call 2s is step s's first. The shadow check's rotation (8 ops on smoke)
+# looks at QKV at steps 2, 10, 18, ..., layer 0 and 1 in turn (step 10: layer 1, call 21).
 below=(
   "shim NaN, from call 10|shim:nan:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
   "shim large (1e6), from call 10|shim:large:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
   "shim 1% relative, from call 10|shim:rel:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
-  "shim 1% relative, every 3rd call from call 10 (intermittent)|shim:rel:every:10:3|--steps 32|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
-  "shim 1% relative, once at call 19|shim:rel:once:19|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|9|0"
+  "shim 1% relative, every 4th call from call 13 (intermittent)|shim:rel:every:13:4|--steps 24|rocBLAS/hipBLASLt|gemm_shadow_mismatch|6|1"
+  "shim 1% relative, once at call 21|shim:rel:once:21|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|10|0"
   "2 GiB held by another process|hog:2048|--steps 30|-|-|1|0"
   "rank 1 SIGSTOPped once step 7 is published|sigstop:7|--steps 40 --watchdog-timeout 3|RCCL|collective_hang|7|3"
 )
