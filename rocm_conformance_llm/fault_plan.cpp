@@ -44,6 +44,7 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::logits_nan, "logits-nan", false, FaultValue::none},
     FaultTraits{FaultKind::slow_collective, "slow-collective", true, FaultValue::seconds},
     FaultTraits{FaultKind::gemm_corrupt_once, "gemm-corrupt-once", true, FaultValue::none},
+    FaultTraits{FaultKind::rng_skew_once, "rng-skew-once", true, FaultValue::none},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {

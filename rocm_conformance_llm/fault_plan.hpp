@@ -19,7 +19,10 @@
 //                          memory alive (default 8MiB; units B, KiB, MiB, GiB)
 //   rng-skew[@step=N]      from step N, the RNG state a replay or mask check restores is skewed
 //                          by a rank-dependent offset: replays and cross-rank masks disagree
-//                          (seen where replay checks run: replay_check_interval > 0, rng mode)
+//                          (seen where replay checks run: replay_check_interval > 0, rng mode);
+//                          every reload of the check meets it, re-runs included: persistent
+//   rng-skew-once@step=N   the replay check of step N reloads a skewed generator once (its
+//                          re-run's reload is clean): a transient replay_mismatch
 //   hang@step=N            the rank stops in the forward of step N (the watchdog must fire)
 //   gemm-corrupt[@step=N]  from step N, one GEMM canary shape's result is corrupted (seen at
 //                          canary steps: every diagnostics.gemm_canary_interval), re-runs included:
@@ -67,6 +70,7 @@ enum class FaultKind : uint8_t {
   logits_nan,
   slow_collective,
   gemm_corrupt_once,
+  rng_skew_once,
   count,  // not a fault: the number of kinds (fault_plan.cpp checks its table against it)
 };
 

@@ -46,6 +46,7 @@ cases=(
   "1|hang@step=8|--steps 20 --watchdog-timeout 2|HIP runtime|hang|8|3"
   "1|rng-skew@step=10|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_not_reproducible|10|1"
   "1|rng-skew@step=10|${rng_replay[*]} --steps 12|rocRAND|replay_mismatch|11|1"
+  "1|rng-skew-once@step=10|${rng_replay[*]} --steps 12|rocRAND|replay_mismatch|11|0"
   "1|gemm-corrupt|--steps 5 --set diagnostics.gemm_canary_interval=5|rocBLAS/hipBLASLt|gemm_wrong_result|5|1"
   "1|gemm-corrupt-once@step=5|--steps 5 --set diagnostics.gemm_canary_interval=5|rocBLAS/hipBLASLt|gemm_wrong_result|5|0"
   "1|attention-mask-corrupt|--steps 4 --set attention_probe_interval=4|AOTriton/CK attention|attention_backend_mismatch|4|1"

@@ -169,10 +169,15 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"memory_growth", kAllocator, 25, "warn"}}, 0, "WARN"},
         FaultCase{"hang", "--steps 20 --watchdog-timeout 2 --inject hang@step=8",
                   {{"hang", kHipRuntime, 8, "fail", "phase", "forward"}}, 3, "HUNG"},
-        // rng mode, a replay check at step 10 whose reload restores a skewed generator.
+        // rng mode, a replay check at step 10 whose reload restores a skewed generator, every time:
+        // the mismatch's re-run meets it again (persistent).
         FaultCase{"rng_skew", "--stress rng --set replay_check_interval=10 --steps 12 --inject rng-skew@step=10",
-                  {{"dropout_mask_not_reproducible", kRocrand, 10, "fail"}, {"replay_mismatch", kRocrand, 11, "fail"}},
+                  {{"dropout_mask_not_reproducible", kRocrand, 10, "fail"},
+                   {"replay_mismatch", kRocrand, 11, "fail", "", "", "persistent", "isolate_node"}},
                   1, "FAIL"},
+        // The same once: the re-run's reload is clean and agrees with the first run (transient).
+        FaultCase{"rng_skew_once", "--stress rng --set replay_check_interval=10 --steps 12 --inject rng-skew-once@step=10",
+                  {{"replay_mismatch", kRocrand, 11, "warn", "", "", "transient", "rerun"}}, 0, "WARN"},
         FaultCase{"gemm_corrupt", "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt",
                   {{"gemm_wrong_result", kRocblas, 5, "fail", "", "", "persistent", "isolate_node"}}, 1, "FAIL"},
         // The canary's re-run of the shape is right: transient, a warn, re-run the job.

@@ -131,7 +131,7 @@ std::vector<DetectorSpec> builtin_detectors() {
          return std::make_unique<OpFingerprint>(c.diag, c.log, *c.trainer);
        }},
       {"replay", "loop",
-       {{"replay_mismatch", rocrand, fail, kRepeated, "rng-skew", rerun},
+       {{"replay_mismatch", rocrand, fail, kRepeated, "rng-skew|rng-skew-once", rerun},
         {"dropout_mask_not_reproducible", rocrand, fail, kRepeated, "rng-skew", report_upstream},
         {"dropout_mask_rank_mismatch", rocrand, fail, kRepeated, "rng-skew", report_upstream},
         {"memory_not_recovered_after_reload", allocator, warn, kRepeated, "memory-leak", report_upstream}},

@@ -152,7 +152,36 @@ ReplayCheck::ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer&
     all_gather_ = [group](const std::vector<double>& values) { return group->all_gather_values(values, "rng_mask_hash"); };
 }
 
+ReplayCheck::~ReplayCheck() {
+  std::error_code ignored;
+  std::filesystem::remove_all(scratch_dir_, ignored);
+}
+
+bool ReplayCheck::skewed(FaultKind kind) const {
+  return faults_ && pending_ && faults_->fires(kind, pending_->saved_step, trainer_.sync().rank());
+}
+
+bool ReplayCheck::any_rank(bool mine) {
+  if (trainer_.sync().world_size() == 1) return mine;
+  return trainer_.sync().mean_across_ranks(mine ? 1.0 : 0.0) > 0;
+}
+
+void ReplayCheck::settle(int64_t step) {
+  if (!pending_ || !pending_->judged) return;
+  // Any rank's mismatch makes every rank re-run: the replayed steps all-reduce gradients.
+  if (any_rank(pending_->mismatch.has_value())) {
+    trainer_.enter_phase(phase::replay, step);
+    classify_and_report(pending_->mismatch.value_or(Finding{}));
+  }
+  std::filesystem::remove_all(scratch_dir_);
+  pending_.reset();
+}
+
+// A replay that ends with the run's last step is judged only after it.
+void ReplayCheck::finish() { settle(trainer_.ctx().cfg.steps); }
+
 void ReplayCheck::between_steps(int64_t step) {
+  settle(step);
   const auto& cfg = trainer_.ctx().cfg;
   if (step % cfg.replay_check_interval != 0 || step + cfg.replay_steps > cfg.steps || pending_) return;
   trainer_.enter_phase(phase::replay, step);
@@ -167,30 +196,65 @@ void ReplayCheck::between_steps(int64_t step) {
   const MemorySample before_save = sample_memory(device);
   const auto withheld = trainer_.withheld_flag();
   save_private_checkpoint(trainer_, scratch_dir_);
-  Pending replay{.first_step = step + 1};
+  Pending replay{.saved_step = step, .first_step = step + 1};
   for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(trainer_.run_unpublished_step().loss);
   load_checkpoint(trainer_, scratch_dir_);
   trainer_.set_withheld_flag(withheld);
-  if (skew) skew_rng(device, rank);  // the reload restored a stale generator state
+  // The reload restored a stale generator state: on every reload (rng-skew), or this once.
+  if (skew || (faults_ && faults_->fires(FaultKind::rng_skew_once, step, rank))) skew_rng(device, rank);
   report(check_memory_after_reload(before_save, sample_memory(device), cfg_, step, rank));
   spdlog::info("replay check: state at step {} saved to {} and reloaded by the checkpoint loader", step,
                scratch_dir_.string());
-  std::filesystem::remove_all(scratch_dir_);
   pending_ = std::move(replay);
 }
 
 void ReplayCheck::on_loss(int64_t step, double local_loss) {
-  if (!pending_ || step < pending_->first_step) return;
+  if (!pending_ || pending_->judged || step < pending_->first_step) return;
   pending_->second_run.push_back(local_loss);
   if (pending_->second_run.size() < pending_->first_run.size()) return;
   const bool bitwise = trainer_.ctx().cfg.deterministic;
-  auto mismatch = compare_replay(pending_->first_run, pending_->second_run, pending_->first_step, bitwise,
-                                 cfg_.replay_rel_tolerance, trainer_.sync().rank());
-  if (!mismatch)
+  pending_->mismatch = compare_replay(pending_->first_run, pending_->second_run, pending_->first_step, bitwise,
+                                      cfg_.replay_rel_tolerance, trainer_.sync().rank());
+  pending_->judged = true;
+  if (!pending_->mismatch)
     spdlog::info("replay check: steps {}..{} reproduced {}", pending_->first_step, step,
                  bitwise ? "bitwise" : fmt::format("within {:g}", cfg_.replay_rel_tolerance));
+}
+
+std::vector<double> ReplayCheck::replay_from_saved(bool fp32, bool skew) {
+  const auto now = scratch_dir_ / "now";
+  const auto withheld = trainer_.withheld_flag();
+  save_private_checkpoint(trainer_, now);
+  load_checkpoint(trainer_, scratch_dir_);
+  if (skew) skew_rng(trainer_.ctx().device, trainer_.sync().rank());
+  std::vector<double> losses;
+  for (size_t i = 0; i < pending_->first_run.size(); ++i) losses.push_back(trainer_.run_unpublished_step(fp32).loss);
+  load_checkpoint(trainer_, now);
+  trainer_.set_withheld_flag(withheld);
+  std::filesystem::remove_all(now);
+  return losses;
+}
+
+void ReplayCheck::classify_and_report(Finding mismatch) {
+  const auto& p = *pending_;
+  const bool bitwise = trainer_.ctx().cfg.deterministic;
+  const int rank = trainer_.sync().rank();
+  const auto unequal = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    return compare_replay(a, b, p.first_step, bitwise, cfg_.replay_rel_tolerance, rank).has_value();
+  };
+  // A persistent rng-skew is a broken restore: every reload of the re-run meets it too.
+  const bool skew = skewed(FaultKind::rng_skew);
+  RerunOutcome outcome{.reproducible = unequal(p.first_run, replay_from_saved(false, skew))};
+  if (any_rank(outcome.reproducible)) {
+    // Under bf16/fp16 both runs once more in float32 (the first without the reload's fault).
+    outcome.also_in_fp32 = trainer_.ctx().cfg.mixed_precision == "fp32"
+                               ? true
+                               : unequal(replay_from_saved(true, false), replay_from_saved(true, skew));
+  }
+  if (!p.mismatch) return;  // this rank's runs agreed: it only took part in the others' re-run
+  if (!outcome.reproducible) outcome.also_in_fp32.reset();  // run for another rank
+  transients_.apply(mismatch, outcome);
   report(std::move(mismatch));
-  pending_.reset();
 }
 
 }  // namespace rcl

@@ -14,7 +14,9 @@
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/diagnostics/detector.hpp"
+#include "rocm_conformance_llm/diagnostics/rerun.hpp"
 #include "rocm_conformance_llm/diagnostics/finding.hpp"
+#include "rocm_conformance_llm/fault_plan.hpp"
 
 namespace rcl {
 
@@ -81,16 +83,35 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
 // the second run, so a healthy run logs the losses it would have logged without the check. At
 // the same point: the RNG-restore check, the cross-rank dropout-mask check (several ranks) and
 // memory back to its level after the reload.
+//
+// A mismatch is re-run before it is reported (rerun.hpp's classification): at the next step
+// boundary the state is set aside, the saved state reloaded once more and the k steps replayed
+// again. Still unlike the first run: reproducible (then, under bf16/fp16, both runs once more in
+// float32: also_in_fp32); like it: transient, the second run went astray once. Every rank takes
+// part when any rank saw a mismatch (the replayed steps all-reduce gradients).
 class ReplayCheck final : public Detector {
  public:
-  // `faults`: rng-skew skews the restored generator (nullptr: no faults). The saved state goes to
-  // a private checkpoint in the run's output directory (without one, the temporary directory),
-  // removed after each reload.
+  // `faults`: rng-skew skews the restored generator on every reload from its step on (a broken
+  // restore), rng-skew-once on the check's first reload only (nullptr: no faults). The saved state
+  // goes to a private checkpoint in the run's output directory (without one, the temporary
+  // directory), removed once the replay is judged.
   ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
+  ~ReplayCheck() override;
   void between_steps(int64_t step) override;
   void on_loss(int64_t step, double local_loss) override;
+  void finish() override;
 
  private:
+  // The judged replay, re-run when any rank saw a mismatch, reported; the saved state removed.
+  void settle(int64_t step);
+  // Reloads the saved state (skewed when a persistent rng-skew fires), replays k steps, puts the
+  // run back where it was; returns the losses. `fp32`: autocast off.
+  std::vector<double> replay_from_saved(bool fp32, bool skew);
+  // Re-runs a mismatch (see the top) and reports it, classified.
+  void classify_and_report(Finding mismatch);
+  bool skewed(FaultKind kind) const;
+  bool any_rank(bool mine);  // a vote every rank casts (one all-reduce with several ranks)
+
   Trainer& trainer_;
   const FaultPlan* faults_;
   std::filesystem::path scratch_dir_;
@@ -98,11 +119,15 @@ class ReplayCheck final : public Detector {
   // The two runs of the same steps: the first from the saved state (unpublished), the second
   // after reloading it (the run that continues and is logged).
   struct Pending {
+    int64_t saved_step = 0;  // S: the state saved after it
     int64_t first_step = 0;
-    std::vector<double> first_run;
-    std::vector<double> second_run;
+    std::vector<double> first_run{};
+    std::vector<double> second_run{};
+    std::optional<Finding> mismatch{};  // judged this rank's runs unequal; re-run at the next boundary
+    bool judged = false;
   };
   std::optional<Pending> pending_;
+  TransientHistory transients_;
 };
 
 }  // namespace rcl
