@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ struct CollectiveSample {
   double seconds = 0.0;
   double bus_bandwidth_gbps = 0.0;  // nccl-tests busbw: algbw * 2(n-1)/n for all-reduce
   int64_t sequence = 0;  // per-rank collective sequence number
+  // Set where the collective was timed on the device's stream (RCCL on 2.x): fills in seconds and
+  // bus bandwidth when the step is published, so the step never waits for the device to time it.
+  std::function<void(CollectiveSample&)> settle = nullptr;
 };
 
 struct StepRecord {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -36,37 +37,33 @@ std::string describe_last_collective(const std::vector<CollectiveSample>& collec
 
 }  // namespace
 
-bool device_step_timing_available() { return TimingEvent<c10::Event>; }
+bool device_step_timing_available() { return DeviceInterval::available(); }
 
 // A step's time. On a GPU the host's clock stops when the last kernel is queued, not when it
 // has run (review item 4, shared/notes/gpu-path-review.md: tokens/s came out 1.6-3% high on an
-// H100), so where c10::Event can time, a pair of timing events brackets the step on the
-// device's stream and is read when the step is published, by which time the deferred scalars
-// (queued after the end event) have landed. On the CPU the host clock is the device's.
+// H100), so where c10::Event can time, a DeviceInterval brackets the step on the device's
+// stream and is read when the step is published, by which time the deferred scalars (queued
+// after its end) have landed. On the CPU the host clock is the device's.
 class Trainer::StepClock {
  public:
-  explicit StepClock(const torch::Device& device) : device_(device), start_(Clock::now()) {
-    if (device.is_cpu() || !device_step_timing_available()) return;
-    begin_.emplace(device.type(), c10::EventFlag::BACKEND_DEFAULT);  // BACKEND_DEFAULT: timing on
-    begin_->record(current_stream(device));
+  explicit StepClock(const torch::Device& device) : start_(Clock::now()) {
+    if (!device.is_cpu() && DeviceInterval::available()) on_device_.emplace(device);
   }
   double host_seconds() const { return seconds_since(start_); }
   void stop() {
-    if (!begin_) return;
-    end_.emplace(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
-    end_->record(current_stream(device_));
+    if (on_device_) on_device_->stop();
+    stopped_ = true;
   }
   // The device's time for the step, once stopped; nullopt where only the host clock exists.
   std::optional<double> device_seconds() const {
-    if (!end_) return std::nullopt;
-    wait_for_event(*end_);
-    return elapsed_ms(*begin_, *end_) / 1000.0;
+    if (!on_device_ || !stopped_) return std::nullopt;
+    return on_device_->seconds();
   }
 
  private:
-  torch::Device device_;
   Clock::time_point start_;
-  std::optional<c10::Event> begin_, end_;
+  std::optional<DeviceInterval> on_device_;
+  bool stopped_ = false;
 };
 
 struct Trainer::PendingStep {
@@ -301,6 +298,8 @@ void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
     rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
     rec.step_time_clock = "device";
   }
+  for (auto& c : rec.collectives)
+    if (c.settle) std::exchange(c.settle, nullptr)(c);  // timed on the device (communicator.cpp)
   hooks_.on_loss(rec.step, values[0]);
   enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);

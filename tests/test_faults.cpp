@@ -1,8 +1,11 @@
-// --inject parsing and the FaultPlan queries the trainer makes every step.
+// --inject parsing, the FaultPlan queries the trainer makes every step, and what the injector
+// does to a step's record.
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/fault_plan.hpp"
+#include "rocm_conformance_llm/faults.hpp"
+#include "rocm_conformance_llm/model.hpp"
 
 namespace rcl {
 namespace {
@@ -49,6 +52,37 @@ TEST(FaultPlan, SlowCollectiveIsOneShotWithAnOptionalDelay) {
   EXPECT_DOUBLE_EQ(plan.active(FaultKind::slow_collective, 30, 1)->seconds, 3.0);
   EXPECT_DOUBLE_EQ(FaultPlan::parse("slow-collective@step=4").active(FaultKind::slow_collective, 4, 0)->seconds, 0.0);
   EXPECT_THROW(FaultPlan::parse("slow-collective=3"), ConfigError);  // needs @step
+}
+
+// A collective timed on the device's stream (RCCL on libtorch 2.x) gets its seconds only when the
+// step is published: the injected delay must land on that time too, or the fault goes unseen.
+TEST(FaultInjector, SlowCollectiveDelayOutlivesTheDeviceTimeReadAtPublish) {
+  const auto plan = FaultPlan::parse("slow-collective=0.01@step=3");
+  const TrainingConfig tiny{.hidden_size = 16, .num_layers = 1, .seq_len = 8, .num_heads = 2, .vocab_size = 20};
+  FaultInjector injector(plan, 0, GPT(tiny), torch::Device(torch::kCPU));
+  CollectiveSample host_timed{.op = "allreduce_grads", .bytes = 1024, .seconds = 0.002};
+  CollectiveSample device_timed = host_timed;
+  device_timed.settle = [](CollectiveSample& c) { c.seconds = 0.005; };
+
+  StepRecord rec;
+  rec.step = 3;
+  rec.collectives = {host_timed};
+  injector.before_step_time(rec, 0.001);
+  EXPECT_DOUBLE_EQ(rec.collectives.back().seconds, 0.012);
+  EXPECT_FALSE(rec.collectives.back().settle);
+
+  rec.collectives = {device_timed};
+  injector.before_step_time(rec, 0.001);
+  auto& late = rec.collectives.back();
+  ASSERT_TRUE(late.settle);
+  late.settle(late);
+  EXPECT_DOUBLE_EQ(late.seconds, 0.015);
+
+  rec.step = 4;  // not the fault's step: the device's time stands alone
+  rec.collectives = {device_timed};
+  injector.before_step_time(rec, 0.001);
+  rec.collectives.back().settle(rec.collectives.back());
+  EXPECT_DOUBLE_EQ(rec.collectives.back().seconds, 0.005);
 }
 
 TEST(FaultPlan, ValueCanPrecedeTheSelectors) {

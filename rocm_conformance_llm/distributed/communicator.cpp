@@ -26,6 +26,7 @@
 
 #include "rocm_conformance_llm/errors.hpp"
 #include "rocm_conformance_llm/distributed/c10d_group.hpp"
+#include "rocm_conformance_llm/utils/deferred_scalars.hpp"
 #include "rocm_conformance_llm/utils/host_reads.hpp"
 #include "rocm_conformance_llm/utils/strings.hpp"
 
@@ -220,15 +221,24 @@ struct Communicator::Impl {
   }
 
   // `on_device`: the tensors live on the training device (host tensors need no wait for it).
+  // Kernels queued before the collective (backward, flattening) are not communication time. RCCL's
+  // wait() only orders the current stream after the collective, so where events can time, a
+  // DeviceInterval around it times it on the stream, read when the step is published: no host
+  // wait per gradient bucket (gpu-path-review item 8). Otherwise (Gloo, whose wait blocks anyway;
+  // libtorch 1.13) the device is drained first and the host clock times it.
   template <typename Start>
   CollectiveSample run(const std::string& op, CollectiveKind kind, int64_t bytes, bool on_device, Start&& start) {
     const int64_t seq = ++sequence;
     std::optional<c10::DeviceGuard> guard;
+    std::shared_ptr<DeviceInterval> on_stream;
     if (on_device && !device.is_cpu()) {
       guard.emplace(device);
-      // Kernels queued before the collective (backward, flattening) are not communication time.
-      note_device_wait();
-      torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+      if (backend == "rccl" && DeviceInterval::available()) {
+        on_stream = std::make_shared<DeviceInterval>(device);
+      } else {
+        note_device_wait();
+        torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+      }
     }
     const auto started = Clock::now();
     try {
@@ -239,7 +249,15 @@ struct Communicator::Impl {
       throw CollectiveError(diagnose(seq, op, seconds_since(started), e.what()));
     }
     const double seconds = seconds_since(started);
-    return CollectiveSample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
+    CollectiveSample sample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
+    if (on_stream) {
+      on_stream->stop();
+      sample.settle = [on_stream, kind, world = world_size](CollectiveSample& c) {
+        c.seconds = on_stream->seconds();
+        c.bus_bandwidth_gbps = bus_bandwidth_gbps(kind, c.bytes, c.seconds, world);
+      };
+    }
+    return sample;
   }
 };
 

@@ -8,6 +8,19 @@ c10::Stream current_stream(const torch::Device& device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
 }
 
+// BACKEND_DEFAULT: timing on (PYTORCH_DEFAULT turns it off).
+DeviceInterval::DeviceInterval(const torch::Device& device)
+    : device_(device), begin_(device.type(), c10::EventFlag::BACKEND_DEFAULT), end_(device.type(), c10::EventFlag::BACKEND_DEFAULT) {
+  begin_.record(current_stream(device_));
+}
+
+void DeviceInterval::stop() { end_.record(current_stream(device_)); }
+
+double DeviceInterval::seconds() const {
+  wait_for_event(end_);
+  return elapsed_ms(begin_, end_) / 1000.0;
+}
+
 DeferredScalars::DeferredScalars(const std::vector<torch::Tensor>& scalars) {
   const auto stacked = torch::stack(scalars).to(torch::kDouble);
   if (stacked.device().is_cpu()) {

@@ -40,6 +40,22 @@ double elapsed_ms(const E& a, const E& b) {
   return 0;
 }
 
+// A stretch of a device's stream between two timing events, read later (when the step is
+// published, by which time both have fired): timed on the device without the host waiting for it
+// in the hot path. Only where c10::Event can time (TimingEvent: libtorch 2.x); callers check
+// `available()` and time on the host otherwise.
+class DeviceInterval {
+ public:
+  static bool available() { return TimingEvent<c10::Event>; }
+  explicit DeviceInterval(const torch::Device& device);  // records the start on the current stream
+  void stop();                                           // records the end
+  double seconds() const;                                // waits for the end, if not yet fired
+
+ private:
+  torch::Device device_;
+  c10::Event begin_, end_;
+};
+
 // The copy is queued behind the kernels so far into pinned memory and read later (one step
 // later, in practice), by which time it has landed: an ordinary step never drains the GPU
 // queue. On CPU the copy is immediate.
