@@ -201,12 +201,7 @@ struct Recorder final : OpObserver {
 // then the final LayerNorm and the LM head. Under bf16 autocast the op as computed has bf16
 // operands, the weights cast as autocast casts them.
 TEST(OpTap, TheModelReportsItsGemmsAndNormsOnlyWhileObserved) {
-  TrainingConfig cfg;
-  cfg.hidden_size = 16;
-  cfg.num_heads = 2;
-  cfg.num_layers = 2;
-  cfg.seq_len = 8;
-  cfg.vocab_size = 11;
+  const TrainingConfig cfg{.hidden_size = 16, .num_layers = 2, .seq_len = 8, .num_heads = 2, .vocab_size = 11};
   torch::manual_seed(34);
   GPT model(cfg);
   const auto tokens = torch::randint(cfg.vocab_size, {2, cfg.seq_len}, torch::kLong);
