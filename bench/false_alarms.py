@@ -82,7 +82,7 @@ def write_table(a, last_seed, runs, alarmed_runs, fired, examples, started, load
                  a.binary, *a.commit),
              "{} runs in {:.0f} s on a {}-core host, load average {:.1f} at the start and {:.1f} at the end".format(
                  total, time.time() - started, os.cpu_count(), load_before, os.getloadavg()[0]),
-             "(other builds and tests shared the cores: the battery's size is what the time allowed).",
+             "(the battery's size is what the time allowed).",
              "", "| run kind | runs | runs with a false alarm | rate |", "|---|---|---|---|"]
     for kind in runs:
         lines.append(f"| {kind} | {runs[kind]} | {alarmed_runs[kind]} | {alarmed_runs[kind] / runs[kind]:.1%} |")
