@@ -97,14 +97,8 @@ void FaultInjector::before_step_time(StepRecord& rec, double elapsed_s) {
   // The step waits for the all-reduce's completion: its time, and the collective's, grow by it.
   const double delay_s = late->seconds > 0 ? late->seconds : 10.0 * elapsed_s;
   std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
-  CollectiveSample& last = rec.collectives.back();
-  last.seconds += delay_s;
-  // Timed on the device's stream (RCCL on 2.x): the delay is added again once that time is read.
-  if (last.settle)
-    last.settle = [device_time = std::move(last.settle), delay_s](CollectiveSample& c) {
-      device_time(c);
-      c.seconds += delay_s;
-    };
+  // Timed on the device's stream (RCCL on 2.x), the collective's settle keeps this addition.
+  rec.collectives.back().seconds += delay_s;
 }
 
 void FaultInjector::after_step_time(StepRecord& rec) {

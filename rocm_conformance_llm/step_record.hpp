@@ -28,8 +28,9 @@ struct CollectiveSample {
   double seconds = 0.0;
   double bus_bandwidth_gbps = 0.0;  // nccl-tests busbw: algbw * 2(n-1)/n for all-reduce
   int64_t sequence = 0;  // per-rank collective sequence number
-  // Set where the collective was timed on the device's stream (RCCL on 2.x): fills in seconds and
-  // bus bandwidth when the step is published, so the step never waits for the device to time it.
+  // Set where the collective was timed on the device's stream (RCCL on 2.x): when the step is
+  // published it replaces the host's measurement in `seconds` by the device's, keeping what was
+  // added since, so the step never waits for the device to time it.
   std::function<void(CollectiveSample&)> settle = nullptr;
 };
 

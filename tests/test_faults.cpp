@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/distributed/communicator.hpp"
 #include "rocm_conformance_llm/fault_plan.hpp"
 #include "rocm_conformance_llm/faults.hpp"
 #include "rocm_conformance_llm/model.hpp"
@@ -62,7 +63,7 @@ TEST(FaultInjector, SlowCollectiveDelayOutlivesTheDeviceTimeReadAtPublish) {
   FaultInjector injector(plan, 0, GPT(tiny), torch::Device(torch::kCPU));
   CollectiveSample host_timed{.op = "allreduce_grads", .bytes = 1024, .seconds = 0.002};
   CollectiveSample device_timed = host_timed;
-  device_timed.settle = [](CollectiveSample& c) { c.seconds = 0.005; };
+  device_timed.settle = settle_on_device_time([] { return 0.005; }, 0.002, CollectiveKind::all_reduce, 2);
 
   StepRecord rec;
   rec.step = 3;
@@ -77,6 +78,7 @@ TEST(FaultInjector, SlowCollectiveDelayOutlivesTheDeviceTimeReadAtPublish) {
   ASSERT_TRUE(late.settle);
   late.settle(late);
   EXPECT_DOUBLE_EQ(late.seconds, 0.015);
+  EXPECT_DOUBLE_EQ(late.bus_bandwidth_gbps, bus_bandwidth_gbps(CollectiveKind::all_reduce, 1024, 0.015, 2));
 
   rec.step = 4;  // not the fault's step: the device's time stands alone
   rec.collectives = {device_timed};

@@ -117,6 +117,15 @@ double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, in
   return 0.0;
 }
 
+std::function<void(CollectiveSample&)> settle_on_device_time(std::function<double()> device_seconds,
+                                                            double sampled_seconds, CollectiveKind kind,
+                                                            int world_size) {
+  return [device_seconds = std::move(device_seconds), sampled_seconds, kind, world_size](CollectiveSample& c) {
+    c.seconds += device_seconds() - sampled_seconds;
+    c.bus_bandwidth_gbps = bus_bandwidth_gbps(kind, c.bytes, c.seconds, world_size);
+  };
+}
+
 struct Communicator::Impl {
   int rank = 0;
   int world_size = 1;
@@ -127,10 +136,19 @@ struct Communicator::Impl {
   std::string store_server;   // who serves it, for messages: "rank 0" or the launcher
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<C10dGroup> group;
+  // Host tensors' group: always Gloo, so the host's own values (loss mean, votes, step times)
+  // never wait for the device nor are read back from it (issue 11 item 7). On a CPU device the
+  // same group as `group`; on a GPU a second one (RCCL takes device tensors only, and a Gloo
+  // device group drains the device before each collective).
+  c10::intrusive_ptr<C10dGroup> host_group;
   int64_t sequence = 0;
   int64_t step = 0;
 
   double timeout_s() const { return std::chrono::duration<double>(timeout).count(); }
+
+  const c10::intrusive_ptr<C10dGroup>& group_for(const torch::Tensor& tensor) const {
+    return tensor.is_cpu() ? host_group : group;
+  }
 
   Finding failure(const std::string& signature, std::string message, nlohmann::json evidence) const {
     evidence["backend"] = backend;
@@ -252,10 +270,7 @@ struct Communicator::Impl {
     CollectiveSample sample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
     if (on_stream) {
       on_stream->stop();
-      sample.settle = [on_stream, kind, world = world_size](CollectiveSample& c) {
-        c.seconds = on_stream->seconds();
-        c.bus_bandwidth_gbps = bus_bandwidth_gbps(kind, c.bytes, c.seconds, world);
-      };
+      sample.settle = settle_on_device_time([on_stream] { return on_stream->seconds(); }, seconds, kind, world_size);
     }
     return sample;
   }
@@ -310,17 +325,23 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   }
 
   try {
-    auto group_store = c10::make_intrusive<c10d::PrefixStore>("pg", impl->store);
+    const auto group_store = [&](const std::string& prefix) {
+      return c10::make_intrusive<c10d::PrefixStore>(prefix, impl->store);
+    };
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    options->devices.push_back(gloo_device(launch.master_addr));
     if (impl->backend == "gloo") {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(gloo_device(launch.master_addr));
-      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, launch.rank, launch.world_size,
+      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store("pg"), launch.rank, launch.world_size,
                                                                 options);
     } else {
 #if defined(RCL_HAVE_RCCL)
-      impl->group = make_rccl_group(group_store, launch.rank, launch.world_size, timeout);
+      impl->group = make_rccl_group(group_store("pg"), launch.rank, launch.world_size, timeout);
 #endif
     }
+    impl->host_group = impl->group;
+    if (!device.is_cpu())
+      impl->host_group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store("pg-host"), launch.rank,
+                                                                     launch.world_size, options);
   } catch (const std::exception& e) {
     // The group's rendezvous waits for every rank: name those that never published "join".
     nlohmann::json evidence = {{"error", e.what()}};
@@ -348,7 +369,7 @@ CollectiveSample Communicator::all_reduce_sum(torch::Tensor& tensor, const std::
   return impl_->run(op, CollectiveKind::all_reduce, bytes, !tensor.is_cpu(), [&] {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
-    return impl_->group->allreduce(tensors, options);
+    return impl_->group_for(tensor)->allreduce(tensors, options);
   });
 }
 
@@ -359,7 +380,7 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::s
   for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size()) * impl_->world_size;
   CollectiveSample done = impl_->run(op, CollectiveKind::all_gather, bytes, !tensor.is_cpu(),
-                                     [&] { return impl_->group->allgather(outputs, inputs); });
+                                     [&] { return impl_->group_for(tensor)->allgather(outputs, inputs); });
   if (sample) *sample = done;
   return torch::stack(outputs[0]);
 }
@@ -370,7 +391,7 @@ CollectiveSample Communicator::broadcast(torch::Tensor& tensor, int root, const 
   return impl_->run(op, CollectiveKind::broadcast, bytes, !tensor.is_cpu(), [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    return impl_->group->broadcast(tensors, options);
+    return impl_->group_for(tensor)->broadcast(tensors, options);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -46,6 +47,13 @@ struct RankHeartbeat {
 enum class CollectiveKind { all_reduce, all_gather, broadcast };
 double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, int world_size);
 
+// The CollectiveSample::settle of a collective timed on the device's stream: its seconds become
+// `device_seconds()` plus whatever was added to them after it was sampled at `sampled_seconds`
+// (an injected delay survives), and its bus bandwidth follows.
+std::function<void(CollectiveSample&)> settle_on_device_time(std::function<double()> device_seconds,
+                                                            double sampled_seconds, CollectiveKind kind,
+                                                            int world_size);
+
 // "gloo" for a CPU device; for a GPU device "rccl" where this build has the RCCL backend, else
 // "gloo" (Gloo takes device tensors: a CUDA wheel's build still runs several GPU ranks).
 std::string collective_backend(const torch::Device& device);
@@ -54,8 +62,9 @@ class Communicator {
  public:
   // Rendezvous at launch.master_addr:master_port (rank 0 serves the TCPStore, unless the
   // launcher already does: launch.launcher_store_prefix), then a group of
-  // collective_backend(device). A rank that never joins is a CollectiveError after `timeout`
-  // naming the ranks that did not arrive.
+  // collective_backend(device) for device tensors; host tensors always travel through Gloo (on
+  // a GPU, a second group), so they never wait for the device. A rank that never joins is a
+  // CollectiveError after `timeout` naming the ranks that did not arrive.
   static std::unique_ptr<Communicator> connect(const LaunchInfo& launch, const torch::Device& device,
                                                std::chrono::milliseconds timeout);
   ~Communicator();

@@ -112,17 +112,13 @@ void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& param
   });
 }
 
-// Gloo reduces host tensors whatever the training device, so the host's own values (the loss
-// mean, the stop votes of every step, the checks' figures) never wait for the device nor read it
-// back (issue 11 item 7); RCCL takes device tensors only, and there each is one blocking read.
-torch::Device ProcessGroupSync::host_values_device() const {
-  return comm_->backend() == "gloo" ? torch::Device(torch::kCPU) : comm_->device();
-}
-
+// Host tensors: the Communicator sends them through Gloo whatever the backend, so the host's own
+// values (the loss mean, the stop votes of every step, the checks' figures) never wait for the
+// device nor read it back (issue 11 item 7).
 double ProcessGroupSync::mean_across_ranks(double value) {
-  torch::Tensor t = torch::tensor({value}, torch::TensorOptions().dtype(torch::kDouble).device(host_values_device()));
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
   comm_->all_reduce_sum(t, "allreduce_scalar");
-  return (t.is_cpu() ? *t.data_ptr<double>() : t.item<double>()) / world_size();
+  return *t.data_ptr<double>() / world_size();
 }
 
 void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& params) {
@@ -134,9 +130,8 @@ void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& pa
 
 std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::vector<double>& values,
                                                                      const std::string& op) {
-  const torch::Tensor mine =
-      torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble)).to(host_values_device());
-  const torch::Tensor all = comm_->all_gather(mine, op).cpu().contiguous();
+  const torch::Tensor mine = torch::tensor(values, torch::kDouble);
+  const torch::Tensor all = comm_->all_gather(mine, op).contiguous();
   std::vector<std::vector<double>> out(world_size());
   for (int r = 0; r < world_size(); ++r) {
     const double* row = all[r].data_ptr<double>();

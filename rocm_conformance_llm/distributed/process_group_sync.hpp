@@ -60,7 +60,6 @@ class ProcessGroupSync final : public GradientSync {
   void inject_canary_fault(double offset) { canary_fault_offset_ = offset; }
 
  private:
-  torch::Device host_values_device() const;  // where values the host made and reads travel
   Finding finding(const std::string& signature, Severity severity, std::string message,
                   nlohmann::json evidence) const;
 
