@@ -39,9 +39,10 @@ struct PlotSpec {
   std::string id;     // the svg's id: "plot-<id>"
   std::string title;
   std::string x_label = "step";
-  std::vector<PlotSeries> series;
-  std::vector<std::pair<std::string, double>> reference_lines;  // (label, y), e.g. the loss floor
-  std::vector<PlotMarker> markers;
+  // Initialised, so a spec may name only its first fields (-Wmissing-field-initializers).
+  std::vector<PlotSeries> series{};
+  std::vector<std::pair<std::string, double>> reference_lines{};  // (label, y), e.g. the loss floor
+  std::vector<PlotMarker> markers{};
 };
 
 // Inline SVG. Each series is cut to at most `max_points_per_series` points (per-bucket min and
