@@ -328,20 +328,22 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
     const auto group_store = [&](const std::string& prefix) {
       return c10::make_intrusive<c10d::PrefixStore>(prefix, impl->store);
     };
-    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices.push_back(gloo_device(launch.master_addr));
+    // Each Gloo group gets its own options and transport device, as torch.distributed's do.
+    const auto gloo_group = [&](const std::string& prefix) {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device(launch.master_addr));
+      return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store(prefix), launch.rank, launch.world_size,
+                                                         options);
+    };
     if (impl->backend == "gloo") {
-      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store("pg"), launch.rank, launch.world_size,
-                                                                options);
+      impl->group = gloo_group("pg");
     } else {
 #if defined(RCL_HAVE_RCCL)
       impl->group = make_rccl_group(group_store("pg"), launch.rank, launch.world_size, timeout);
 #endif
     }
     impl->host_group = impl->group;
-    if (!device.is_cpu())
-      impl->host_group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store("pg-host"), launch.rank,
-                                                                     launch.world_size, options);
+    if (!device.is_cpu()) impl->host_group = gloo_group("pg-host");
   } catch (const std::exception& e) {
     // The group's rendezvous waits for every rank: name those that never published "join".
     nlohmann::json evidence = {{"error", e.what()}};
