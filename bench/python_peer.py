@@ -3,7 +3,7 @@
 
 The benchmark's reference point: same architecture (rocm_conformance_llm/model.cpp), same
 initialisation, same AdamW groups and hyper-parameters, same clipping and bf16 autocast
-pattern as rocm_conformance_llm/trainer.cpp, on the same libtorch. Only the language around
+pattern as rocm_conformance_llm/loop/trainer.cpp, on the same libtorch. Only the language around
 the ATen calls differs, so tokens/s C++ vs Python measures the host-side overhead of each.
 
 Shapes come from the C++ tool itself (`rocm-conformance-llm --print-config` output or a run's
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 INIT_STD = 0.02      # model.cpp kInitStd (GPT-2)
 NORM_EPS = 1e-5      # model.cpp kNormEps
-ADAM_BETAS = (0.9, 0.95)  # trainer.cpp
+ADAM_BETAS = (0.9, 0.95)  # loop/trainer.cpp
 ADAM_EPS = 1e-8
 SYNTHETIC_VOCAB = 64  # data.hpp SyntheticSpec::vocab_size, used when vocab_size is 0
 
@@ -164,7 +164,7 @@ def lm_loss(logits, targets):
 
 
 def learning_rate_at(cfg, step):
-    """trainer.cpp learning_rate_at: linear warm-up, cosine decay to lr * min_lr_ratio."""
+    """loop/trainer.cpp learning_rate_at: linear warm-up, cosine decay to lr * min_lr_ratio."""
     if step <= cfg["warmup_steps"]:
         return cfg["learning_rate"] * step / cfg["warmup_steps"]
     min_lr = cfg["learning_rate"] * cfg["min_lr_ratio"]
@@ -184,7 +184,7 @@ def make_optimizer(model, cfg):
 
 
 def clip_grad_norm(params, max_norm):
-    """trainer.cpp clip_grad_norm (torch.nn.utils.clip_grad_norm_'s arithmetic, no host read)."""
+    """loop/trainer.cpp clip_grad_norm (torch.nn.utils.clip_grad_norm_'s arithmetic, no host read)."""
     grads = [p.grad for p in params if p.grad is not None]
     total = torch.stack([g.norm() for g in grads]).norm()
     if max_norm > 0:
@@ -219,7 +219,7 @@ def measure_peak_gflops(dtype, threads, size=2048, seconds=1.5, device="cpu"):
 
 
 def train(cfg, steps, threads, device):
-    """Runs `steps` optimizer steps; returns the per-step wall times (trainer.cpp train_step).
+    """Runs `steps` optimizer steps; returns the per-step wall times (loop/trainer.cpp train_step).
 
     On a GPU the step's scalars are read one step late, as the C++ trainer does, so the host
     queues step N+1 while the device runs step N; a step's wall time is then the device's."""
@@ -249,7 +249,7 @@ def train(cfg, steps, threads, device):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = lm_loss(model(inputs), targets)
             loss_sum += loss.detach()
-            (loss / accum).backward()  # outside autocast, as in trainer.cpp
+            (loss / accum).backward()  # outside autocast, as in loop/trainer.cpp
         grad_norm = clip_grad_norm(params, cfg["grad_clip"])
         optimizer.step()
         scalars = torch.stack([loss_sum / accum, grad_norm]).double()

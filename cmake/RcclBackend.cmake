@@ -4,7 +4,7 @@
 if(RCL_TORCH_BUILD STREQUAL "rocm")
   find_package(hip CONFIG REQUIRED PATHS $ENV{ROCM_PATH} /opt/rocm)
   find_path(RCL_RCCL_INCLUDE rccl/rccl.h PATHS $ENV{ROCM_PATH}/include /opt/rocm/include)
-  set(_rcl_rccl_source ${CMAKE_CURRENT_SOURCE_DIR}/rocm_conformance_llm/distributed/process_group_rccl_rocm.cpp)
+  set(_rcl_rccl_source ${CMAKE_CURRENT_SOURCE_DIR}/rocm_conformance_llm/transport/process_group_rccl_rocm.cpp)
   target_sources(rcl_core PRIVATE ${_rcl_rccl_source})
   # Only the RCCL file takes the HIP flags; the rest stays device-agnostic libtorch.
   set_source_files_properties(${_rcl_rccl_source} PROPERTIES

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "rocm_conformance_llm/utils/strings.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 
 namespace rcl {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rocm_conformance_llm/errors.hpp"
+#include "rocm_conformance_llm/base/errors.hpp"
 
 namespace rcl {
 

@@ -5,8 +5,8 @@
 
 #include <torch/version.h>
 
-#include "rocm_conformance_llm/checkpointing.hpp"
-#include "rocm_conformance_llm/op_tap.hpp"
+#include "rocm_conformance_llm/workload/checkpointing.hpp"
+#include "rocm_conformance_llm/workload/op_tap.hpp"
 
 // at::scaled_dot_product_attention and its backend switches are public from libtorch 2.0;
 // on 1.13 the explicit "math" path is the only attention.

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "rocm_conformance_llm/utils/strings.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 
 namespace rcl {
 namespace {

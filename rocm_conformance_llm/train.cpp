@@ -3,11 +3,11 @@
 #include <string>
 #include <string_view>
 
-#include "rocm_conformance_llm/cli.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/platform/doctor.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"
-#include "rocm_conformance_llm/runner.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/run/job.hpp"
 
 int main(int argc, char** argv) {
   using namespace rcl;

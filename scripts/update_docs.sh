@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the generated blocks of README.md and docs/*.md: everything between
 # "<!-- generated: rocm-conformance-llm ARGS -->" and "<!-- end generated -->" becomes the
-# output of the built binary run with ARGS. tests/test_config.cpp (Docs.*) fails when a block
+# output of the built binary run with ARGS. tests/binary/test_config.cpp (Docs.*) fails when a block
 # differs from what the binary prints now.
 #   scripts/update_docs.sh [path/to/rocm-conformance-llm]   (default: build/rocm-conformance-llm)
 set -euo pipefail

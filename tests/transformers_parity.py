@@ -4,7 +4,7 @@
     transformers_parity.py CHECKPOINT_DIR PARITY.safetensors
 
 PARITY.safetensors holds `tokens` [1, T] and the `logits` [1, T, V] our model computed from the
-same checkpoint (tests/test_checkpoints.cpp, TransformersLoads). Exit 0 when every weight was
+same checkpoint (tests/binary/test_checkpoints.cpp, TransformersLoads). Exit 0 when every weight was
 used, none was missing, and the logits agree within float32 tolerance; 1 otherwise.
 """
 import sys

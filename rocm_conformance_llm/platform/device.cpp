@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
-#include "rocm_conformance_llm/errors.hpp"
+#include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)

@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
-#include "rocm_conformance_llm/utils/strings.hpp"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-// The checkpoint reader `--resume` runs before anything else (run_checkpoint.cpp, safetensors.cpp).
+// The checkpoint reader `--resume` runs before anything else (run/run_checkpoint.cpp, base/safetensors.cpp).
 // The first byte picks the file the rest of the input becomes; the other files are a real smoke
 // checkpoint's (the seed corpus holds one, from scripts/fuzz.sh):
 //   0: state.json, with a manifest whose SHA-256 match, so the state itself is parsed and
@@ -7,9 +7,9 @@
 //   2: a safetensors file, read by read_safetensors
 #include "fuzz_support.hpp"
 
-#include "rocm_conformance_llm/run_checkpoint.hpp"
-#include "rocm_conformance_llm/safetensors.hpp"
-#include "rocm_conformance_llm/utils/sha256.hpp"
+#include "rocm_conformance_llm/base/safetensors.hpp"
+#include "rocm_conformance_llm/base/sha256.hpp"
+#include "rocm_conformance_llm/run/run_checkpoint.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // text that parses to the same plan.
 #include "fuzz_support.hpp"
 
-#include "rocm_conformance_llm/fault_plan.hpp"
+#include "rocm_conformance_llm/faults/fault_plan.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rcl::fuzz::expect_accepted_or_refused([&] {

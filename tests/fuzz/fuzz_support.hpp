@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "rocm_conformance_llm/cli.hpp"
-#include "rocm_conformance_llm/errors.hpp"
+#include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
 
 namespace rcl::fuzz {
 

@@ -1,0 +1,112 @@
+// Shadow check (rocBLAS/hipBLASLt): every diagnostics.shadow_check_interval steps, one GEMM of
+// that very step's forward (an nn::Linear, an attention matmul; or a LayerNorm) is recomputed in
+// float64 on the same inputs, on the device, and compared with a bound from the dtype's unit
+// roundoff and K. The op is chosen in a key-major rotation over the distinct (op, shapes, dtype)
+// the forward runs, so every shape is checked within as many steps as the model has distinct
+// shapes (8 on smoke), and over its occurrences (layers) in turn on later visits. One call per
+// step, not every layer's: a wrong result for one shape (a bad kernel pick, dropped stores, a
+// wrong split-K reduction) shows in every layer's call of it, and on a GPU the check's cost is
+// the kernels it launches (the H100 run measured +55.6% step time on `small` when it judged all
+// 12 layers). A call whose inputs were not finite (a NaN from an earlier layer's call of the same
+// shape) is judged again at its first occurrence on the next step.
+//
+// The ops reach the check through the model's taps (workload/op_tap.hpp), armed only for the forward of
+// the step's first micro-batch. On the CPU the verdict is one pass over the operands in plain
+// loops (ATen's ~30 small ops cost ~5% of a smoke step in dispatch and float64 copies); on a GPU
+// it is ATen ops on the device, and the verdict reaches the host one step later (no host sync
+// in an ordinary step). On a mismatch the check runs the op again on copies of its inputs: a
+// second wrong result means reproducible.
+//
+// The GEMM bound (C = A B (+ bias), A: M x K, B: K x N, output dtype with unit roundoff u,
+// fp32 accumulation u_acc = 2^-24; projected on a fixed +-1 vector x, so the float64 work is
+// O(MK + KN + MN), not O(MNK)):
+//   for every row i:  |(C x)_i - (A (B x))_i - bias . x|  <=  8 (u ||c_i|| + u_acc sqrt(K) ||a_i|| ||B||_F)
+// Derivation: an honest element error is at most u|c_ij| (rounding the output) plus the
+// accumulation error, <= u_acc sqrt(K) ||a_i|| ||b_j|| (a sequential FMA sum of random-sign
+// products stays near u_acc ||a_i|| ||b_j|| / 2.4; same-sign products reach u_acc sqrt(K)/3 of
+// it). So the row's error vector e_i has ||e_i|| <= the bracket; x's signs do not depend on e,
+// so |e_i . x| has standard deviation ||e_i|| and exceeds 8 ||e_i|| with probability below
+// 2 exp(-32) (Hoeffding). What it catches: NaN/Inf from finite inputs, any element off by more
+// than ~8 u ||c_i|| (fp32: a 1% error of every element, or one element 1e6 off), in every
+// dtype; a 1% error in a bf16 output (2.5 bf16 ulps) is inside the bound and is not reported.
+// LayerNorm, per element, with D = normalized size, m_i = rms(x_i) / sqrt(var_i + eps) >= 1:
+//   |y - r| <= 8 (u (|r| + |bias|) + u_acc sqrt(D) |w| m_i^2 (1 + |x_hat|))
+// (the mean and variance are fp32 sums of D terms; a one-pass variance loses m_i^2 relative).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/base/deferred_scalars.hpp"
+#include "rocm_conformance_llm/checks/detector.hpp"
+#include "rocm_conformance_llm/checks/rerun.hpp"
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/workload/op_tap.hpp"
+
+namespace rcl {
+
+class Trainer;
+
+// The verdict of one op: float64 [worst ratio of error to bound (NaN for a NaN result), relative
+// error, 1 if every row was judged]. `output` defaults to op.output. Rows whose inputs hold
+// NaN/Inf, or whose true result may exceed the dtype's range (||a_i|| max_j ||b_j|| > its largest
+// finite value: an fp16 overflow), are not judged: the non-finite detectors own those. On the
+// CPU it is decided by host_verdict, elsewhere by ATen ops on the op's device.
+torch::Tensor shadow_verdict(const TappedOp& op, const torch::Tensor& output = {});
+// The same verdict by ATen ops, whatever the device (on the CPU: to prove host_verdict equal to it).
+torch::Tensor shadow_verdict_aten(const TappedOp& op, const torch::Tensor& output = {});
+// The same verdict in one pass of plain loops over CPU tensors, no ATen op (float64 sums).
+std::array<double, 3> host_verdict(const TappedOp& op, const torch::Tensor& output = {});
+// Whether a verdict's worst ratio says wrong result (above 1, or NaN).
+bool shadow_mismatch(double worst_error_over_bound);
+
+// Loop-side: see the top of this file. Findings: gemm_shadow_mismatch (fail).
+class ShadowCheck final : public Detector, private OpObserver {
+ public:
+  ShadowCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer);
+  ~ShadowCheck() override;
+  void on_step_begin(int64_t step) override;
+  void before_forward(int64_t step, bool first) override;
+  torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;
+  void finish() override;
+
+ private:
+  using OpKey = std::vector<int64_t>;  // TappedOp::key
+
+  void observe(const TappedOp& op) override;
+  bool wants(const OpKey& key);
+  void captured(const TappedOp& op);
+  void disarm();
+  void read_verdict();
+
+  struct Pending {
+    int64_t step = 0;
+    OpKey key;
+    std::string name;  // TappedOp::describe
+    int64_t occurrence = 0, occurrences = 0;  // which call of `key` in the forward, of how many
+    std::optional<TappedOp> op{};              // inputs copied for a re-run: the optimizer updates weights in place
+    std::optional<DeferredScalars> on_device{};  // a GPU op's verdict, read one step late
+    std::vector<double> verdict{};             // a CPU op's, decided at once
+  };
+
+  Trainer& trainer_;
+  std::optional<ObservedOps> armed_;
+  int64_t armed_step_ = -1;
+  int64_t round_ = 0;
+  std::vector<OpKey> keys_;  // distinct ops in the order the forward first ran them
+  std::map<OpKey, int64_t> occurrences_;  // calls of each key in one forward
+  std::map<OpKey, int64_t> seen_;         // calls of each key so far in this forward
+  std::pair<OpKey, int64_t> target_;      // this step's (key, occurrence)
+  std::optional<OpKey> retry_;            // a key to judge at occurrence 0 next (see the top)
+  std::optional<Pending> checked_;          // this step's, until the forward ends
+  std::optional<Pending> pending_;
+  TransientHistory transients_;
+};
+
+}  // namespace rcl

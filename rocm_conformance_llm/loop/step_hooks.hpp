@@ -1,0 +1,114 @@
+// The points of a training step where diagnostics and fault injection act. Trainer::train_step
+// calls them in the order below; every hook is a no-op by default, so an implementation
+// overrides only the points it needs, and the loop trains identically with no hooks at all.
+//
+// Implementations: the watchdog (on_phase), the --inject faults (faults/faults.hpp: strike where the
+// real failure strikes), and the loop-side checks of diagnostics/ (op fingerprint, non-finite
+// localisation, GEMM canary, shadow check, rewind-and-replay).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/loop/step_record.hpp"
+
+namespace rcl {
+
+// Phase names the loop reports through StepHooks::on_phase (the watchdog names them in a hang).
+namespace phase {
+inline constexpr const char* data = "data";
+inline constexpr const char* forward = "forward";
+inline constexpr const char* backward = "backward";
+inline constexpr const char* grad_sync = "grad_sync";  // gradient all-reduce (RCCL)
+inline constexpr const char* checksum = "checksum";    // cross-rank parameter checksum (RCCL)
+inline constexpr const char* optimizer = "optimizer";
+inline constexpr const char* eval = "eval";
+inline constexpr const char* canary = "canary";
+inline constexpr const char* attention_probe = "attention_probe";  // SDPA backends vs float64 math
+inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
+inline constexpr const char* rerun = "rerun";          // an anomalous step run again (checks/rerun.hpp)
+inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
+// Before the loop (the runner, not the trainer, passes these): the c10d store exchange that
+// forms the group, and the detectors' cross-rank preflight (broadcast, all-reduce canary).
+inline constexpr const char* rendezvous = "rendezvous";
+inline constexpr const char* preflight = "preflight";
+inline constexpr std::array all = {rendezvous, preflight, data, forward, backward, grad_sync, checksum, optimizer,
+                                   eval, canary, attention_probe, replay, loss_allreduce};
+}  // namespace phase
+
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+
+  // The loop entered `phase` of `step`; `last_collective` names the step's last all-reduce.
+  virtual void on_phase(const char* /*phase*/, int64_t /*step*/, const std::string& /*last_collective*/) {}
+  // Before any work of optimizer step `step`.
+  virtual void on_step_begin(int64_t /*step*/) {}
+  // Before each micro-batch's forward (inside autocast); `first` is the step's first micro-batch.
+  virtual void before_forward(int64_t /*step*/, bool /*first*/) {}
+  // The forward's logits, before the loss: a hook may return other logits.
+  virtual torch::Tensor on_logits(torch::Tensor logits, int64_t /*step*/) { return logits; }
+  // Gradients are final (averaged across ranks, still loss-scaled under fp16), the optimizer has
+  // not run. `params` in the optimizer's buffer order; `loss_sum`: the micro-batches' summed
+  // loss, on the device; `first_micro_batch`: the data cursor of the step's first micro-batch.
+  virtual void on_gradients(int64_t /*step*/, const std::vector<torch::Tensor>& /*params*/,
+                            const torch::Tensor& /*loss_sum*/, int64_t /*first_micro_batch*/) {}
+  // The step's work is queued; its time is about to be taken (`elapsed_s` so far).
+  virtual void before_step_time(StepRecord& /*rec*/, double /*elapsed_s*/) {}
+  // Step time taken, memory not yet sampled.
+  virtual void after_step_time(StepRecord& /*rec*/) {}
+  // The record is complete (memory, validation loss); outside the step's time.
+  virtual void after_step(StepRecord& /*rec*/) {}
+  // Step `step`'s loss reached the host (one step late) as this rank's `local_loss`.
+  virtual void on_loss(int64_t /*step*/, double /*local_loss*/) {}
+  // Between optimizer steps, after `step` was published: nothing of the next step has run.
+  virtual void between_steps(int64_t /*step*/) {}
+};
+
+// Calls each hook in the order added (faults before checks, so a check sees the fault).
+class StepHookList final : public StepHooks {
+ public:
+  void add(StepHooks* hooks) { hooks_.push_back(hooks); }
+
+  void on_phase(const char* phase, int64_t step, const std::string& last_collective) override {
+    for (auto* h : hooks_) h->on_phase(phase, step, last_collective);
+  }
+  void on_step_begin(int64_t step) override {
+    for (auto* h : hooks_) h->on_step_begin(step);
+  }
+  void before_forward(int64_t step, bool first) override {
+    for (auto* h : hooks_) h->before_forward(step, first);
+  }
+  torch::Tensor on_logits(torch::Tensor logits, int64_t step) override {
+    for (auto* h : hooks_) logits = h->on_logits(std::move(logits), step);
+    return logits;
+  }
+  void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
+                    int64_t first_micro_batch) override {
+    for (auto* h : hooks_) h->on_gradients(step, params, loss_sum, first_micro_batch);
+  }
+  void before_step_time(StepRecord& rec, double elapsed_s) override {
+    for (auto* h : hooks_) h->before_step_time(rec, elapsed_s);
+  }
+  void after_step_time(StepRecord& rec) override {
+    for (auto* h : hooks_) h->after_step_time(rec);
+  }
+  void after_step(StepRecord& rec) override {
+    for (auto* h : hooks_) h->after_step(rec);
+  }
+  void on_loss(int64_t step, double local_loss) override {
+    for (auto* h : hooks_) h->on_loss(step, local_loss);
+  }
+  void between_steps(int64_t step) override {
+    for (auto* h : hooks_) h->between_steps(step);
+  }
+
+ private:
+  std::vector<StepHooks*> hooks_;
+};
+
+}  // namespace rcl

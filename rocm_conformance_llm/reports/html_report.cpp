@@ -1,0 +1,488 @@
+#include "rocm_conformance_llm/reports/html_report.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/reports/report.hpp"
+
+namespace rcl {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Plot geometry in SVG user units (the page scales them to its width).
+constexpr double kWidth = 960, kHeight = 230, kLeft = 72, kRight = 944, kTop = 28, kBottom = 200;
+constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"};
+
+constexpr const char* kStyle = R"(
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#222;max-width:1200px}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;font-size:.9em;margin:.4em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;padding:.1em .6em;border-radius:.3em;color:#fff;font-weight:bold}
+.PASS{background:#2e7d32}.WARN{background:#ef8f00}.FAIL,.CRASHED,.HUNG{background:#c62828}.INTERRUPTED{background:#6a1b9a}
+tr.sev-fail td:first-child{border-left:4px solid #c62828}tr.sev-warn td:first-child{border-left:4px solid #ef8f00}
+tr.sev-info td:first-child{border-left:4px solid #1565c0}tr.flagged{background:#fdecea}tr:target{background:#fff59d}
+pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:.85em}
+svg.plot{width:100%;max-width:960px;height:auto;display:block;margin:.3em 0 1em}
+svg .axis{stroke:#888;stroke-width:1}svg .grid{stroke:#eee;stroke-width:1}svg text{font-size:11px;fill:#444}
+svg .title{font-size:13px;font-weight:bold;fill:#222}svg .curve{fill:none;stroke-width:1.4}
+svg .marker line.mline{stroke-width:1.5;stroke-dasharray:4 2}svg .marker line.mhit{stroke:transparent;stroke-width:9}
+svg .marker:hover line.mline{stroke-width:3}svg .sev-fail line.mline{stroke:#c62828}svg .sev-warn line.mline{stroke:#ef8f00}
+svg .sev-info line.mline{stroke:#1565c0}svg .reference{stroke:#555;stroke-dasharray:6 3}svg .nonfinite{fill:#c62828}
+)";
+
+std::string num(double v) { return fmt::format("{:.6g}", v); }
+std::string px(double v) { return fmt::format("{:.1f}", v); }
+
+// About `n` round-numbered ticks covering [lo, hi], at least `min_step` apart (1 for steps and
+// run numbers: no tick at step 2.5).
+std::vector<double> nice_ticks(double lo, double hi, int n, double min_step = 0) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / n;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double r = raw / magnitude;
+  const double step = std::max(min_step, (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * magnitude);
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push_back(t);
+  return ticks;
+}
+
+// Per bucket of consecutive points, the lowest and the highest finite one (in x order) and a gap
+// where a non-finite value was: the curve's shape, spikes included, at a bounded size.
+PlotSeries downsample(const PlotSeries& s, size_t max_points) {
+  const size_t n = s.x.size();
+  if (n <= max_points || max_points < 4) return s;
+  const size_t bucket = (2 * n + max_points - 1) / max_points;
+  PlotSeries out{s.name, {}, {}, s.points};
+  for (size_t begin = 0; begin < n; begin += bucket) {
+    const size_t end = std::min(n, begin + bucket);
+    size_t lo = end, hi = end;
+    bool gap = false;
+    for (size_t i = begin; i < end; ++i) {
+      if (!std::isfinite(s.y[i])) {
+        gap = true;
+        continue;
+      }
+      if (lo == end || s.y[i] < s.y[lo]) lo = i;
+      if (hi == end || s.y[i] > s.y[hi]) hi = i;
+    }
+    std::vector<size_t> keep;
+    if (lo != end) keep.push_back(lo);
+    if (hi != end && hi != lo) keep.push_back(hi);
+    std::sort(keep.begin(), keep.end());
+    if (gap) {
+      out.x.push_back(s.x[begin]);
+      out.y.push_back(kNaN);
+    }
+    for (size_t i : keep) {
+      out.x.push_back(s.x[i]);
+      out.y.push_back(s.y[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string html_page(const std::string& title, const std::string& body) {
+  return fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n"
+                     "<style>{}</style></head>\n<body>\n{}\n</body></html>\n",
+                     xml_escape(title), kStyle, body);
+}
+
+std::string svg_plot(const PlotSpec& plot, size_t max_points_per_series) {
+  std::vector<PlotSeries> series;
+  for (const auto& s : plot.series) series.push_back(downsample(s, max_points_per_series));
+
+  double x_min = INFINITY, x_max = -INFINITY, y_min = INFINITY, y_max = -INFINITY;
+  for (const auto& s : series)
+    for (size_t i = 0; i < s.x.size(); ++i) {
+      x_min = std::min(x_min, s.x[i]);
+      x_max = std::max(x_max, s.x[i]);
+      if (std::isfinite(s.y[i])) {
+        y_min = std::min(y_min, s.y[i]);
+        y_max = std::max(y_max, s.y[i]);
+      }
+    }
+  for (const auto& m : plot.markers) {
+    x_min = std::min(x_min, m.x);
+    x_max = std::max(x_max, m.x);
+  }
+  for (const auto& [label, y] : plot.reference_lines) {
+    y_min = std::min(y_min, y);
+    y_max = std::max(y_max, y);
+  }
+  if (!std::isfinite(x_min)) x_min = x_max = 0;
+  if (x_max <= x_min) x_max = x_min + 1;
+  if (!std::isfinite(y_min)) y_min = y_max = 0;
+  // Values over more than three decades (a gradient norm that overflowed) read on a log axis.
+  const bool log_y = y_min > 0 && y_max / y_min > 1e3;
+  auto ty = [&](double y) { return log_y ? std::log10(y) : y; };
+  double lo = ty(y_min), hi = ty(y_max);
+  if (hi <= lo) {
+    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.05;
+    lo -= pad;
+    hi += pad;
+  }
+  auto sx = [&](double x) { return kLeft + (x - x_min) / (x_max - x_min) * (kRight - kLeft); };
+  auto sy = [&](double y) { return kBottom - (ty(y) - lo) / (hi - lo) * (kBottom - kTop); };
+
+  std::string svg = fmt::format(
+      "<svg class=\"plot\" id=\"plot-{}\" viewBox=\"0 0 {} {}\" xmlns=\"http://www.w3.org/2000/svg\" "
+      "data-x-min=\"{}\" data-x-max=\"{}\" data-px-left=\"{}\" data-px-right=\"{}\" data-log-y=\"{}\">\n"
+      "<text class=\"title\" x=\"{}\" y=\"16\">{}{}</text>\n",
+      xml_escape(plot.id), kWidth, kHeight, num(x_min), num(x_max), kLeft, kRight, log_y ? 1 : 0, kLeft,
+      xml_escape(plot.title), log_y ? " (log scale)" : "");
+  for (double t : nice_ticks(lo, hi, 4)) {
+    const double y = kBottom - (t - lo) / (hi - lo) * (kBottom - kTop);
+    svg += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text x=\"{}\" y=\"{}\" "
+                       "text-anchor=\"end\">{}</text>\n",
+                       kLeft, kRight, px(y), px(y), kLeft - 4, px(y + 4), log_y ? num(std::pow(10.0, t)) : num(t));
+  }
+  for (double t : nice_ticks(x_min, x_max, 8, 1))
+    svg += fmt::format("<line class=\"axis\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/><text x=\"{0}\" y=\"{3}\" "
+                       "text-anchor=\"middle\">{4}</text>\n",
+                       px(sx(t)), kBottom, kBottom + 4, kBottom + 16, num(t));
+  svg += fmt::format("<line class=\"axis\" x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\"/><line class=\"axis\" "
+                     "x1=\"{0}\" x2=\"{0}\" y1=\"{3}\" y2=\"{2}\"/><text x=\"{1}\" y=\"{4}\" text-anchor=\"end\">{5}"
+                     "</text>\n",
+                     kLeft, kRight, kBottom, kTop, kBottom + 28, xml_escape(plot.x_label));
+  for (const auto& [label, y] : plot.reference_lines)
+    svg += fmt::format("<line class=\"reference\" x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\"><title>{3} {4}</title>"
+                       "</line><text x=\"{1}\" y=\"{5}\" text-anchor=\"end\">{3}</text>\n",
+                       kLeft, kRight, px(sy(y)), xml_escape(label), num(y), px(sy(y) - 3));
+
+  for (size_t k = 0; k < series.size(); ++k) {
+    const auto& s = series[k];
+    const char* color = kPalette[k % std::size(kPalette)];
+    if (s.points) {
+      svg += fmt::format("<g class=\"points\" data-series=\"{}\" fill=\"{}\">", xml_escape(s.name), color);
+      for (size_t i = 0; i < s.x.size(); ++i)
+        if (std::isfinite(s.y[i]))
+          svg += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\"><title>{} {}: {}</title></circle>", px(sx(s.x[i])),
+                             px(sy(s.y[i])), xml_escape(plot.x_label), num(s.x[i]), num(s.y[i]));
+      svg += "</g>\n";
+    } else {
+      std::string d;
+      bool pen_down = false;
+      for (size_t i = 0; i < s.x.size(); ++i) {
+        if (!std::isfinite(s.y[i])) {
+          pen_down = false;
+          continue;
+        }
+        d += fmt::format("{}{} {}", pen_down ? "L" : "M", px(sx(s.x[i])), px(sy(s.y[i])));
+        pen_down = true;
+      }
+      svg += fmt::format("<path class=\"curve\" data-series=\"{}\" data-points=\"{}\" stroke=\"{}\" d=\"{}\"/>\n",
+                         xml_escape(s.name), s.x.size(), color, d);
+      // Short series (and a lone point, which a path does not draw) also get their dots.
+      if (s.x.size() <= 60)
+        for (size_t i = 0; i < s.x.size(); ++i)
+          if (std::isfinite(s.y[i]))
+            svg += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2\" fill=\"{}\"/>", px(sx(s.x[i])), px(sy(s.y[i])), color);
+      // A non-finite value has no place on the axis: a red tick under the top edge says where.
+      for (size_t i = 0; i < s.x.size(); ++i)
+        if (!std::isfinite(s.y[i]))
+          svg += fmt::format("<path class=\"nonfinite\" d=\"M{0} {1}l-4 -6h8z\"><title>{2} {3}: {4} not finite"
+                             "</title></path>\n",
+                             px(sx(s.x[i])), kTop + 6, xml_escape(plot.x_label), num(s.x[i]), xml_escape(s.name));
+    }
+    svg += fmt::format("<text x=\"{}\" y=\"16\" text-anchor=\"end\" fill=\"{}\">&#9632; {}</text>\n",
+                       kRight - 130 * static_cast<double>(k), color, xml_escape(s.name));
+  }
+  for (const auto& m : plot.markers) {
+    const std::string x = px(sx(m.x));
+    svg += fmt::format("<a href=\"{0}\" class=\"marker sev-{1}\" data-x=\"{2}\" data-signature=\"{3}\">"
+                       "<line class=\"mline\" x1=\"{4}\" x2=\"{4}\" y1=\"{5}\" y2=\"{6}\"/><line class=\"mhit\" "
+                       "x1=\"{4}\" x2=\"{4}\" y1=\"{5}\" y2=\"{6}\"/><title>{7}</title></a>\n",
+                       xml_escape(m.href), xml_escape(m.severity), num(m.x), xml_escape(m.signature), x, kTop,
+                       kBottom, xml_escape(m.tooltip));
+  }
+  return svg + "</svg>\n";
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// A JSON number as a double; NaN for null (how metrics.jsonl stores NaN), strings and absence.
+double number(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : kNaN;
+}
+
+std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// The plots, in page order; "telemetry.<key>" plots follow, one per key a metrics row carries.
+struct PlotDef {
+  const char* id;
+  const char* title;
+};
+constexpr PlotDef kPlots[] = {
+    {"loss", "loss (train, validation; dashed: the corpus loss floor)"},
+    {"step_time", "step time (s)"},
+    {"tokens_per_s", "tokens/s (this rank)"},
+    {"memory", "memory (MiB)"},
+    {"grad_norm", "gradient norm (before clipping)"},
+    {"loss_scale", "fp16 dynamic loss scale"},
+    {"phase", "phase time (s)"},
+    {"collective_bandwidth", "collective bus bandwidth (GB/s)"},
+    {"collective_latency", "collective latency (ms)"},
+};
+
+// plot id -> series name -> points, as read from metrics.jsonl.
+using SeriesTable = std::map<std::string, std::map<std::string, PlotSeries>>;
+
+void add_point(SeriesTable& t, const std::string& plot, const std::string& series, double x, double y,
+               bool points = false) {
+  auto& s = t[plot][series];
+  s.name = series;
+  s.points = points;
+  s.x.push_back(x);
+  s.y.push_back(y);
+}
+
+void add_row(SeriesTable& t, const json& row) {
+  const double step = number(row, "step");
+  if (!std::isfinite(step)) return;
+  add_point(t, "loss", "train", step, number(row, "loss"));
+  if (row.contains("val_loss")) add_point(t, "loss", "validation", step, number(row, "val_loss"), true);
+  add_point(t, "step_time", "step time", step, number(row, "step_time_s"));
+  add_point(t, "tokens_per_s", "tokens/s", step, number(row, "tokens_per_s"));
+  add_point(t, "grad_norm", "grad norm", step, number(row, "grad_norm"));
+  add_point(t, "loss_scale", "loss scale", step, number(row, "loss_scale"));
+  if (const auto m = row.find("memory"); m != row.end() && m->is_object()) {
+    static constexpr std::pair<const char*, const char*> kFigures[] = {
+        {"allocated_bytes", "allocated"}, {"reserved_bytes", "reserved"},
+        {"peak_allocated_bytes", "peak allocated"}, {"rss_bytes", "resident set"}};
+    for (const auto& [key, label] : kFigures)
+      if (const double v = number(*m, key); v >= 0) add_point(t, "memory", label, step, v / (1 << 20));
+  }
+  if (const auto p = row.find("phase_s"); p != row.end() && p->is_object())
+    for (const auto& [name, v] : p->items())
+      if (v.is_number()) add_point(t, "phase", name, step, v.get<double>());
+  if (const auto c = row.find("collectives"); c != row.end() && c->is_array()) {
+    std::map<std::string, std::array<double, 3>> per_op;  // op -> {sum busbw, sum seconds, count}
+    for (const auto& sample : *c) {
+      auto& acc = per_op[sample.value("op", std::string("?"))];
+      acc[0] += number(sample, "bus_bandwidth_gbps");
+      acc[1] += number(sample, "seconds");
+      acc[2] += 1;
+    }
+    for (const auto& [op, acc] : per_op) {
+      add_point(t, "collective_bandwidth", op, step, acc[0] / acc[2]);
+      add_point(t, "collective_latency", op, step, 1e3 * acc[1] / acc[2]);
+    }
+  }
+  if (const auto tel = row.find("telemetry"); tel != row.end() && tel->is_object())
+    for (const auto& [key, v] : tel->items())
+      if (v.is_number()) add_point(t, "telemetry." + key, key, step, v.get<double>());
+}
+
+SeriesTable read_series(const std::filesystem::path& metrics_path) {
+  SeriesTable t;
+  std::ifstream in(metrics_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    // A crashed or hung run may have left half a line: what parses is plotted.
+    const json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object()) add_row(t, row);
+  }
+  // A loss scale that never left 1 is not fp16: no plot.
+  if (const auto it = t.find("loss_scale"); it != t.end()) {
+    const auto& ys = it->second.begin()->second.y;
+    if (std::all_of(ys.begin(), ys.end(), [](double y) { return y == 1.0; })) t.erase(it);
+  }
+  return t;
+}
+
+std::vector<PlotMarker> finding_markers(const json& findings) {
+  std::vector<PlotMarker> markers;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const json& f = findings[i];
+    std::string evidence = f.value("evidence", json::object()).dump();
+    if (evidence.size() > 600) evidence = evidence.substr(0, 600) + "...";
+    markers.push_back({static_cast<double>(f.value("step", int64_t{0})), f.value("severity", std::string("info")),
+                       f.value("signature", std::string()),
+                       fmt::format("[{}] {} {} at step {} (rank {}): {}\nevidence: {}", f.value("severity", ""),
+                                   f.value("component", ""), f.value("signature", ""), f.value("step", int64_t{0}),
+                                   f.value("rank", 0), f.value("message", ""), evidence),
+                       fmt::format("#finding-{}", i)});
+  }
+  return markers;
+}
+
+// "a.b.c" -> value rows of a nested object, for the summary and environment tables.
+void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [key, value] : j.items()) flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+    return;
+  }
+  out.emplace_back(prefix, text_of(j));
+}
+
+std::string key_value_table(const json& j) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  flatten(j, "", rows);
+  std::string t = "<table>\n";
+  for (const auto& [key, value] : rows)
+    t += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", xml_escape(key), xml_escape(value));
+  return t + "</table>\n";
+}
+
+std::string header_section(const json& report) {
+  const json& config = report.value("config", json::object());
+  const std::string verdict = report.value("verdict", std::string("?"));
+  std::string h = fmt::format("<h1>rocm-conformance-llm <span class=\"badge {0}\" id=\"verdict\">{0}</span></h1>\n"
+                              "<table><tr><th>outcome</th><td id=\"outcome\">{1}</td><th>exit code</th><td>{2}</td>"
+                              "<th>rank</th><td>{3}</td><th>duration</th><td>{4:.1f} s</td></tr>\n",
+                              xml_escape(verdict), xml_escape(report.value("outcome", std::string("?"))),
+                              report.value("exit_code", -1), report.value("rank", 0), report.value("duration_s", 0.0));
+  const json& summary = report.value("summary", json::object());
+  h += fmt::format("<tr><th>preset</th><td>{}</td><th>stress modes</th><td>{}</td><th>steps</th><td>{}</td>"
+                   "<th>device</th><td>{}</td></tr></table>\n",
+                   xml_escape(config.value("preset", std::string("?"))),
+                   xml_escape(config.contains("stress_modes") && !config["stress_modes"].empty()
+                                   ? config["stress_modes"].dump()
+                                   : "none"),
+                   summary.value("steps", int64_t{0}),
+                   xml_escape(text_of(report.value("environment", json::object()).value("device", json("?")))));
+  if (report.contains("note")) h += fmt::format("<p><b>note:</b> {}</p>\n", xml_escape(text_of(report["note"])));
+  h += "<h2>Components</h2>\n<table id=\"components\"><tr><th>component</th><th>status</th><th>info</th><th>warn</th>"
+       "<th>fail</th></tr>\n";
+  for (const auto& c : report.value("components", json::array()))
+    h += fmt::format("<tr><td>{0}</td><td><span class=\"badge {1}\">{1}</span></td><td class=\"num\">{2}</td>"
+                     "<td class=\"num\">{3}</td><td class=\"num\">{4}</td></tr>\n",
+                     xml_escape(c.value("component", "")), xml_escape(c.value("status", "")), c.value("info", 0),
+                     c.value("warn", 0), c.value("fail", 0));
+  return h + "</table>\n";
+}
+
+std::string findings_section(const json& findings) {
+  std::string s = fmt::format("<h2>Findings ({})</h2>\n", findings.size());
+  if (findings.empty()) return s + "<p>none</p>\n";
+  s += "<table id=\"findings\"><tr><th>#</th><th>severity</th><th>component</th><th>signature</th><th>step</th>"
+       "<th>rank</th><th>message</th><th>action</th><th>evidence</th></tr>\n";
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const json& f = findings[i];
+    // Reports older than the action key show none; the classification is null where not re-run.
+    std::string action = f.contains("action") ? f.at("action").get<std::string>() : "";
+    if (f.contains("classification") && f.at("classification").is_string())
+      action += " (" + f.at("classification").get<std::string>() + ")";
+    s += fmt::format("<tr id=\"finding-{0}\" class=\"sev-{1}\"><td>{0}</td><td>{1}</td><td>{2}</td><td>{3}</td>"
+                     "<td class=\"num\">{4}</td><td class=\"num\">{5}</td><td>{6}</td><td>{7}</td><td><pre>{8}</pre></td></tr>\n",
+                     i, xml_escape(f.value("severity", "")), xml_escape(f.value("component", "")),
+                     xml_escape(f.value("signature", "")), f.value("step", int64_t{0}), f.value("rank", 0),
+                     xml_escape(f.value("message", "")), xml_escape(action),
+                     xml_escape(f.value("evidence", json::object()).dump(1)));
+  }
+  return s + "</table>\n";
+}
+
+std::string plots_section(const json& report, const std::filesystem::path& metrics_path) {
+  SeriesTable table = read_series(metrics_path);
+  const auto markers = finding_markers(report.value("findings", json::array()));
+  std::optional<double> floor;
+  if (const auto it = report.find("loss_floor"); it != report.end() && it->is_number()) floor = it->get<double>();
+
+  std::vector<std::pair<std::string, std::string>> order;  // (id, title)
+  for (const auto& p : kPlots) order.emplace_back(p.id, p.title);
+  for (const auto& [id, series] : table)
+    if (id.rfind("telemetry.", 0) == 0) order.emplace_back(id, id);
+
+  std::string s = fmt::format("<h2>Over the steps</h2>\n<p>Dashed verticals are findings at their step (hover: the "
+                              "message and evidence; click: its row in the table). Source: {}.</p>\n",
+                              xml_escape(metrics_path.filename().string()));
+  bool any = false;
+  for (const auto& [id, title] : order) {
+    const auto it = table.find(id);
+    if (it == table.end()) continue;
+    PlotSpec plot{id, title};
+    for (auto& [name, series] : it->second) plot.series.push_back(std::move(series));
+    if (id == "loss" && floor) plot.reference_lines.emplace_back("corpus loss floor", *floor);
+    plot.markers = markers;
+    s += svg_plot(plot);
+    any = true;
+  }
+  if (!any) s += "<p>No step finished: nothing to plot.</p>\n";
+  return s;
+}
+
+// Where the run's training config differs from its preset's (--set, --config) and where the
+// stress modes then changed it; diagnostics that differ from the defaults.
+std::string config_section(const json& config) {
+  std::string s = "<h2>Stress modes</h2>\n";
+  const json& changes = config.value("stress_changes", json::object());
+  const json& skipped = config.value("stress_skipped", json::object());
+  if (config.value("stress_modes", json::array()).empty()) s += "<p>none</p>\n";
+  s += "<table id=\"stress\"><tr><th>mode</th><th>field</th><th>from</th><th>to</th></tr>\n";
+  for (const auto& mode : config.value("stress_modes", json::array())) {
+    const std::string name = text_of(mode);
+    if (skipped.contains(name)) {
+      s += fmt::format("<tr><td>{}</td><td colspan=\"3\">skipped: {}</td></tr>\n", xml_escape(name),
+                       xml_escape(text_of(skipped[name])));
+      continue;
+    }
+    const json fields = changes.value(name, json::object());
+    for (const auto& [field, change] : fields.items())
+      s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml_escape(name),
+                       xml_escape(field), xml_escape(change.at(0).dump()), xml_escape(change.at(1).dump()));
+  }
+  s += "</table>\n";
+
+  json preset_training;
+  try {
+    preset_training = find_preset(config.value("preset", std::string())).training;
+  } catch (const std::exception&) {
+    // A report from a build with other presets: no preset column to compare with.
+  }
+  s += "<h2>Configuration: differences from the preset</h2>\n<table id=\"config-diff\"><tr><th>key</th><th>preset"
+       "</th><th>this run (--set, --config)</th><th>after stress modes</th></tr>\n";
+  const json base = config.value("base_training", json::object());
+  const json training = config.value("training", json::object());
+  for (const auto& [key, value] : training.items()) {
+    const json preset_value = preset_training.is_object() ? preset_training.value(key, json()) : json();
+    const json base_value = base.value(key, json());
+    if (preset_value == base_value && base_value == value) continue;
+    s += fmt::format("<tr><td>training.{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml_escape(key),
+                     xml_escape(preset_value.dump()), xml_escape(base_value.dump()), xml_escape(value.dump()));
+  }
+  const json defaults = DiagnosticsConfig{};
+  const json diagnostics = config.value("diagnostics", json::object());
+  for (const auto& [key, value] : diagnostics.items())
+    if (defaults.value(key, json()) != value)
+      s += fmt::format("<tr><td>diagnostics.{}</td><td>{}</td><td>{}</td><td></td></tr>\n", xml_escape(key),
+                       xml_escape(defaults.value(key, json()).dump()), xml_escape(value.dump()));
+  for (const char* key : {"inject", "baseline"})
+    if (!config.value(key, std::string()).empty())
+      s += fmt::format("<tr><td>--{}</td><td></td><td>{}</td><td></td></tr>\n", key,
+                       xml_escape(config.value(key, std::string())));
+  return s + "</table>\n";
+}
+
+}  // namespace
+
+std::string report_html(const json& report, const std::filesystem::path& metrics_path) {
+  std::string body = header_section(report);
+  body += findings_section(report.value("findings", json::array()));
+  body += plots_section(report, metrics_path);
+  body += "<h2>Summary</h2>\n" + key_value_table(report.value("summary", json::object()));
+  for (const char* section : {"interruption", "baseline", "faults"})
+    if (report.contains(section) && !report[section].empty())
+      body += fmt::format("<h2>{}</h2>\n<pre>{}</pre>\n", section, xml_escape(report[section].dump(2)));
+  body += config_section(report.value("config", json::object()));
+  body += "<h2>Environment</h2>\n" + key_value_table(report.value("environment", json::object()));
+  return html_page(fmt::format("rocm-conformance-llm {} ({})", report.value("verdict", std::string("?")),
+                               report.value("config", json::object()).value("output_dir", std::string())),
+                   body);
+}
+
+}  // namespace rcl

@@ -1,0 +1,218 @@
+#include "rocm_conformance_llm/reports/report.hpp"
+
+#include <functional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/base/files.hpp"
+#include "rocm_conformance_llm/checks/error_classifier.hpp"
+#include "rocm_conformance_llm/reports/html_report.hpp"
+#include "rocm_conformance_llm/reports/prometheus.hpp"
+#include "rocm_conformance_llm/utils/logging.hpp"
+
+namespace rcl {
+
+std::string to_string(RunOutcome o) {
+  static constexpr const char* kNames[] = {"completed", "crashed", "hung", "interrupted"};  // enum order
+  return kNames[static_cast<size_t>(o)];
+}
+
+std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings) {
+  std::vector<ComponentStatus> out;
+  for (const char* name : component::all) {
+    ComponentStatus s;
+    s.component = name;
+    for (const auto& f : findings) {
+      if (f.component != name) continue;
+      ++(f.severity == Severity::fail ? s.fail : f.severity == Severity::warn ? s.warn : s.info);
+    }
+    s.status = s.fail > 0 ? "FAIL" : s.warn > 0 ? "WARN" : "PASS";
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome) {
+  if (outcome == RunOutcome::crashed) return {"CRASHED", kExitCrashOrHang};
+  if (outcome == RunOutcome::hung) return {"HUNG", kExitCrashOrHang};
+  if (outcome == RunOutcome::interrupted) return {"INTERRUPTED", kExitInterrupted};
+  bool warn = false;
+  for (const auto& f : findings) {
+    if (f.severity == Severity::fail) return {"FAIL", kExitFailFinding};
+    warn = warn || f.severity == Severity::warn;
+  }
+  return {warn ? "WARN" : "PASS", kExitClean};
+}
+
+std::string format_component_table(const std::vector<ComponentStatus>& statuses, const Verdict& v) {
+  std::string t = fmt::format("{:<20} {:<6} {:>5} {:>5} {:>5}\n", "component", "status", "info",
+                              "warn", "fail");
+  for (const auto& s : statuses)
+    t += fmt::format("{:<20} {:<6} {:>5} {:>5} {:>5}\n", s.component, s.status, s.info, s.warn, s.fail);
+  t += fmt::format("verdict: {} (exit code {})", v.status, v.exit_code);
+  return t;
+}
+
+std::string xml_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\n': out += "&#10;"; break;
+      case '\t': out += "&#9;"; break;
+      case '\r': out += "&#13;"; break;
+      default: out += c < 0x20 ? '?' : ch;  // other control characters are not allowed in XML 1.0
+    }
+  }
+  return out;
+}
+
+namespace {
+// "action rerun (transient)": what to do, and the re-run's classification when there was one.
+std::string action_text(const Finding& f) {
+  return "action " + to_string(action_of(f)) + (f.classification ? " (" + to_string(*f.classification) + ")" : "");
+}
+
+std::string finding_line(const Finding& f) {
+  return fmt::format("[{}] {} at step {} (rank {}): {} | {} | evidence {}", to_string(f.severity),
+                     f.signature, f.step, f.rank, f.message, action_text(f), f.evidence.dump());
+}
+}  // namespace
+
+std::string junit_xml(const std::vector<Finding>& findings, const Verdict& v, double duration_s) {
+  const auto statuses = component_statuses(findings);
+  int failures = 0;
+  for (const auto& s : statuses) failures += s.fail > 0;
+  std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  x += fmt::format("<testsuite name=\"rocm-conformance-llm\" tests=\"{}\" failures=\"{}\" errors=\"0\" "
+                   "skipped=\"0\" time=\"{:.3f}\">\n",
+                   statuses.size(), failures, duration_s);
+  x += fmt::format("  <properties>\n    <property name=\"verdict\" value=\"{}\"/>\n"
+                   "    <property name=\"exit_code\" value=\"{}\"/>\n  </properties>\n",
+                   v.status, v.exit_code);
+  for (const auto& s : statuses) {
+    std::string fail_text, other_text, first_fail;
+    for (const auto& f : findings) {
+      if (f.component != s.component) continue;
+      std::string& dest = f.severity == Severity::fail ? fail_text : other_text;
+      dest += finding_line(f) + "\n";
+      if (f.severity == Severity::fail && first_fail.empty())
+        first_fail = fmt::format("{} at step {}: {} | {}", f.signature, f.step, f.message, action_text(f));
+    }
+    x += fmt::format("  <testcase classname=\"rocm-conformance-llm\" name=\"{}\" time=\"0\"",
+                     xml_escape(s.component));
+    if (fail_text.empty() && other_text.empty()) {
+      x += "/>\n";
+      continue;
+    }
+    x += ">\n";
+    if (!fail_text.empty()) {
+      if (s.fail > 1) first_fail += fmt::format(" (+{} more)", s.fail - 1);
+      x += fmt::format("    <failure message=\"{}\" type=\"{}\">{}</failure>\n", xml_escape(first_fail),
+                       xml_escape(s.status), xml_escape(fail_text));
+    }
+    if (!other_text.empty()) x += fmt::format("    <system-out>{}</system-out>\n", xml_escape(other_text));
+    x += "  </testcase>\n";
+  }
+  x += "</testsuite>\n";
+  return x;
+}
+
+namespace {
+std::filesystem::path per_rank(const std::filesystem::path& dir, const std::string& stem,
+                               const std::string& ext, int rank) {
+  return dir / (rank == 0 ? stem + ext : fmt::format("{}.rank{}{}", stem, rank, ext));
+}
+}  // namespace
+
+ReportWriter::ReportWriter(std::filesystem::path output_dir, int rank, nlohmann::json config_snapshot,
+                           nlohmann::json environment, FindingLog& findings, const RunSummary& summary,
+                           int64_t warmup_steps)
+    : report_path_(per_rank(output_dir, "report", ".json", rank)),
+      junit_path_(per_rank(output_dir, "junit", ".xml", rank)),
+      html_path_(per_rank(output_dir, "report", ".html", rank)),
+      metrics_path_(per_rank(output_dir, "metrics", ".jsonl", rank)),
+      prom_path_(prom_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
+      rank_(rank), config_(std::move(config_snapshot)), environment_(std::move(environment)),
+      findings_(findings), summary_(summary), warmup_steps_(warmup_steps),
+      started_(std::chrono::steady_clock::now()) {}
+
+void ReportWriter::add_section(const std::string& key, nlohmann::json value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sections_[key] = std::move(value);
+}
+
+int ReportWriter::write(RunOutcome outcome, const std::string& note) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (written_exit_code_) return *written_exit_code_;
+  const auto findings = findings_.snapshot();
+  const Verdict verdict = verdict_for(findings, outcome);
+  const auto statuses = component_statuses(findings);
+  const double duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+
+  nlohmann::json report = {{"tool", "rocm-conformance-llm"},
+                           {"verdict", verdict.status},
+                           {"exit_code", verdict.exit_code},
+                           {"outcome", to_string(outcome)},
+                           {"rank", rank_},
+                           {"duration_s", duration_s},
+                           {"components", nlohmann::json::array()},
+                           {"findings", nlohmann::json::array()},
+                           {"summary", summarize_steps(summary_.steps(), warmup_steps_)},
+                           {"config", config_},
+                           {"environment", environment_}};
+  if (!note.empty()) report["note"] = note;
+  for (const auto& s : statuses)
+    report["components"].push_back(
+        {{"component", s.component}, {"status", s.status}, {"info", s.info}, {"warn", s.warn}, {"fail", s.fail}});
+  for (const auto& f : findings) report["findings"].push_back(to_json(f));
+  for (const auto& [key, value] : sections_.items()) report[key] = value;
+
+  try {
+    write_file_atomically(report_path_, report.dump(2) + "\n");
+    write_file_atomically(junit_path_, junit_xml(findings, verdict, duration_s));
+  } catch (const std::exception& e) {
+    // The verdict cannot reach its files (directory removed, disk full, permissions): say so on
+    // the console and exit as a crash, never with the code of a verdict nobody can read.
+    spdlog::error("cannot write the report ({}): {}; verdict was {}", report_path_.string(), e.what(), verdict.status);
+    written_exit_code_ = kExitCrashOrHang;
+    return kExitCrashOrHang;
+  }
+  write_views(report, findings, verdict);
+  const auto level = verdict.exit_code == kExitClean ? spdlog::level::info : spdlog::level::err;
+  spdlog::log(level, "ROCm component summary ({}):\n{}", report_path_.string(),
+              format_component_table(statuses, verdict));
+  written_exit_code_ = verdict.exit_code;
+  return verdict.exit_code;
+}
+
+void ReportWriter::write_views(const nlohmann::json& report, const std::vector<Finding>& findings,
+                               const Verdict& verdict) {
+  const auto steps = summary_.steps();
+  PromState prom{run_name_, rank_, std::nullopt, findings, verdict};
+  if (!steps.empty()) prom.last_step = steps.back();
+  const auto write_view = [](const std::filesystem::path& path, const std::function<std::string()>& render) {
+    try {
+      write_file_atomically(path, render());
+    } catch (const std::exception& e) {
+      spdlog::error("cannot write {}: {}", path.string(), e.what());
+    }
+  };
+  write_view(html_path_, [&] { return report_html(report, metrics_path_); });
+  write_view(prom_path_, [&] { return prometheus_text(prom); });
+}
+
+int ReportWriter::write_crash(std::string_view what, const std::string& phase) {
+  findings_.add(crash_finding(what, summary_.last_step() + 1, rank_, phase, summary_.last_memory()));
+  return write(RunOutcome::crashed, std::string(what.substr(0, what.find('\n'))));
+}
+
+}  // namespace rcl

@@ -1,0 +1,94 @@
+// The verdict and the reports: a per-component table on the console, report.json and
+// junit.xml, written atomically, also from an exception handler or the watchdog's callback so a
+// crashed or hung run still leaves what was known.
+//
+// Exit codes (base/errors.hpp's ExitCode):
+//   0 (kExitClean)        completed; no fail-severity finding (warnings allowed)
+//   1 (kExitFailFinding)  completed, or stopped, with at least one fail-severity finding
+//   2 (kExitUsage)        usage or configuration error (ConfigError before the run; no report)
+//   3 (kExitCrashOrHang)  crashed (an exception escaped the loop) or hung (watchdog fired)
+//   4 (kExitInterrupted)  interrupted by a stop signal (run/signals.hpp)
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/reports/run_summary.hpp"
+
+namespace rcl {
+
+enum class RunOutcome { completed, crashed, hung, interrupted };
+std::string to_string(RunOutcome o);
+
+struct ComponentStatus {
+  std::string component;
+  std::string status;  // "PASS" | "WARN" | "FAIL"
+  int info = 0, warn = 0, fail = 0;
+};
+// Every component of component::all, in that order, even those with no finding.
+std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings);
+
+struct Verdict {
+  std::string status;  // "PASS" | "WARN" | "FAIL" | "CRASHED" | "HUNG" | "INTERRUPTED"
+  int exit_code = 0;
+};
+Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome);
+
+std::string format_component_table(const std::vector<ComponentStatus>& statuses, const Verdict& v);
+
+// XML 1.0 text/attribute escaping; characters XML cannot carry become '?'.
+std::string xml_escape(std::string_view text);
+// One testsuite, one testcase per component: a <failure> holding every fail finding, warnings
+// and infos in <system-out>.
+std::string junit_xml(const std::vector<Finding>& findings, const Verdict& v, double duration_s);
+
+class ReportWriter {
+ public:
+  // `config_snapshot`: the resolved run configuration (run/cli.hpp's to_json(RunConfig)).
+  ReportWriter(std::filesystem::path output_dir, int rank, nlohmann::json config_snapshot,
+               nlohmann::json environment, FindingLog& findings, const RunSummary& summary,
+               int64_t warmup_steps);
+
+  // Extra top-level sections, e.g. "baseline" (the --baseline comparison), "faults".
+  void add_section(const std::string& key, nlohmann::json value);
+
+  // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
+  // report.html and the final metrics.prom beside them, and logs the component table; returns
+  // the exit code. Thread-safe and first-call-wins: once a
+  // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
+  // When the files cannot be written it logs why and returns kExitCrashOrHang.
+  int write(RunOutcome outcome, const std::string& note = {});
+
+  // For a catch block: classifies `what` (error_classifier.hpp) into a fail finding for the
+  // step after the last finished one, adds it to the log, and writes a "crashed" report.
+  int write_crash(std::string_view what, const std::string& phase);
+
+  const std::filesystem::path& report_path() const { return report_path_; }
+
+ private:
+  // report.html and metrics.prom: views of the verdict; failing to write them is logged, the
+  // verdict stands.
+  void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict);
+
+  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_;
+  const std::string run_name_;
+  const int rank_;
+  const nlohmann::json config_, environment_;
+  FindingLog& findings_;
+  const RunSummary& summary_;
+  const int64_t warmup_steps_;
+  const std::chrono::steady_clock::time_point started_;
+  std::mutex mutex_;
+  nlohmann::json sections_ = nlohmann::json::object();
+  std::optional<int> written_exit_code_;
+};
+
+}  // namespace rcl

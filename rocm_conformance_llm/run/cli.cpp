@@ -1,0 +1,369 @@
+#include "rocm_conformance_llm/run/cli.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <limits>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
+
+#include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
+
+namespace rcl {
+
+namespace {
+// CLI11's integer conversion clamps out-of-range text (strtoll) and wraps "-1" into an unsigned
+// seed: integers are read here instead, whole decimal text in range or an error naming it.
+template <typename T>
+T parse_integer(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty())
+    throw ConfigError(fmt::format("invalid {} '{}': must be a decimal integer in [{}, {}]", flag, text,
+                                  std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  return value;
+}
+
+// CLI11's parse, then `after` (reads the flags' texts): false after printing the help (exit 0)
+// or a usage error (exit 2), one line pointing at `help`.
+bool parse_args(CLI::App& app, int argc, const char* const* argv, const char* help, int& exit_code,
+                const std::function<void()>& after = [] {}) {
+  try {
+    app.parse(argc, argv);
+    after();
+    return true;
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    exit_code = kExitClean;
+    return false;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << " (see " << help << ")\n";
+  }
+  exit_code = kExitUsage;
+  return false;
+}
+}  // namespace
+
+std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit_code) {
+  CliOptions o;
+  CLI::App app{"rocm-conformance-llm: validate a ROCm software stack by training a real decoder "
+               "Transformer under composable stress modes"};
+  std::string stress;
+  auto* stress_flag = app.add_option(
+      "--stress", stress, "Stress modes: comma list of " + join(stress_mode_names(), ",") + " or 'all'");
+  app.add_option("--preset", o.preset, "Scale preset: smoke, cpu-medium, small, large (default: smoke on "
+                                       "CPU, small on GPU)");
+  std::string steps, seed;
+  auto* steps_flag = app.add_option("--steps", steps, "Optimizer steps")->type_name("INT");
+  auto* seed_flag = app.add_option("--seed", seed, "Seed for init, data order and dropout")->type_name("UINT");
+  app.add_option("--device", o.device, "auto | cpu | gpu");
+  app.add_option("--precision", o.precision, "fp32 | bf16 | fp16 (gemm mode raises fp32 to its precision)");
+  app.add_option("--data", o.data, "Text or JSONL file (default: the embedded synthetic corpus)");
+  app.add_option("--output-dir", o.output_dir, "Where config.json, metrics.jsonl, report.json, junit.xml go");
+  app.add_option("--config", o.config_file, "JSON config file (same shape as --print-config output)");
+  app.add_option("--set", o.overrides, "Override a field: KEY=VALUE (training field, or "
+                                       "stress_profile.MODE.FIELD / diagnostics.FIELD); repeatable");
+  app.add_option("--inject", o.inject, "Fault injection, e.g. nan@step=20,memory-leak=8MiB/step");
+  app.add_option("--watchdog-timeout", o.watchdog_timeout_s, "Seconds without a finished step before the "
+                                                             "run is declared hung");
+  app.add_option("--baseline", o.baseline_dir, "A previous run's output dir to compare against");
+  app.add_option("--duration", o.duration, "Time box: stop at the first step boundary after this long, e.g. 90s, "
+                                           "30m, 8h (sets max_duration_s; --steps still bounds the run)");
+  app.add_option("--checkpoint-interval", o.checkpoint_interval,
+                 "Write a checkpoint every N steps, or every duration (e.g. 30m); also at the end and on a stop "
+                 "signal (docs/checkpoints.md)");
+  std::string keep;
+  auto* keep_flag = app.add_option("--keep-checkpoints", keep, "Checkpoints kept (default 2)")->type_name("INT");
+  app.add_option("--resume", o.resume, "Continue from a checkpoint: its directory, a run directory (its newest), "
+                                       "or 'latest' (the newest under --output-dir)");
+  app.add_flag("--print-config", o.print_config, "Print the resolved config as JSON and exit");
+  app.add_flag("--explain-stress", o.explain_stress, "Print what each stress mode changes and exit");
+  app.add_flag("--list-stress", o.list_stress, "List stress modes, their ROCm targets and rules and exit");
+  app.add_flag("--help-config", o.help_config, "List every config key (type, default, allowed values, meaning) "
+                                               "and exit");
+  app.add_flag("--markdown", o.markdown, "With --list-stress or --help-config: markdown tables (as in docs/)");
+  app.add_flag("--overwrite", o.overwrite, "Allow writing into an output dir that holds a previous run");
+  std::string level;
+  auto* level_flag = app.add_option("--level", level, "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
+                                                      "4 soak; explicit flags and keys win (docs/levels.md)")
+                         ->type_name("1|2|3|4");
+  app.add_flag("--memory-profile", o.memory_profile, "Memory after model creation, on the device, after step 1 "
+                                                     "and at peak, in report.json");
+  auto* doctor = app.add_subcommand("doctor", "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
+                                              "(docs/doctor.md); exit 1 when a check fails");
+  doctor->add_flag("--json", o.doctor_json, "Print the checks as JSON");
+  doctor->add_option("--proc-cmdline", o.doctor_cmdline, "Kernel command line file (default /proc/cmdline)");
+  doctor->add_option("--kfd-topology", o.doctor_kfd_topology,
+                     "KFD topology nodes directory (default /sys/class/kfd/kfd/topology/nodes)");
+  app.footer("Compare runs: rocm-conformance-llm compare RUN_DIR... (see compare --help)");
+  const bool parsed = parse_args(app, argc, argv, "--help", exit_code, [&] {
+    o.doctor = doctor->parsed();
+    if (level_flag->count() > 0) o.level = find_run_level(parse_integer<int>("--level", level)).level;
+    if (stress_flag->count() > 0) o.stress = stress;
+    if (steps_flag->count() > 0) o.steps = parse_integer<int64_t>("--steps", steps);
+    if (seed_flag->count() > 0) o.seed = parse_integer<uint64_t>("--seed", seed);
+    if (keep_flag->count() > 0) o.keep_checkpoints = parse_integer<int64_t>("--keep-checkpoints", keep);
+  });
+  return parsed ? std::optional(o) : std::nullopt;
+}
+
+std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code) {
+  CompareOptions o;
+  CLI::App app{"rocm-conformance-llm compare: runs of one configuration side by side, each judged against the "
+               "group's median (or a baseline); exit code 0 none flagged, 1 some flagged, 2 bad input",
+               "rocm-conformance-llm compare"};
+  app.add_option("runs", o.run_dirs, "Run directories (or quoted globs)")->required()->type_name("RUN_DIR");
+  app.add_option("--rules", o.rules_file, "JSON rule file overlaying the defaults (docs/compare.md)");
+  app.add_option("--baseline", o.baseline_in, "Judge against this baseline file instead of the group");
+  app.add_option("--baseline-out", o.baseline_out, "Write a baseline (expected ranges) from these runs when none "
+                                                   "is flagged");
+  app.add_option("--output-dir", o.output_dir, "Where compare.json and compare.html go (default: .)");
+  return parse_args(app, argc, argv, "compare --help", exit_code) ? std::optional(o) : std::nullopt;
+}
+
+namespace {
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot read --config '" + path + "': no such file or not readable");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError("invalid --config '" + path + "': not valid JSON (" + e.what() + ")");
+  }
+}
+
+std::string stress_text(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_array()) {
+    std::string text;
+    for (const auto& item : value) {
+      if (!item.is_string()) throw ConfigError("invalid config 'stress_modes': expected a list of names");
+      text += (text.empty() ? "" : ",") + item.get<std::string>();
+    }
+    return text;
+  }
+  throw ConfigError("invalid config 'stress_modes': expected a string or a list of names");
+}
+
+std::string default_output_dir(const std::string& preset) {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  return "runs/" + preset + "-" + stamp;
+}
+
+}  // namespace
+
+namespace {
+
+// A config file's top level: what resolve() reads, and what to_json(RunConfig) and config.json
+// add for the record (a run's config.json repeats it), which is ignored. Anything else is a typo.
+constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training", "stress_profile", "diagnostics",
+                                           "rocm",   "inject"};
+constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
+                                             "output_dir",     "world_size",    "launcher",       "environment",
+                                             "checkpoint",     "level",         "doctor",
+                                             "rocm_knobs"};
+
+// The sections a config file, a level and --set overlay onto a preset.
+constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
+
+void check_top_level_keys(const nlohmann::json& file, const std::string& path) {
+  for (const auto& item : file.items()) {
+    const std::string& key = item.key();
+    if (std::ranges::find(kConfigFileKeys, key) != std::end(kConfigFileKeys) ||
+        std::ranges::find(kConfigRecordKeys, key) != std::end(kConfigRecordKeys))
+      continue;
+    throw ConfigError(fmt::format("invalid --config '{}': unknown key '{}' (known: {}; ignored as the record of a "
+                                  "run: {})",
+                                  path, key, fmt::join(std::begin(kConfigFileKeys), std::end(kConfigFileKeys), ", "),
+                                  fmt::join(std::begin(kConfigRecordKeys), std::end(kConfigRecordKeys), ", ")));
+  }
+}
+
+nlohmann::json read_config_file(const CliOptions& o) {
+  if (o.config_file.empty()) return nlohmann::json::object();
+  nlohmann::json file = read_json_file(o.config_file);
+  if (!file.is_object()) throw ConfigError("invalid --config '" + o.config_file + "': expected a JSON object");
+  check_top_level_keys(file, o.config_file);
+  return file;
+}
+
+// Overlays the level's bundle, then the file's sections, then --set onto `doc` (strictly:
+// unknown keys are errors).
+void overlay_sections(nlohmann::json& doc, const CliOptions& o, const nlohmann::json& file) {
+  if (o.level) merge_json_strict(doc, find_run_level(*o.level).patch, "");
+  nlohmann::json file_patch = nlohmann::json::object();
+  for (const char* section : kConfigSections)
+    if (file.contains(section)) file_patch[section] = file.at(section);
+  merge_json_strict(doc, file_patch, "");
+  for (const auto& assignment : o.overrides) apply_override(doc, assignment);
+}
+
+nlohmann::json sections_of(const Preset& preset) {
+  return {{"training", preset.training},
+          {"stress_profile", complete_stress_profile(preset.stress)},
+          {"diagnostics", DiagnosticsConfig{}},
+          {"rocm", RocmConfig{}}};
+}
+
+RocmConfig rocm_of(const nlohmann::json& doc) {
+  auto rocm = doc.at("rocm").get<RocmConfig>();
+  validate(rocm);
+  return rocm;
+}
+
+RunConfig resolve(const CliOptions& o, bool gpu_present) {
+  const nlohmann::json file = read_config_file(o);
+  const RunLevel* level = o.level ? &find_run_level(*o.level) : nullptr;
+
+  // 1. Preset: --preset, then the file's, then the level's, then by device.
+  RunConfig run;
+  run.level = o.level.value_or(0);
+  const bool cpu_only = o.device == "cpu" || !gpu_present;
+  run.preset = !o.preset.empty()                  ? o.preset
+               : file.contains("preset")          ? file.at("preset").get<std::string>()
+               : level && !level->preset.empty() ? level->preset
+                                                  : default_preset_name(!cpu_only);
+  const Preset& preset = find_preset(run.preset);
+
+  // 2. The level, the file, then --set overrides overlay the preset.
+  nlohmann::json doc = sections_of(preset);
+  overlay_sections(doc, o, file);
+  try {
+    run.base = doc.at("training").get<TrainingConfig>();
+    run.stress_profile = complete_stress_profile(doc.at("stress_profile").get<StressProfile>());
+    run.diagnostics = doc.at("diagnostics").get<DiagnosticsConfig>();
+    run.rocm = rocm_of(doc);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("invalid config: ") + e.what());
+  }
+
+  // 3. Dedicated flags win over everything above.
+  if (o.steps) run.base.steps = *o.steps;
+  if (o.seed) run.base.seed = *o.seed;
+  if (!o.device.empty()) run.base.device = o.device;
+  if (!o.precision.empty()) run.base.mixed_precision = o.precision;
+  if (!o.data.empty()) run.base.data_path = o.data;
+  if (o.watchdog_timeout_s) run.diagnostics.watchdog_timeout_s = *o.watchdog_timeout_s;
+  if (!o.duration.empty()) run.base.max_duration_s = parse_duration_s("--duration", o.duration);
+  if (o.memory_profile) run.diagnostics.memory_profile = true;
+  validate(run.base);
+  validate(run.stress_profile);
+  validate(run.diagnostics);
+
+  // 4. Stress modes mutate the validated base.
+  if (o.stress) {
+    run.stress_modes = parse_stress_list(*o.stress);
+  } else if (file.contains("stress_modes")) {
+    const std::string listed = stress_text(file.at("stress_modes"));
+    if (!listed.empty()) run.stress_modes = parse_stress_list(listed);
+  } else if (level && !level->stress_modes.empty()) {
+    run.stress_modes = parse_stress_list(level->stress_modes);
+  }
+  run.capabilities = Capabilities::of_this_build(!cpu_only);
+  auto composed = compose_stress_modes(run.base, run.stress_modes, run.stress_profile, run.capabilities);
+  run.training = composed.training;
+  run.stress_skipped = std::move(composed.skipped);
+  try {
+    validate(run.training);
+  } catch (const ConfigError& e) {
+    // Composition preserves validity by construction (and tests prove it); reaching here
+    // means a profile intensity combined badly with the base.
+    throw ConfigError(std::string("stress modes produced an invalid config: ") + e.what());
+  }
+
+  run.inject = !o.inject.empty() ? o.inject : file.value("inject", std::string());
+  run.baseline_dir = o.baseline_dir;
+  run.output_dir = !o.output_dir.empty() ? o.output_dir : default_output_dir(run.preset);
+  run.checkpoint_interval = o.checkpoint_interval;
+  run.checkpoint = parse_checkpoint_policy(o.checkpoint_interval, o.keep_checkpoints.value_or(CheckpointPolicy{}.keep));
+  run.resume = o.resume;
+  if (run.resume == "latest" && o.output_dir.empty())
+    throw ConfigError("--resume latest needs --output-dir (the run directory whose newest checkpoint to continue)");
+  return run;
+}
+}  // namespace
+
+RunConfig resolve_run_config(const CliOptions& options, bool gpu_present) {
+  try {
+    return resolve(options, gpu_present);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("invalid config: ") + e.what());
+  }
+}
+
+RocmConfig resolve_rocm_config(const CliOptions& options) {
+  try {
+    // Any preset: the overlay checks keys and types only, which no preset changes.
+    nlohmann::json doc = sections_of(presets().front());
+    overlay_sections(doc, options, read_config_file(options));
+    return rocm_of(doc);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("invalid config: ") + e.what());
+  }
+}
+
+nlohmann::json to_json(const RunConfig& run) {
+  return {{"preset", run.preset},
+          {"stress_modes", run.stress_modes},
+          {"stress_skipped", run.stress_skipped},
+          {"training", run.training},
+          {"base_training", run.base},
+          {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities)},
+          {"stress_profile", run.stress_profile},
+          {"diagnostics", run.diagnostics},
+          {"rocm", run.rocm},
+          {"level", run.level},
+          {"inject", run.inject},
+          {"baseline", run.baseline_dir},
+          {"output_dir", run.output_dir},
+          {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}}};
+}
+
+std::string explain_text(const RunConfig& run) {
+  std::string out = fmt::format("preset {}; stress modes: {}\n", run.preset,
+                                run.stress_modes.empty() ? "none" : fmt::format("{}", fmt::join(run.stress_modes, ",")));
+  const auto changes = explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities);
+  for (const auto& mode : run.stress_modes) {
+    if (const auto skipped = run.stress_skipped.find(mode); skipped != run.stress_skipped.end()) {
+      out += fmt::format("  {}: skipped ({})\n", mode, skipped->second);
+      continue;
+    }
+    const auto& fields = changes.at(mode);
+    if (fields.empty()) out += fmt::format("  {}: no change (base already at or beyond its intensity)\n", mode);
+    for (const auto& [field, change] : fields.items())
+      out += fmt::format("  {:<7} {:<26} {} -> {}\n", mode, field, change[0].dump(), change[1].dump());
+  }
+  return out;
+}
+
+std::string help_config_text(bool markdown) {
+  const std::string training = describe_fields(training_fields(), "training", markdown);
+  const std::string stress = describe_stress_intensities(markdown);
+  const std::string diagnostics = describe_fields(diagnostics_fields(), "diagnostics", markdown);
+  const std::string rocm = describe_fields(rocm_fields(), "rocm", markdown);
+  if (markdown)
+    return "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n" + training + stress + diagnostics +
+           rocm;
+  return "Config keys, for --set KEY=VALUE (training keys also bare) and --config files. Defaults are the\n"
+         "built-in ones; presets change many (--print-config shows a run's values).\n\n" +
+         training + "\n" + stress + "\n" + diagnostics + "\n" + rocm;
+}
+
+}  // namespace rcl

@@ -1,0 +1,97 @@
+// The command line: flags -> a fully resolved RunConfig (preset, then --level, then config file,
+// then --set overrides and dedicated flags, then stress modes), validated before anything runs.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/reports/compare.hpp"
+#include "rocm_conformance_llm/run/run_checkpoint.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
+
+namespace rcl {
+
+struct CliOptions {
+  std::optional<std::string> stress;  // raw --stress text, when given
+  std::string preset;
+  std::optional<int64_t> steps;
+  std::optional<uint64_t> seed;
+  std::string device;
+  std::string precision;
+  std::string data;
+  std::string output_dir;
+  std::string config_file;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::string inject;
+  std::optional<double> watchdog_timeout_s;
+  std::string baseline_dir;
+  std::string duration;             // --duration: 90s, 30m, 8h
+  std::string checkpoint_interval;  // --checkpoint-interval: steps or a duration
+  std::optional<int64_t> keep_checkpoints;
+  std::string resume;               // --resume DIR | latest
+  bool print_config = false;
+  bool explain_stress = false;
+  bool list_stress = false;
+  bool help_config = false;
+  bool markdown = false;  // --list-stress / --help-config as markdown tables
+  bool overwrite = false;
+  std::optional<int> level;   // --level 1..4
+  bool memory_profile = false;
+  // `rocm-conformance-llm doctor`
+  bool doctor = false;
+  bool doctor_json = false;
+  std::string doctor_cmdline = "/proc/cmdline";
+  std::string doctor_kfd_topology = "/sys/class/kfd/kfd/topology/nodes";
+};
+
+struct RunConfig {
+  std::string preset;
+  std::vector<std::string> stress_modes;  // canonical order
+  TrainingConfig base;                    // before stress modes
+  TrainingConfig training;                // after stress modes: what runs
+  StressProfile stress_profile;           // every registered intensity
+  Capabilities capabilities;              // what stress modes may require of this run
+  std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
+  DiagnosticsConfig diagnostics;
+  RocmConfig rocm;
+  int level = 0;                          // 0: no --level
+  std::string inject;
+  std::string baseline_dir;
+  std::string output_dir;
+  std::string checkpoint_interval;  // as given; `checkpoint` is what it means
+  CheckpointPolicy checkpoint;
+  std::string resume;  // as given; resolved and verified when the run starts
+};
+
+// Parses argv. Returns std::nullopt after printing help or a usage error; `exit_code` says which.
+std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit_code);
+
+// `rocm-conformance-llm compare ...`: argv starts at "compare". Returns std::nullopt after
+// printing help or a usage error; `exit_code` says which.
+std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code);
+
+// Applies the resolution order; throws ConfigError on any invalid input.
+RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
+
+// The `rocm` section alone, which no preset or device changes: main applies these knobs before
+// the first HIP call (asking whether a GPU is present is one). Same errors as resolve_run_config.
+RocmConfig resolve_rocm_config(const CliOptions& options);
+
+// {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
+//  "stress_profile", "diagnostics", "rocm", "level", "inject", "baseline", "output_dir", "checkpoint"}
+nlohmann::json to_json(const RunConfig& run);
+
+// Console text for --explain-stress.
+std::string explain_text(const RunConfig& run);
+
+// `--help-config`: every key (training.*, stress_profile.*.*, diagnostics.*, rocm.*) with its type,
+// default, allowed values and meaning; `markdown` gives the table in docs/configuration.md.
+std::string help_config_text(bool markdown);
+
+}  // namespace rcl

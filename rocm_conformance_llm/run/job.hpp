@@ -1,0 +1,20 @@
+// One run, from a resolved configuration to an exit code: sets up the device, the process
+// group, the trainer and its observers (console, metrics, detectors, watchdog), runs, and
+// always ends with a verdict and the reports, also when the run crashed or hung.
+#pragma once
+
+#include "rocm_conformance_llm/run/cli.hpp"
+
+namespace rcl {
+
+// Returns one of ExitCode. Throws (ConfigError for bad input) only before the output directory
+// is usable; from then on every failure is a report (crashed, exit 3) and every stop signal
+// too (interrupted, exit 4).
+int run_job(const RunConfig& run, bool overwrite);
+
+// `probe attention`: the attention parity probe alone, on the configured model at its
+// initialisation; its JSON on stdout. 0 every backend within its bound, 1 a mismatch; throws
+// ConfigError (exit 2) for bad input. `--inject attention-mask-corrupt` proves the exit code.
+int run_attention_probe(const RunConfig& run);
+
+}  // namespace rcl

@@ -1,0 +1,112 @@
+// Training checkpoints for soak runs that get preempted (activation checkpointing is
+// workload/checkpointing.hpp, a different thing). Layout, atomicity and resume guarantees:
+// docs/checkpoints.md.
+//
+//   OUT/checkpoints/step-00000120/
+//     model.safetensors      weights; Hugging Face GPT-2 tensor names when the layout is GPT-2's
+//     config.json            Hugging Face style model config
+//     optimizer.safetensors  AdamW moments (flat, in the optimizer's buffer order)
+//     rank-<R>.safetensors   each rank's RNG states (CPU generator, device generator)
+//     findings-rank-<R>.json each rank's findings so far
+//     state.json             step, data cursor, optimizer steps, loss scaler, what the run was
+//     manifest.json          SHA-256 of every file above; written last
+//
+// A checkpoint is written under checkpoints/.tmp-step-N, every file fsynced, then renamed:
+// an interrupted or failed write (signal, full disk) leaves the earlier checkpoints as they were.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/loop/step_hooks.hpp"
+
+namespace rcl {
+
+class Trainer;
+
+// A checkpoint that cannot be resumed by this run (another model, config or world size; a
+// truncated, corrupted or edited file): one line, exit 2, nothing run.
+struct CheckpointError : ConfigError {
+  using ConfigError::ConfigError;
+};
+
+// When to write: every N steps ("500") or every duration ("30m"), and how many to keep.
+struct CheckpointPolicy {
+  int64_t every_steps = 0;  // 0: not by steps
+  double every_s = 0;       // 0: not by time
+  int64_t keep = 2;
+  bool periodic() const { return every_steps > 0 || every_s > 0; }
+};
+// `--checkpoint-interval` text: a step count, or a duration (parse_duration_s). ConfigError.
+CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep);
+
+// What a checkpoint must agree with to be resumed: the resolved training config (apart from
+// kResumeMayDiffer), the stress modes and the world size.
+struct RunIdentity {
+  nlohmann::json training;
+  std::vector<std::string> stress_modes;
+  int world_size = 1;
+};
+// Training keys a resumed run may change: they do not touch the arithmetic of a step.
+inline constexpr const char* kResumeMayDiffer[] = {"max_duration_s", "num_threads", "log_per_rank", "phase_timing"};
+
+// `--resume` text to a checkpoint directory: "latest" (the newest complete checkpoint under
+// OUTPUT_DIR/checkpoints), a checkpoint directory, or a run directory (its newest one).
+// Then the checkpoint is verified (every file against the manifest's SHA-256) and compared with
+// `now`; CheckpointError naming the first difference.
+struct ResumePoint {
+  std::filesystem::path dir;
+  int64_t step = 0;
+};
+ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path& output_dir,
+                                     const RunIdentity& now);
+
+// Loads a verified checkpoint into a freshly built trainer: weights by name, optimizer
+// moments, loss scaler, this rank's RNG states, step counter and data cursor. The next step the
+// trainer runs is the checkpoint's step + 1, bit for bit what the uninterrupted run computed
+// (on CPU; docs/checkpoints.md). CheckpointError when names, shapes or dtypes differ. Load it
+// after everything else that draws random numbers at start-up (detector preflights), so the
+// next step draws exactly what it drew in the uninterrupted run.
+void load_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
+
+// This rank's whole training state as a checkpoint of its own in `dir` (replaced if there; no
+// manifest, never resumed): the replay check saves one and reloads it with load_checkpoint, so
+// what it measures after the reload is what the real loader leaves behind.
+void save_private_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
+
+// The findings `rank` had made in the checkpoint's training steps (step >= 1), for the resumed
+// run's report; its own preflight finds the step-0 ones again. Empty for a checkpoint written
+// before findings were kept. CheckpointError when the file is malformed.
+std::vector<Finding> checkpoint_findings(const std::filesystem::path& dir, int rank);
+
+// Writes the run's checkpoints: at the policy's interval (a step hook, between steps), and on
+// request at the end or on a stop signal. Every rank calls it at the same steps.
+class Checkpointer final : public StepHooks {
+ public:
+  Checkpointer(Trainer& trainer, const FindingLog& findings, CheckpointPolicy policy, std::filesystem::path output_dir,
+               RunIdentity identity);
+
+  void between_steps(int64_t step) override;
+  // Writes one for the trainer's current step unless that step already has one. `reason`:
+  // "interval", "final", "signal". Returns the checkpoint directory.
+  std::filesystem::path save(const std::string& reason);
+
+ private:
+  Trainer& trainer_;
+  const FindingLog& findings_;
+  CheckpointPolicy policy_;
+  std::filesystem::path root_;
+  RunIdentity identity_;
+  int64_t last_saved_step_ = -1;
+  SteadyClock::time_point started_;  // of the run, then of the last checkpoint
+};
+
+}  // namespace rcl

@@ -1,0 +1,108 @@
+// One rank's membership of a c10d process group: rendezvous through PyTorch's TCPStore,
+// Gloo on CPU or RCCL (ProcessGroupNCCL on ROCm) on a GPU, a timeout on every collective,
+// and a heartbeat in the store so that a stuck collective names the rank that never came.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/base/finding.hpp"
+#include "rocm_conformance_llm/transport/collective_sample.hpp"
+#include "rocm_conformance_llm/transport/launch.hpp"
+
+namespace rcl {
+
+// A collective (or the rendezvous) failed or timed out. The finding (component RCCL,
+// severity fail) names the collective, its sequence number, the step and, when the store's
+// heartbeats tell, the ranks that never entered it.
+class CollectiveError : public std::runtime_error {
+ public:
+  explicit CollectiveError(Finding finding);
+  const Finding& finding() const { return finding_; }
+
+ private:
+  Finding finding_;
+};
+
+// What a rank last published: the step it was in and the collective it was entering.
+struct RankHeartbeat {
+  int rank = 0;
+  bool seen = false;     // false: the rank never published one
+  int64_t step = 0;
+  int64_t sequence = 0;  // collectives it had entered
+  std::string op;
+};
+
+// nccl-tests' bus bandwidth in GB/s: algbw (bytes / s) scaled by the share of data each rank
+// must move, 2(n-1)/n for all-reduce and (n-1)/n for all-gather (bytes = gathered total),
+// 1 for broadcast. Comparable across world sizes, so a slow link stands out.
+enum class CollectiveKind { all_reduce, all_gather, broadcast };
+double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, int world_size);
+
+// The CollectiveSample::settle of a collective timed on the device's stream: its seconds become
+// `device_seconds()` plus whatever was added to them after it was sampled at `sampled_seconds`
+// (an injected delay survives), and its bus bandwidth follows.
+std::function<void(CollectiveSample&)> settle_on_device_time(std::function<double()> device_seconds,
+                                                            double sampled_seconds, CollectiveKind kind,
+                                                            int world_size);
+
+// "gloo" for a CPU device; for a GPU device "rccl" where this build has the RCCL backend, else
+// "gloo" (Gloo takes device tensors: a CUDA wheel's build still runs several GPU ranks).
+std::string collective_backend(const torch::Device& device);
+
+class Communicator {
+ public:
+  // Rendezvous at launch.master_addr:master_port (rank 0 serves the TCPStore, unless the
+  // launcher already does: launch.launcher_store_prefix), then a group of
+  // collective_backend(device) for device tensors; host tensors always travel through Gloo (on
+  // a GPU, a second group), so they never wait for the device. A rank that never joins is a
+  // CollectiveError after `timeout` naming the ranks that did not arrive.
+  static std::unique_ptr<Communicator> connect(const LaunchInfo& launch, const torch::Device& device,
+                                               std::chrono::milliseconds timeout);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  const torch::Device& device() const;
+  const std::string& backend() const;  // "gloo" | "rccl"
+
+  // In place, SUM across ranks. `op` labels the sample, the heartbeat and any error.
+  CollectiveSample all_reduce_sum(torch::Tensor& tensor, const std::string& op);
+  // Every rank's `tensor` (same shape everywhere) stacked along a new leading dimension.
+  torch::Tensor all_gather(const torch::Tensor& tensor, const std::string& op,
+                           CollectiveSample* sample = nullptr);
+  // In place: every rank ends with `root`'s values.
+  CollectiveSample broadcast(torch::Tensor& tensor, int root, const std::string& op);
+
+  // Collectives this rank has entered (the next one gets sequence() + 1).
+  int64_t sequence() const;
+  // The optimizer step now running: quoted by heartbeats and errors.
+  void set_step(int64_t step);
+  int64_t step() const;
+
+  // Each rank's `value`, exchanged through the store rather than the collective transport, so
+  // it still works when the ranks' collectives no longer line up. `name` must be new for each
+  // exchange (e.g. carry the step); ranks missing after the timeout give a CollectiveError.
+  std::vector<int64_t> exchange_through_store(const std::string& name, int64_t value);
+
+  // Every rank's last heartbeat; nullopt when the store (hosted by rank 0) is unreachable.
+  std::optional<std::vector<RankHeartbeat>> read_heartbeats() const;
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rcl

@@ -1,0 +1,40 @@
+// The trainer's only view of other ranks: gradient averaging plus the few scalar reductions a
+// step needs. A single process uses LocalSync; a c10d group (Gloo on CPU, RCCL on ROCm)
+// implements the same interface in distributed/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/transport/collective_sample.hpp"
+
+namespace rcl {
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Average the .grad of every parameter across ranks, in place. Each collective it ran is
+  // appended to `out` (op, bytes, seconds, bus bandwidth, sequence number).
+  virtual void average_gradients(const std::vector<torch::Tensor>& params,
+                                 std::vector<CollectiveSample>& out) = 0;
+  // Mean of a scalar across ranks (loss, for identical logs on every rank).
+  virtual double mean_across_ranks(double value) = 0;
+  // The 1-based optimizer step about to run. A group quotes it in its heartbeat, so a
+  // collective that times out on one rank names the step every other rank was at.
+  virtual void begin_step(int64_t /*step*/) {}
+};
+
+// World of one: nothing to synchronise.
+class LocalSync final : public GradientSync {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void average_gradients(const std::vector<torch::Tensor>&, std::vector<CollectiveSample>&) override {}
+  double mean_across_ranks(double value) override { return value; }
+};
+
+}  // namespace rcl

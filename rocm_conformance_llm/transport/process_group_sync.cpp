@@ -1,0 +1,251 @@
+#include "rocm_conformance_llm/transport/process_group_sync.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
+
+namespace rcl {
+namespace {
+
+// float32 canary sizes: 4 KiB, 256 KiB and 4 MiB. RCCL switches protocol with message size
+// (LL, LL128, Simple); a wrong reduction has been reported for one protocol only (TheRock#7871).
+constexpr int64_t kCanaryElements[] = {int64_t{1} << 10, int64_t{1} << 16, int64_t{1} << 20};
+
+int64_t tensor_bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// Consecutive tensors of one dtype and device, up to about `bucket_bytes` per bucket; a tensor
+// bigger than a bucket travels alone.
+std::vector<std::vector<torch::Tensor>> plan_buckets(const std::vector<torch::Tensor>& tensors,
+                                                     int64_t bucket_bytes) {
+  std::vector<std::vector<torch::Tensor>> buckets;
+  int64_t filled = 0;
+  for (const auto& t : tensors) {
+    const bool fits = !buckets.empty() && buckets.back().front().dtype() == t.dtype() &&
+                      buckets.back().front().device() == t.device() && filled + tensor_bytes(t) <= bucket_bytes;
+    if (!fits) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(t);
+    filled += tensor_bytes(t);
+  }
+  return buckets;
+}
+
+// True when the bucket's tensors are contiguous and lie back to back in one storage, as the
+// gradients of FlatAdamW do: the bucket is then a view of that storage (DDP's
+// gradient-as-bucket-view) and needs neither the flattening copy nor the copy back.
+bool back_to_back(const std::vector<torch::Tensor>& bucket) {
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    if (!bucket[i].is_contiguous()) return false;
+    if (i == 0) continue;
+    const auto& before = bucket[i - 1];
+    if (!bucket[i].storage().is_alias_of(before.storage()) ||
+        bucket[i].storage_offset() != before.storage_offset() + before.numel())
+      return false;
+  }
+  return true;
+}
+
+// Runs `reduce` on each bucket as one flat buffer, and leaves the result in the bucket's tensors.
+template <typename Reduce>
+void for_each_flat_bucket(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes, Reduce&& reduce) {
+  for (const auto& bucket : plan_buckets(tensors, bucket_bytes)) {
+    if (back_to_back(bucket)) {
+      int64_t numel = 0;
+      for (const auto& t : bucket) numel += t.numel();
+      const auto& first = bucket.front();
+      auto view = first.as_strided({numel}, {1}, first.storage_offset());
+      reduce(view);
+      continue;
+    }
+    std::vector<torch::Tensor> pieces;
+    for (const auto& t : bucket) pieces.push_back(t.reshape(-1));
+    auto flat = torch::cat(pieces);
+    reduce(flat);
+    int64_t offset = 0;
+    for (const auto& t : bucket) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+}
+
+// The lowest rank holding the majority value, given the ranks that do not.
+int first_rank_not_in(const std::vector<int>& odd) {
+  int rank = 0;
+  while (std::find(odd.begin(), odd.end(), rank) != odd.end()) ++rank;
+  return rank;
+}
+
+std::string human_bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.0f} MiB", bytes / 1048576.0);
+  return fmt::format("{:.0f} KiB", bytes / 1024.0);
+}
+
+}  // namespace
+
+ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb)
+    : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {}
+
+int ProcessGroupSync::rank() const { return comm_->rank(); }
+int ProcessGroupSync::world_size() const { return comm_->world_size(); }
+
+void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& params,
+                                         std::vector<CollectiveSample>& out) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (!p.requires_grad()) continue;
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  const double world = world_size();
+  for_each_flat_bucket(grads, bucket_bytes_, [&](torch::Tensor& flat) {
+    out.push_back(comm_->all_reduce_sum(flat, "allreduce"));
+    flat.div_(world);
+  });
+}
+
+// Host tensors: the Communicator sends them through Gloo whatever the backend, so the host's own
+// values (the loss mean, the stop votes of every step, the checks' figures) never wait for the
+// device nor read it back (issue 11 item 7).
+double ProcessGroupSync::mean_across_ranks(double value) {
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
+  comm_->all_reduce_sum(t, "allreduce_scalar");
+  return *t.data_ptr<double>() / world_size();
+}
+
+void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> data;
+  for (const auto& p : params) data.push_back(p.detach());
+  for_each_flat_bucket(data, bucket_bytes_, [&](torch::Tensor& flat) { comm_->broadcast(flat, 0, "broadcast_params"); });
+}
+
+std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::vector<double>& values,
+                                                                     const std::string& op) {
+  const torch::Tensor mine = torch::tensor(values, torch::kDouble);
+  const torch::Tensor all = comm_->all_gather(mine, op).contiguous();
+  std::vector<std::vector<double>> out(world_size());
+  for (int r = 0; r < world_size(); ++r) {
+    const double* row = all[r].data_ptr<double>();
+    out[r].assign(row, row + values.size());
+  }
+  return out;
+}
+
+void ProcessGroupSync::begin_step(int64_t step) { comm_->set_step(step); }
+
+Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,
+                                  nlohmann::json evidence) const {
+  evidence["backend"] = comm_->backend();
+  evidence["world_size"] = world_size();
+  return Finding{component::rccl, signature, severity, comm_->step(), rank(), std::move(message),
+                 std::move(evidence)};
+}
+
+std::vector<Finding> ProcessGroupSync::run_canary() {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(comm_->device());
+  std::vector<double> wrong_here;
+  std::vector<std::optional<CanaryMismatch>> details;
+  for (const int64_t numel : kCanaryElements) {
+    torch::Tensor t = canary_contribution(rank(), numel, options);
+    if (canary_fault_offset_ != 0.0) t.add_(canary_fault_offset_);
+    comm_->all_reduce_sum(t, "allreduce_canary");
+    details.push_back(compare_canary(t, world_size()));
+    wrong_here.push_back(details.back() ? static_cast<double>(details.back()->wrong_elements) : 0.0);
+  }
+  // Every rank learns every rank's verdict: a wrong result on rank 1 alone is not hidden by a
+  // rank 0 that only checks its own (legacy-rocm-build#6565).
+  const auto wrong = all_gather_values(wrong_here, "canary_verdict");
+  std::vector<Finding> findings;
+  for (size_t i = 0; i < std::size(kCanaryElements); ++i) {
+    std::vector<int> bad_ranks;
+    std::vector<int64_t> counts;
+    for (int r = 0; r < world_size(); ++r) {
+      counts.push_back(static_cast<int64_t>(wrong[r][i]));
+      if (counts.back() > 0) bad_ranks.push_back(r);
+    }
+    if (bad_ranks.empty()) continue;
+    const int64_t bytes = kCanaryElements[i] * 4;
+    std::string message = fmt::format("exact all-reduce canary ({} float32) wrong on rank{} {}", human_bytes(bytes),
+                                      bad_ranks.size() > 1 ? "s" : "", fmt::join(bad_ranks, ","));
+    nlohmann::json evidence = {{"bytes", bytes}, {"elements", kCanaryElements[i]},
+                               {"wrong_ranks", bad_ranks}, {"wrong_elements_per_rank", counts}};
+    if (const auto& mine = details[i]) {
+      message += fmt::format(": here {} of {} elements wrong, first at [{}] = {} instead of {}", mine->wrong_elements,
+                             kCanaryElements[i], mine->first_index, mine->got, mine->expected);
+      evidence["first_index"] = mine->first_index;
+      evidence["got"] = mine->got;
+      evidence["expected"] = mine->expected;
+    }
+    findings.push_back(finding("allreduce_canary_mismatch", Severity::fail, message, evidence));
+  }
+  return findings;
+}
+
+std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torch::Tensor>& params) {
+  const ParameterFingerprint mine = fingerprint_parameters(params);
+  const torch::Tensor packed =
+      torch::tensor({std::bit_cast<int64_t>(mine.hash), std::bit_cast<int64_t>(mine.sum)}, torch::kLong)
+          .to(comm_->device());
+  const torch::Tensor all = comm_->all_gather(packed, "param_checksum").cpu();
+  std::vector<int64_t> hashes;
+  std::vector<double> sums;
+  for (int r = 0; r < world_size(); ++r) {
+    hashes.push_back(all[r][0].item<int64_t>());
+    sums.push_back(std::bit_cast<double>(all[r][1].item<int64_t>()));
+  }
+  const std::vector<int> odd = ranks_differing_from_majority(hashes);
+  if (odd.empty()) return {};
+  const int reference = first_rank_not_in(odd);
+  std::vector<std::string> distances;
+  for (const int r : odd) {
+    distances.push_back(fmt::format("rank {} sum {:.9g} vs {:.9g}", r, sums[r], sums[reference]));
+  }
+  return {finding("parameter_divergence", Severity::fail,
+                  fmt::format("parameters on rank{} {} are not bitwise identical to rank {}'s ({}): data-parallel "
+                              "ranks diverged",
+                              odd.size() > 1 ? "s" : "", fmt::join(odd, ","), reference, fmt::join(distances, "; ")),
+                  {{"differing_ranks", odd}, {"reference_rank", reference}, {"hashes", hashes}, {"sums", sums}})};
+}
+
+std::vector<Finding> ProcessGroupSync::compare_collective_sequences() {
+  const std::vector<int64_t> sequences =
+      comm_->exchange_through_store(fmt::format("sequence/{}", ++sequence_checks_), comm_->sequence());
+  const std::vector<int> odd = ranks_differing_from_majority(sequences);
+  if (odd.empty()) return {};
+  const int reference = first_rank_not_in(odd);
+  std::vector<std::string> counts;
+  for (const int r : odd) counts.push_back(fmt::format("rank {} entered {}", r, sequences[r]));
+  return {finding("collective_desync", Severity::fail,
+                  fmt::format("collective sequence mismatch at step {}: {}, the others {}: a rank skipped or added a "
+                              "collective, so later ones pair the wrong data or hang",
+                              comm_->step(), fmt::join(counts, ", "), sequences[reference]),
+                  {{"sequences", sequences}, {"desynchronised_ranks", odd}})};
+}
+
+RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s, double collective_s) {
+  const auto all = all_gather_values({step_time_s, collective_s}, "step_times");
+  RankStepTimes times;
+  for (const auto& row : all) {
+    times.step_s.push_back(row[0]);
+    times.busy_s.push_back(std::max(0.0, row[0] - row[1]));
+  }
+  return times;
+}
+
+std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
+                                                 const torch::Device& device) {
+  if (!launch.distributed()) return std::make_shared<LocalSync>();  // cfg is validated (config.cpp)
+  const auto timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0));
+  return std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb);
+}
+
+}  // namespace rcl

@@ -1,0 +1,77 @@
+// Data-parallel gradient averaging over a c10d group (Gloo on CPU, RCCL on ROCm), plus the
+// cross-rank RCCL checks whose verdicts every rank learns: an exact all-reduce canary, a
+// parameter fingerprint, collective sequence numbers and per-rank step times.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "rocm_conformance_llm/base/finding.hpp"
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/transport/comm_checks.hpp"
+#include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/grad_sync.hpp"
+#include "rocm_conformance_llm/transport/launch.hpp"
+
+namespace rcl {
+
+// Every rank's step time and busy time (step time minus time inside collectives).
+struct RankStepTimes {
+  std::vector<double> step_s;
+  std::vector<double> busy_s;
+};
+
+class ProcessGroupSync final : public GradientSync {
+ public:
+  // `bucket_mb`: gradients are flattened into buckets of about this size per all-reduce
+  // (bigger buckets: fewer, larger RCCL messages; a tensor larger than a bucket goes alone).
+  // Validated with the config (bucket_mb > 0).
+  ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb);
+
+  int rank() const override;
+  int world_size() const override;
+  // SUM all-reduce per bucket, then divide by the world size. A parameter without a gradient
+  // on this rank contributes zeros, so every rank sends the same bucket layout.
+  void average_gradients(const std::vector<torch::Tensor>& params,
+                         std::vector<CollectiveSample>& out) override;
+  double mean_across_ranks(double value) override;
+  void begin_step(int64_t step) override;
+
+  // Every rank starts from rank 0's parameters (in buckets, like the gradients).
+  void broadcast_parameters(const std::vector<torch::Tensor>& params);
+  // Each rank's `values` (same length everywhere), indexed [rank][i], exact in float64.
+  std::vector<std::vector<double>> all_gather_values(const std::vector<double>& values, const std::string& op);
+
+  // --- checks: each returns the findings (component RCCL) every rank agrees on ------------
+  // All-reduce of exact integers at sizes that take RCCL's different protocols (LL for small
+  // messages, LL128, Simple for large); every rank's mismatch count is gathered so a wrong
+  // result on any rank is reported by all of them.
+  std::vector<Finding> run_canary();
+  // Names each rank whose parameters are not bitwise identical to the majority's.
+  std::vector<Finding> compare_parameters(const std::vector<torch::Tensor>& params);
+  // Compares, through the store (not the transport, which is what desynchronises), how many
+  // collectives each rank has entered; names a rank that skipped or added one.
+  std::vector<Finding> compare_collective_sequences();
+  // This rank's step time and the part of it spent inside collectives (waiting for peers
+  // included) in; every rank's step and busy times out.
+  RankStepTimes gather_step_times(double step_time_s, double collective_s);
+
+  // Self-test of the canary: this rank adds `offset` to its contribution (0 = healthy).
+  void inject_canary_fault(double offset) { canary_fault_offset_ = offset; }
+
+ private:
+  Finding finding(const std::string& signature, Severity severity, std::string message,
+                  nlohmann::json evidence) const;
+
+  std::unique_ptr<Communicator> comm_;
+  int64_t bucket_bytes_;
+  double canary_fault_offset_ = 0.0;
+  int64_t sequence_checks_ = 0;  // names each store exchange uniquely
+};
+
+// LocalSync for one process; otherwise a ProcessGroupSync over a group built from `launch`
+// (Gloo for a CPU device, RCCL for a GPU), with cfg.bucket_mb and cfg.collective_timeout_s.
+std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
+                                                 const torch::Device& device);
+
+}  // namespace rcl

@@ -1,0 +1,89 @@
+#include "rocm_conformance_llm/workload/optimizer.hpp"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+namespace rcl {
+
+FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
+                     AdamWHyper hyper)
+    : hyper_(hyper) {
+  parameters_ = decayed;
+  parameters_.insert(parameters_.end(), not_decayed.begin(), not_decayed.end());
+  if (parameters_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
+  std::set<const void*> seen;
+  int64_t total = 0;
+  const auto options = parameters_.front().options();
+  for (const auto& p : parameters_) {
+    if (!seen.insert(p.unsafeGetTensorImpl()).second)
+      throw std::invalid_argument("FlatAdamW: a parameter is listed twice");
+    if (p.dtype() != options.dtype() || p.device() != options.device())
+      throw std::invalid_argument("FlatAdamW: parameters differ in dtype or device");
+    total += p.numel();
+  }
+  for (const auto& p : decayed) decayed_numel_ += p.numel();
+
+  torch::NoGradGuard no_grad;
+  flat_params_ = torch::empty({total}, options);
+  flat_grads_ = torch::zeros({total}, options);
+  int64_t offset = 0;
+  for (auto p : parameters_) {
+    auto values = flat_params_.narrow(0, offset, p.numel());
+    values.copy_(p.detach().reshape({-1}));
+    p.set_data(values.view(p.sizes()));
+    p.mutable_grad() = flat_grads_.narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
+  }
+  state_.exp_avg = torch::zeros_like(flat_params_);
+  state_.exp_avg_sq = torch::zeros_like(flat_params_);
+}
+
+void FlatAdamW::zero_grad() { flat_grads_.zero_(); }
+
+torch::Tensor FlatAdamW::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  const auto total = flat_grads_.norm();
+  if (max_norm > 0) {
+    // The same arithmetic as torch::nn::utils::clip_grad_norm_, on the device.
+    flat_grads_.mul_((max_norm / (total + 1e-6)).clamp_max(1.0));
+  }
+  return total;
+}
+
+void FlatAdamW::step(double lr, const torch::Tensor& apply) {
+  torch::NoGradGuard no_grad;
+  const int64_t step = ++state_.steps;
+  // Each factor is its own value where the update applies and the identity where it is
+  // withheld (0-dim device tensors: same float arithmetic as the scalars). The gradient is
+  // zeroed where withheld, as it may hold the NaN that withheld it; an infinite eps turns the
+  // parameter update into exactly 0.
+  const auto options = flat_params_.options();
+  const auto either = [&](double applied, double withheld) {
+    return torch::where(apply, torch::full({}, applied, options), torch::full({}, withheld, options));
+  };
+  flat_grads_.masked_fill_(apply.logical_not(), 0.0);
+  // torch::optim::AdamW::step's sequence of ops, on the whole buffer at once.
+  if (decayed_numel_ > 0) flat_params_.narrow(0, 0, decayed_numel_).mul_(either(1.0 - lr * hyper_.weight_decay, 1.0));
+  state_.exp_avg.mul_(either(hyper_.beta1, 1.0)).add_(flat_grads_, 1.0 - hyper_.beta1);
+  state_.exp_avg_sq.mul_(either(hyper_.beta2, 1.0)).addcmul_(flat_grads_, flat_grads_, 1.0 - hyper_.beta2);
+  const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step));
+  const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step));
+  const auto denom = (state_.exp_avg_sq.sqrt() / std::sqrt(bias_correction2))
+                         .add_(either(hyper_.eps, std::numeric_limits<double>::infinity()));
+  flat_params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
+}
+
+FlatAdamW::State FlatAdamW::state() const {
+  return State{state_.exp_avg.clone(), state_.exp_avg_sq.clone(), state_.steps};
+}
+
+void FlatAdamW::load_state(const State& state) {
+  torch::NoGradGuard no_grad;
+  state_.exp_avg.copy_(state.exp_avg);
+  state_.exp_avg_sq.copy_(state.exp_avg_sq);
+  state_.steps = state.steps;
+}
+
+}  // namespace rcl

@@ -1,0 +1,542 @@
+// Checkpoints and resume (issue 10 items 4, 5 and 7's full disk): the safetensors writer against
+// an independent reader written here from the format's spec, refusal of damaged files, and
+// through the real binary: N steps straight equal N/2 + resume N/2 bit for bit (losses, gradient
+// norms, final weights and optimizer state), a checkpoint on a stop signal, keep-last-K, refusal
+// of a checkpoint of another config or a damaged one (exit 2, one line), and a write that fails
+// (RLIMIT_FSIZE: what a full disk does to a write) ending in a crashed report with the earlier
+// checkpoint intact.
+#include <signal.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/cli_runner.hpp"
+#include "support/cpu_fp16.hpp"
+#include "rocm_conformance_llm/base/safetensors.hpp"
+#include "rocm_conformance_llm/base/sha256.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/run/run_checkpoint.hpp"
+
+namespace rcl {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using rcl::testing::BackgroundRun;
+using rcl::testing::read_text;
+using rcl::testing::run_cli;
+using rcl::testing::wait_until;
+using namespace std::chrono_literals;
+
+fs::path fresh_dir(const std::string& name) { return rcl::testing::fresh_dir("ckpt", name); }
+
+std::string bytes_of(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// --- an independent safetensors reader, from the spec: u64 LE header size, JSON, raw bytes ---
+struct SpecTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+std::map<std::string, SpecTensor> spec_read(const fs::path& path) {
+  const std::string file = bytes_of(path);
+  EXPECT_GE(file.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
+  const json header = json::parse(file.substr(8, n));
+  std::map<std::string, SpecTensor> out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const uint64_t begin = info["data_offsets"][0], end = info["data_offsets"][1];
+    out[name] = {info["dtype"], info["shape"].get<std::vector<int64_t>>(), file.substr(8 + n + begin, end - begin)};
+  }
+  return out;
+}
+
+TEST(Sha256, MatchesFips180Vectors) {
+  const auto digest = [](std::string_view s) {
+    Sha256 sha;
+    sha.update(s);
+    return sha.hex_digest();
+  };
+  EXPECT_EQ(digest(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(digest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(digest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 million;  // one million 'a', fed in pieces of 7 that straddle the 64-byte blocks
+  const std::string piece(7, 'a');
+  for (int i = 0; i < 142857; ++i) million.update(piece);
+  million.update("a");
+  EXPECT_EQ(million.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Safetensors, WhatWeWriteTheSpecReaderReadsByteForByte) {
+  const fs::path dir = fresh_dir("st");
+  fs::create_directories(dir);
+  const auto f32 = torch::randn({3, 5});
+  const auto bf16 = torch::randn({7}).to(torch::kBFloat16);
+  const auto u8 = torch::arange(0, 13, torch::kLong).to(torch::kByte);
+  const auto transposed = torch::randn({4, 2}).t();  // not contiguous: written in logical order
+  write_safetensors(dir / "t.safetensors", {{"w", f32}, {"b", bf16}, {"r", u8}, {"t", transposed}}, {{"format", "pt"}});
+  const auto spec = spec_read(dir / "t.safetensors");
+  ASSERT_EQ(spec.size(), 4u);
+  EXPECT_EQ(spec.at("w").dtype, "F32");
+  EXPECT_EQ(spec.at("w").shape, (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(spec.at("w").bytes, std::string(static_cast<const char*>(f32.data_ptr()), 15 * 4));
+  EXPECT_EQ(spec.at("b").dtype, "BF16");
+  EXPECT_EQ(spec.at("r").dtype, "U8");
+  const auto t = transposed.contiguous();
+  EXPECT_EQ(spec.at("t").bytes, std::string(static_cast<const char*>(t.data_ptr()), 8 * 4));
+  const auto back = read_safetensors(dir / "t.safetensors");
+  EXPECT_TRUE(torch::equal(back.tensors.at("w"), f32));
+  EXPECT_TRUE(torch::equal(back.tensors.at("b"), bf16));
+  EXPECT_TRUE(torch::equal(back.tensors.at("t"), transposed));
+  EXPECT_EQ(back.metadata.at("format"), "pt");
+  fs::remove_all(dir);
+}
+
+TEST(Safetensors, DamagedFilesAreRefusedNamingTheProblem) {
+  const fs::path dir = fresh_dir("st-bad");
+  fs::create_directories(dir);
+  write_safetensors(dir / "ok.safetensors", {{"a", torch::ones({4})}, {"b", torch::zeros({2, 2})}});
+  const std::string good = bytes_of(dir / "ok.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, good.data(), 8);
+  const std::string header = good.substr(8, n);
+  const auto with_header = [&](std::string h) {
+    h.append((8 - h.size() % 8) % 8, ' ');
+    std::string out(8, '\0');
+    const uint64_t size = h.size();
+    std::memcpy(out.data(), &size, 8);
+    return out + h + good.substr(8 + n);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "shorter than"},
+      {good.substr(0, 5), "shorter than"},
+      {good.substr(0, good.size() - 3), "data"},
+      {std::string("\xff\xff\xff\xff\xff\xff\x00\x00", 8) + good.substr(8), "header length"},
+      {with_header("{not json"), "not JSON"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}})"), "overlap"},
+      {with_header(R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"), "unsupported dtype"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"), "data_offsets"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})"), "bad shape"},
+      {with_header(R"([1,2])"), "not a JSON object"},
+  };
+  for (const auto& [content, expected] : cases) {
+    std::ofstream(dir / "bad.safetensors", std::ios::binary | std::ios::trunc) << content;
+    try {
+      read_safetensors(dir / "bad.safetensors");
+      ADD_FAILURE() << "accepted a damaged file, expected: " << expected;
+    } catch (const SafetensorsError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Durations, UnitsAndRefusals) {
+  EXPECT_EQ(parse_duration_s("--duration", "90s"), 90);
+  EXPECT_EQ(parse_duration_s("--duration", "30m"), 1800);
+  EXPECT_EQ(parse_duration_s("--duration", "8h"), 8 * 3600);
+  EXPECT_EQ(parse_duration_s("--duration", "1.5h"), 5400);
+  EXPECT_EQ(parse_duration_s("--duration", "2d"), 2 * 86400);
+  EXPECT_EQ(parse_duration_s("--duration", "45"), 45);
+  for (const char* bad : {"", "0", "0s", "-5m", "5x", "m", "inf", "nan", "1e999h", "5 m", "30min"})
+    EXPECT_THROW(parse_duration_s("--duration", bad), ConfigError) << bad;
+  EXPECT_EQ(parse_checkpoint_policy("25", 2).every_steps, 25);
+  EXPECT_EQ(parse_checkpoint_policy("30m", 3).every_s, 1800);
+  EXPECT_THROW(parse_checkpoint_policy("0", 2), ConfigError);
+  EXPECT_THROW(parse_checkpoint_policy("10", 0), ConfigError);
+}
+
+// --- through the binary ---
+
+// The smoke preset on one CPU thread; dropout on so resuming must restore the RNG too.
+const std::string kSmoke = "--preset smoke --device cpu --set num_threads=1 --set dropout=0.1 --set eval_interval=0 ";
+
+std::vector<json> metrics(const fs::path& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+fs::path checkpoint(const fs::path& run, int64_t step) {
+  return run / "checkpoints" / fmt::format("step-{:08d}", step);
+}
+
+// Step records of `a` and `b` agree bit for bit on the steps both have (loss and gradient norm
+// as written: nlohmann::json prints doubles so they read back exactly).
+void expect_same_steps(const std::vector<json>& a, const std::vector<json>& b, int64_t from, int64_t to) {
+  std::map<int64_t, json> by_step;
+  for (const auto& r : b) by_step[r["step"]] = r;
+  int64_t compared = 0;
+  for (const auto& r : a) {
+    const int64_t step = r["step"];
+    if (step < from || step > to) continue;
+    ASSERT_TRUE(by_step.count(step)) << "step " << step << " missing";
+    EXPECT_EQ(r["loss"].get<double>(), by_step[step]["loss"].get<double>()) << "step " << step;
+    EXPECT_EQ(r["grad_norm"].get<double>(), by_step[step]["grad_norm"].get<double>()) << "step " << step;
+    ++compared;
+  }
+  EXPECT_EQ(compared, to - from + 1);
+}
+
+struct ResumeCase {
+  const char* name;
+  std::string args;
+  bool fp16 = false;  // needs fp16 matmul on the CPU (libtorch 2.x)
+};
+
+class ResumeIsBitExact : public ::testing::TestWithParam<ResumeCase> {};
+
+TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
+  const auto& c = GetParam();
+  if (c.fp16) {
+    RCL_REQUIRE_FP16_MATMUL();
+  }
+  const std::string args = kSmoke + c.args + " --steps 8 ";
+  const fs::path straight = fresh_dir(std::string(c.name) + "-straight");
+  const fs::path resumed = fresh_dir(std::string(c.name) + "-resumed");
+  // The straight run writes checkpoints at 4 and 8 (writing one must not change the run).
+  const auto a = run_cli(args + "--checkpoint-interval 4 --output-dir " + straight.string());
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_TRUE(fs::exists(checkpoint(straight, 4) / "manifest.json"));
+  const auto b = run_cli(args + "--checkpoint-interval 4 --resume " + checkpoint(straight, 4).string() +
+                         " --output-dir " + resumed.string());
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto resumed_metrics = metrics(resumed);
+  ASSERT_EQ(resumed_metrics.size(), 4u);
+  EXPECT_EQ(resumed_metrics.front()["step"], 5);
+  expect_same_steps(metrics(straight), resumed_metrics, 5, 8);
+  // Final weights, optimizer moments and RNG states: the same bytes.
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "rank-0.safetensors"})
+    EXPECT_TRUE(bytes_of(checkpoint(straight, 8) / file) == bytes_of(checkpoint(resumed, 8) / file)) << file;
+  const json report = json::parse(read_text(resumed / "report.json"));
+  EXPECT_EQ(report.at("resume").at("step"), 4);
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ResumeIsBitExact,
+    ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
+                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
+                      // The loss scaler (scale, clean streak, skipped steps) must come back too.
+                      ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// (signature, step) of every finding in a report, in order.
+std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
+  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
+  return out;
+}
+
+// Findings so far travel in the checkpoint: a run resumed at step 4 reports the findings of
+// steps 1-4 (restored, once each) and then its own, exactly the uninterrupted run's list.
+TEST(Checkpoints, FindingsSoFarAreRestoredOnceOnResume) {
+  const std::string args = kSmoke + "--steps 8 --checkpoint-interval 4 --keep-checkpoints 3 --inject nan@step=3 ";
+  const fs::path straight = fresh_dir("findings-straight");
+  const fs::path resumed = fresh_dir("findings-resumed");
+  const auto a = run_cli(args + "--output-dir " + straight.string());
+  ASSERT_EQ(a.exit_code, 1) << a.err;  // the NaN step fails the run
+  const auto b = run_cli(args + "--resume " + checkpoint(straight, 4).string() + " --output-dir " + resumed.string());
+  ASSERT_EQ(b.exit_code, 1) << b.err;  // with the restored findings only: steps 5-8 are clean
+  const auto expected = findings_of(straight);
+  ASSERT_GE(expected.size(), 1u);
+  for (const auto& [signature, step] : expected) EXPECT_EQ(step, 3) << signature;
+  EXPECT_EQ(findings_of(resumed), expected);
+  EXPECT_EQ(json::parse(read_text(resumed / "report.json")).at("resume").at("findings_restored"), expected.size());
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+}
+
+TEST(Checkpoints, WritingThemDoesNotChangeTheRun) {
+  const fs::path plain = fresh_dir("plain");
+  const fs::path with = fresh_dir("with");
+  ASSERT_EQ(run_cli(kSmoke + "--steps 6 --output-dir " + plain.string()).exit_code, 0);
+  ASSERT_EQ(run_cli(kSmoke + "--steps 6 --checkpoint-interval 2 --output-dir " + with.string()).exit_code, 0);
+  expect_same_steps(metrics(plain), metrics(with), 1, 6);
+  fs::remove_all(plain);
+  fs::remove_all(with);
+}
+
+TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
+  const fs::path dir = fresh_dir("keep");
+  const auto r = run_cli(kSmoke + "--steps 7 --checkpoint-interval 2 --keep-checkpoints 2 --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  // 2, 4, 6 by interval, 7 at the end; the last two kept, no temporary left.
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000006", "step-00000007"}));
+  const json state = json::parse(read_text(checkpoint(dir, 7) / "state.json"));
+  EXPECT_EQ(state["reason"], "final");
+  EXPECT_EQ(state["step"], 7);
+  // The smoke preset uses rotary positions: no Hugging Face architecture, our own model_type.
+  EXPECT_EQ(json::parse(read_text(checkpoint(dir, 7) / "config.json"))["model_type"], "rcl-gpt");
+  fs::remove_all(dir);
+}
+
+// The flags that give the smoke model a layout Hugging Face has (run/run_checkpoint.cpp's Layout).
+const std::string kGpt2Layout = "--set position=learned ";
+const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+
+TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
+  const fs::path dir = fresh_dir("gpt2");
+  const auto r = run_cli(kSmoke + kGpt2Layout + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
+  EXPECT_EQ(hf["model_type"], "gpt2");
+  EXPECT_EQ(hf["architectures"][0], "GPT2LMHeadModel");
+  const int64_t c = hf["n_embd"], inner = hf["n_inner"], v = hf["vocab_size"], n = hf["n_positions"];
+  const auto t = spec_read(checkpoint(dir, 2) / "model.safetensors");
+  // GPT-2's names and its Conv1D layout ([in, out]); the LM head is tied (no lm_head tensor).
+  EXPECT_EQ(t.at("transformer.wte.weight").shape, (std::vector<int64_t>{v, c}));
+  EXPECT_EQ(t.at("transformer.wpe.weight").shape, (std::vector<int64_t>{n, c}));
+  EXPECT_EQ(t.at("transformer.h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{c, 3 * c}));
+  EXPECT_EQ(t.at("transformer.h.1.attn.c_proj.weight").shape, (std::vector<int64_t>{c, c}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.c_fc.weight").shape, (std::vector<int64_t>{c, inner}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.c_proj.weight").shape, (std::vector<int64_t>{inner, c}));
+  EXPECT_EQ(t.at("transformer.h.0.ln_1.bias").shape, (std::vector<int64_t>{c}));
+  EXPECT_EQ(t.at("transformer.ln_f.weight").shape, (std::vector<int64_t>{c}));
+  EXPECT_EQ(t.size(), 2u + 2u + 12u * size_t(hf["n_layer"].get<int64_t>()));
+  // And it resumes through the same names.
+  const fs::path next = fresh_dir("gpt2-next");
+  const auto resumed = run_cli(kSmoke + kGpt2Layout + "--steps 2 --resume " + dir.string() +
+                               " --output-dir " + next.string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  fs::remove_all(dir);
+  fs::remove_all(next);
+}
+
+// A one-line refusal, exit 2, naming `expected`.
+void expect_refused(const testing::CliResult& r, const std::string& expected) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// Llama's layout (rotary, RMSNorm, SwiGLU): LlamaForCausalLM's names and config; Q, K, V and
+// SwiGLU's gate and up stored as separate tensors, biases as attention_bias / mlp_bias load them.
+TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
+  const std::string llama = kSmoke + kLlamaLayout;
+  const fs::path dir = fresh_dir("llama");
+  const auto r = run_cli(llama + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
+  EXPECT_EQ(hf["model_type"], "llama");
+  EXPECT_EQ(hf["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(hf["hidden_act"], "silu");
+  EXPECT_EQ(hf["tie_word_embeddings"], true);
+  const int64_t c = hf["hidden_size"], inner = hf["intermediate_size"], v = hf["vocab_size"];
+  const int64_t layers = hf["num_hidden_layers"];
+  EXPECT_EQ(hf["num_key_value_heads"], hf["num_attention_heads"]);
+  const auto t = spec_read(checkpoint(dir, 2) / "model.safetensors");
+  // nn.Linear's [out, in] as in transformers; no lm_head (tied), no position table (rotary).
+  std::map<std::string, std::vector<int64_t>> expected = {{"model.embed_tokens.weight", {v, c}},
+                                                          {"model.norm.weight", {c}}};
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      expected[l + "self_attn." + proj + ".weight"] = {c, c};
+      expected[l + "self_attn." + proj + ".bias"] = {c};
+    }
+    for (const char* proj : {"gate_proj", "up_proj"}) {
+      expected[l + "mlp." + proj + ".weight"] = {inner, c};
+      expected[l + "mlp." + proj + ".bias"] = {inner};
+    }
+    expected[l + "mlp.down_proj.weight"] = {c, inner};
+    expected[l + "mlp.down_proj.bias"] = {c};
+    expected[l + "input_layernorm.weight"] = {c};
+    expected[l + "post_attention_layernorm.weight"] = {c};
+  }
+  std::map<std::string, std::vector<int64_t>> stored;
+  for (const auto& [name, tensor] : t) {
+    stored[name] = tensor.shape;
+    EXPECT_EQ(tensor.dtype, "F32") << name;
+  }
+  EXPECT_EQ(stored, expected);
+  // Q, K and V are distinct blocks of the fused projection (not one block three times).
+  EXPECT_NE(t.at("model.layers.0.self_attn.q_proj.weight").bytes, t.at("model.layers.0.self_attn.k_proj.weight").bytes);
+  // And it resumes through the same names, bit for bit.
+  const fs::path next = fresh_dir("llama-next");
+  const auto resumed = run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() +
+                               " --output-dir " + next.string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") == bytes_of(checkpoint(dir, 2) / "model.safetensors"));
+  fs::remove_all(dir);
+  fs::remove_all(next);
+}
+
+TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {
+  const fs::path dir = fresh_dir("refuse");
+  ASSERT_EQ(run_cli(kSmoke + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string()).exit_code, 0);
+  const fs::path ckpt = checkpoint(dir, 2);
+  const fs::path out = fresh_dir("refuse-out");
+  const auto resume = [&](const std::string& extra) {
+    return run_cli(kSmoke + "--steps 2 " + extra + " --resume " + ckpt.string() + " --output-dir " + out.string());
+  };
+  expect_refused(resume("--seed 7"), "training.seed=1234 (this run: 7)");
+  expect_refused(resume("--set hidden_size=128"), "training.hidden_size=64 (this run: 128)");
+  expect_refused(resume("--stress rng"), "stress modes");
+  expect_refused(run_cli(kSmoke + "--resume " + (dir / "nothing").string() + " --output-dir " + out.string()),
+                 "not a checkpoint");
+  expect_refused(run_cli(kSmoke + "--resume latest --output-dir " + out.string()), "no complete checkpoint");
+  EXPECT_FALSE(fs::exists(out / "report.json"));
+
+  // A flipped byte, a truncated file: the manifest's SHA-256 says so.
+  const fs::path copy = fresh_dir("refuse-copy");
+  const auto damaged = [&](const std::function<void(const fs::path&)>& damage) {
+    fs::remove_all(copy);
+    fs::copy(ckpt, copy, fs::copy_options::recursive);
+    damage(copy);
+    return run_cli(kSmoke + "--steps 2 --resume " + copy.string() + " --output-dir " + out.string());
+  };
+  expect_refused(damaged([](const fs::path& c) {
+                   std::fstream f(c / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+                   f.seekp(200);
+                   f.put('\x7f');
+                 }),
+                 "model.safetensors does not match its SHA-256");
+  expect_refused(damaged([](const fs::path& c) { fs::resize_file(c / "optimizer.safetensors", 100); }),
+                 "optimizer.safetensors does not match its SHA-256");
+  expect_refused(damaged([](const fs::path& c) { fs::remove(c / "rank-0.safetensors"); }), "missing rank-0.safetensors");
+  // Hand-edited consistently (the manifest updated too): the loader checks names and shapes. It
+  // runs once the model exists, after the start-up log lines: the refusal is the last line.
+  const auto edited = damaged([](const fs::path& c) {
+                   auto w = read_safetensors(c / "model.safetensors");
+                   std::vector<std::pair<std::string, torch::Tensor>> edited;
+                   for (auto& [name, t] : w.tensors)
+                     edited.emplace_back(name, name == "final_norm.weight" ? torch::ones({3}) : t);
+                   write_safetensors(c / "model.safetensors", edited);
+                   json manifest = json::parse(read_text(c / "manifest.json"));
+                   manifest["files"]["model.safetensors"] = sha256_of_file((c / "model.safetensors").string());
+                   std::ofstream(c / "manifest.json") << manifest.dump();
+                 });
+  EXPECT_EQ(edited.exit_code, 2) << edited.err;
+  const std::string last_line = edited.err.substr(edited.err.rfind('\n', edited.err.size() - 2) + 1);
+  EXPECT_NE(last_line.find("error: checkpoint"), std::string::npos) << edited.err;
+  EXPECT_NE(last_line.find("tensor 'final_norm.weight' is Float [3] where this model has Float [64]"),
+            std::string::npos)
+      << edited.err;
+  EXPECT_FALSE(fs::exists(out / "report.json"));
+  fs::remove_all(dir);
+  fs::remove_all(out);
+  fs::remove_all(copy);
+}
+
+// SIGTERM mid-run: a checkpoint of the stop step, an interrupted report; `--resume latest` in the
+// same directory finishes the run, and every step equals an uninterrupted run's.
+TEST(Resume, AfterSigtermInPlaceMatchesAnUninterruptedRun) {
+  const fs::path dir = fresh_dir("sigterm");
+  const fs::path straight = fresh_dir("sigterm-straight");
+  const std::string args = kSmoke + "--steps 150 --checkpoint-interval 1000 --output-dir " + dir.string();
+  {
+    BackgroundRun run(args, dir.string() + ".log");
+    ASSERT_TRUE(wait_until([&] { return metrics(dir).size() >= 3; }, 120s)) << read_text(dir.string() + ".log");
+    run.signal(SIGTERM);
+    const auto code = run.wait(120s);
+    ASSERT_TRUE(code);
+    ASSERT_EQ(*code, 4) << read_text(dir.string() + ".log");
+  }
+  std::vector<fs::path> saved;
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints")) saved.push_back(e.path());
+  ASSERT_EQ(saved.size(), 1u);
+  const json state = json::parse(read_text(saved[0] / "state.json"));
+  EXPECT_EQ(state["reason"], "signal");
+  const int64_t stopped_at = state["step"];
+  EXPECT_EQ(json::parse(read_text(dir / "report.json"))["interruption"]["step"], stopped_at);
+  if (stopped_at >= 150) GTEST_SKIP() << "the run finished before the signal";
+
+  const auto resumed = run_cli(args + " --resume latest");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  ASSERT_EQ(run_cli(kSmoke + "--steps 150 --output-dir " + straight.string()).exit_code, 0);
+  const auto all = metrics(dir);
+  ASSERT_EQ(all.size(), 150u);  // the steps up to the checkpoint, then the resumed ones, once each
+  expect_same_steps(metrics(straight), all, 1, 150);
+  fs::remove_all(dir);
+  fs::remove_all(straight);
+  fs::remove(dir.string() + ".log");
+}
+
+// A write that fails half way (RLIMIT_FSIZE makes write() fail with EFBIG, as a full disk fails
+// with ENOSPC): the run ends crashed (exit 3) with a report that says why, and the checkpoints
+// written before are untouched; the same resume succeeds once the files fit.
+TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
+  const fs::path dir = fresh_dir("fsize");
+  const std::string args = kSmoke + "--steps 4 --checkpoint-interval 2 --output-dir " + dir.string();
+  ASSERT_EQ(run_cli(args).exit_code, 0);
+  const std::string at2 = bytes_of(checkpoint(dir, 2) / "model.safetensors");
+  const std::string at4 = bytes_of(checkpoint(dir, 4) / "model.safetensors");
+  ASSERT_GT(at2.size(), 200'000u);  // larger than the limit below; reports are smaller
+  const std::string resume = args + " --resume " + checkpoint(dir, 2).string();
+  const auto r = run_cli(resume, "trap '' XFSZ; prlimit --fsize=131072");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const json report = json::parse(read_text(dir / "report.json"));
+  EXPECT_EQ(report["outcome"], "crashed");
+  EXPECT_NE(report.dump().find("File too large"), std::string::npos) << report.dump();
+  EXPECT_TRUE(bytes_of(checkpoint(dir, 2) / "model.safetensors") == at2);
+  EXPECT_TRUE(bytes_of(checkpoint(dir, 4) / "model.safetensors") == at4);
+  // Without the limit the same resume finishes and rewrites step 4 with the same bytes.
+  const auto again = run_cli(resume);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(bytes_of(checkpoint(dir, 4) / "model.safetensors") == at4);
+  EXPECT_EQ(json::parse(read_text(dir / "report.json"))["outcome"], "completed");
+  fs::remove_all(dir);
+}
+
+#ifdef RCL_PYTHON_TRANSFORMERS
+// The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in
+// the libtorch 2.x lane's root) loads a trained checkpoint as GPT2LMHeadModel / LlamaForCausalLM
+// with every weight used and none missing, and computes the logits our model computes for the
+// same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
+// and config keys all show in the logits.
+class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const std::string*>> {};
+
+TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
+  const auto [name, layout] = GetParam();
+  const fs::path dir = fresh_dir(std::string("hf-") + name);
+  const auto r = run_cli(kSmoke + *layout + "--steps 3 --checkpoint-interval 3 --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path ckpt = checkpoint(dir, 3);
+
+  // Our logits, from the checkpoint through our own loader, dropout off.
+  RunContext ctx;
+  ctx.cfg = json::parse(read_text(ckpt / "state.json")).at("training").get<TrainingConfig>();
+  Trainer trainer(ctx);
+  load_checkpoint(trainer, ckpt);
+  trainer.model()->eval();
+  torch::NoGradGuard no_grad;
+  const auto& cfg = trainer.ctx().cfg;  // vocab_size resolved from the data
+  const auto tokens = ((torch::arange(cfg.seq_len, torch::kLong) * 7 + 3) % cfg.vocab_size).unsqueeze(0);
+  const auto logits = trainer.model()->forward(tokens);
+  write_safetensors(dir / "parity.safetensors", {{"tokens", tokens}, {"logits", logits.contiguous()}});
+
+  const fs::path log = dir / "parity.log";
+  const std::string cmd = "HF_HUB_OFFLINE=1 python3 " RCL_SOURCE_DIR "/tests/transformers_parity.py " + ckpt.string() +
+                          " " + (dir / "parity.safetensors").string() + " >" + log.string() + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(log);
+  std::cout << name << ": " << read_text(log);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
+                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
+                         [](const auto& info) { return std::string(info.param.first); });
+#endif
+
+}  // namespace
+}  // namespace rcl

@@ -1,0 +1,103 @@
+// The hang watchdog: fires on a stalled heartbeat within the timeout, names what the run was
+// doing, attributes collective phases to RCCL, and stays silent while heartbeats flow.
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "rocm_conformance_llm/checks/watchdog.hpp"
+
+namespace rcl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+constexpr double kTimeout = 0.3;
+
+struct Fired {
+  Finding finding;
+  Clock::time_point at;
+};
+
+TEST(Watchdog, FiresOnAStalledStepWithWhatTheRunWasDoing) {
+  FindingLog log;
+  std::promise<Fired> fired;
+  Watchdog dog(kTimeout, 2, log, [&](const Finding& f) { fired.set_value({f, Clock::now()}); });
+  for (int64_t step = 1; step <= 6; ++step) {
+    dog.set_phase(phase::forward, step);
+    std::this_thread::sleep_for(50ms);
+    dog.heartbeat(step);
+  }
+  const auto stalled_at = Clock::now();
+  dog.set_phase(phase::backward, 7);  // ...and step 7 never finishes
+  EXPECT_EQ(dog.current_phase(), "backward");
+
+  auto future = fired.get_future();
+  ASSERT_EQ(future.wait_for(3s), std::future_status::ready) << "the watchdog never fired";
+  const auto [f, at] = future.get();
+  const double after_s = std::chrono::duration<double>(at - stalled_at).count();
+  EXPECT_GE(after_s, kTimeout - 0.01);  // not early; "not late" is the 3 s wait above
+  EXPECT_TRUE(dog.fired());
+  EXPECT_EQ(f.component, component::hip_runtime);
+  EXPECT_EQ(f.signature, "hang");
+  EXPECT_EQ(f.severity, Severity::fail);
+  EXPECT_EQ(f.step, 7);
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_EQ(f.evidence["phase"], "backward");
+  EXPECT_EQ(f.evidence["last_completed_step"], 6);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log.snapshot()[0].signature, "hang");
+}
+
+TEST(Watchdog, StallInACollectiveIsAttributedToRccl) {
+  FindingLog log;
+  std::promise<Finding> fired;
+  Watchdog dog(kTimeout, 0, log, [&](const Finding& f) { fired.set_value(f); });
+  dog.heartbeat(2);
+  dog.set_phase(phase::grad_sync, 3, "allreduce 25165824 bytes seq 12");
+  auto future = fired.get_future();
+  ASSERT_EQ(future.wait_for(3s), std::future_status::ready);
+  const Finding f = future.get();
+  EXPECT_EQ(f.component, component::rccl);
+  EXPECT_EQ(f.signature, "collective_hang");
+  EXPECT_EQ(f.step, 3);
+  EXPECT_EQ(f.evidence["last_collective"], "allreduce 25165824 bytes seq 12");
+  EXPECT_NE(f.message.find("grad_sync"), std::string::npos);
+}
+
+TEST(Watchdog, SilentWhileHeartbeatsFlow) {
+  FindingLog log;
+  bool fired = false;
+  {
+    Watchdog dog(kTimeout, 0, log, [&](const Finding&) { fired = true; });
+    for (int64_t step = 1; step <= 24; ++step) {  // 1.2 s, four timeouts' worth
+      dog.set_phase(phase::grad_sync, step, "allreduce");
+      std::this_thread::sleep_for(50ms);
+      dog.heartbeat(step);
+    }
+    EXPECT_FALSE(dog.fired());
+  }
+  EXPECT_FALSE(fired);
+  EXPECT_EQ(log.size(), 0u);
+}
+
+TEST(Watchdog, StopsPromptlyWithALongTimeout) {
+  FindingLog log;
+  const auto start = Clock::now();
+  { Watchdog dog(300.0, 0, log, nullptr); }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 0.5);
+  EXPECT_EQ(log.size(), 0u);
+}
+
+TEST(Watchdog, CollectivePhaseNames) {
+  EXPECT_TRUE(is_collective_phase(phase::grad_sync));
+  EXPECT_TRUE(is_collective_phase(phase::checksum));
+  EXPECT_TRUE(is_collective_phase("allreduce_canary"));
+  EXPECT_TRUE(is_collective_phase("barrier"));
+  EXPECT_FALSE(is_collective_phase(phase::forward));
+  EXPECT_FALSE(is_collective_phase(phase::optimizer));
+}
+
+}  // namespace
+}  // namespace rcl

@@ -1,0 +1,374 @@
+// The decoder: shapes and counts, causality, float64 gradient checks of every block variant,
+// activation checkpointing's exactness, and the diagnostics views (block outputs, GEMM shapes).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "rocm_conformance_llm/checks/gemm_canary.hpp"
+#include "rocm_conformance_llm/checks/numerics.hpp"
+#include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/precision.hpp"
+
+namespace rcl {
+namespace {
+
+TrainingConfig tiny_config() {
+  TrainingConfig cfg;
+  cfg.hidden_size = 8;
+  cfg.num_heads = 2;
+  cfg.num_layers = 2;
+  cfg.ffn_multiplier = 2.0;
+  cfg.seq_len = 6;
+  cfg.vocab_size = 13;
+  return cfg;
+}
+
+torch::Tensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randint(vocab, {batch, seq}, torch::kLong);
+}
+
+int64_t numel_of(const std::vector<torch::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
+// --- sizes ---
+
+TEST(Model, SwigluWidthIsTwoThirdsRoundedToMultipleOfEight) {
+  TrainingConfig cfg;
+  cfg.hidden_size = 768;
+  cfg.ffn_multiplier = 4.0;
+  cfg.activation = "gelu";
+  EXPECT_EQ(ffn_hidden_size(cfg), 3072);
+  cfg.activation = "swiglu";
+  EXPECT_EQ(ffn_hidden_size(cfg), 2048);  // 2/3 * 3072
+  cfg.hidden_size = 100;                  // 2/3 * 400 = 266.7 -> 267 -> 272
+  EXPECT_EQ(ffn_hidden_size(cfg), 272);
+}
+
+TEST(Model, ParameterCountMatchesTheBuiltModelForEveryKnob) {
+  for (const char* norm : {"layernorm", "rmsnorm"})
+    for (const char* activation : {"gelu", "swiglu"})
+      for (const char* layout : {"pre", "sandwich"})
+        for (bool qk_norm : {false, true})
+          for (int64_t conv : {0, 3})
+            for (const char* position : {"learned", "rotary"}) {
+              auto cfg = tiny_config();
+              cfg.norm = norm;
+              cfg.activation = activation;
+              cfg.norm_layout = layout;
+              cfg.qk_norm = qk_norm;
+              cfg.qkv_conv_kernel = conv;
+              cfg.position = position;
+              GPT model(cfg);
+              const auto all = model->parameters();
+              EXPECT_EQ(parameter_count(cfg), numel_of(all)) << nlohmann::json(cfg).dump();
+              EXPECT_EQ(numel_of(model->decay_parameters()) + numel_of(model->no_decay_parameters()), numel_of(all));
+            }
+}
+
+TEST(Model, FlopsPerTokenFollowsThePalmFormula) {
+  TrainingConfig cfg;  // GPT-2 small
+  cfg.hidden_size = 768;
+  cfg.num_layers = 12;
+  cfg.num_heads = 12;
+  cfg.seq_len = 1024;
+  cfg.vocab_size = 50257;
+  const double n = double(parameter_count(cfg) - 1024 * 768);  // learned positions are a lookup
+  EXPECT_NEAR(parameter_count(cfg) / 1e6, 124.4, 0.1);       // the published GPT-2 small size
+  EXPECT_DOUBLE_EQ(flops_per_token(cfg), 6 * n + 12.0 * 12 * 768 * 1024);
+}
+
+TEST(Model, WeightDecayAppliesToLinearWeightsOnly) {
+  auto cfg = tiny_config();
+  cfg.qkv_conv_kernel = 3;
+  GPT model(cfg);
+  for (const auto& p : model->decay_parameters()) EXPECT_EQ(p.dim(), 2);
+  // Per block: qkv, proj, up, down; embeddings excluded.
+  EXPECT_EQ(model->decay_parameters().size(), size_t(4 * cfg.num_layers));
+}
+
+TEST(Model, ResidualProjectionsStartSmallerByOneOverSqrtTwoL) {
+  TrainingConfig cfg;
+  cfg.hidden_size = 256;
+  cfg.num_heads = 4;
+  cfg.num_layers = 8;
+  cfg.vocab_size = 64;
+  torch::manual_seed(0);
+  GPT model(cfg);
+  auto& block = model->blocks()[0];
+  EXPECT_NEAR(block->attn->qkv->weight.std().item<double>(), 0.02, 0.001);
+  EXPECT_NEAR(block->attn->proj->weight.std().item<double>(), 0.02 / 4.0, 0.0005);  // sqrt(2*8) = 4
+  EXPECT_NEAR(block->mlp->down->weight.std().item<double>(), 0.02 / 4.0, 0.0005);
+}
+
+TEST(Model, UnresolvedVocabIsAConfigError) {
+  auto cfg = tiny_config();
+  cfg.vocab_size = 0;
+  EXPECT_THROW(GPT{cfg}, ConfigError);
+}
+
+// --- attention ---
+
+#if TORCH_VERSION_MAJOR < 2
+TEST(Model, SdpaBackendsNeedLibtorch2) {
+  for (const char* backend : {"sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}) {
+    auto cfg = tiny_config();
+    cfg.attention_backend = backend;
+    try {
+      GPT model(cfg);
+      FAIL() << backend << " accepted on libtorch 1.x";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("libtorch >= 2.0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(backend), std::string::npos) << e.what();
+    }
+  }
+}
+#else
+TEST(Model, SdpaMatchesTheMathReference) {
+  auto cfg = tiny_config();
+  torch::manual_seed(3);
+  GPT reference(cfg);
+  cfg.attention_backend = "sdpa_math";
+  GPT sdpa(cfg);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < reference->parameters().size(); ++i)
+    sdpa->parameters()[i].copy_(reference->parameters()[i]);
+  const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 4);
+  EXPECT_TRUE(torch::allclose(reference->forward(tokens), sdpa->forward(tokens), 1e-5, 1e-6));
+}
+#endif
+
+// Changing the last token must leave every earlier position's logits unchanged: no variant
+// (rotary, Q/K/V convolution, sandwich norms) may look ahead.
+TEST(Model, IsCausalForEveryPositionAndConvKnob) {
+  for (const char* position : {"learned", "rotary"})
+    for (int64_t conv : {0, 3}) {
+      auto cfg = tiny_config();
+      cfg.position = position;
+      cfg.qkv_conv_kernel = conv;
+      cfg.norm_layout = "sandwich";
+      GPT model(cfg);
+      model->eval();
+      torch::NoGradGuard no_grad;
+      auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 5);
+      auto changed = tokens.clone();
+      changed.select(1, cfg.seq_len - 1).add_(1).remainder_(cfg.vocab_size);
+      const auto a = model->forward(tokens), b = model->forward(changed);
+      const auto prefix = cfg.seq_len - 1;
+      EXPECT_TRUE(torch::equal(a.slice(1, 0, prefix), b.slice(1, 0, prefix))) << position << " conv=" << conv;
+      EXPECT_FALSE(torch::equal(a.slice(1, prefix), b.slice(1, prefix)));
+    }
+}
+
+TEST(Model, SelfOnlyAttentionMakesEachPositionBlindToItsPrefix) {
+  auto cfg = tiny_config();
+  GPT model(cfg, ModelOptions{.attention_self_only = true});
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto tokens = random_tokens(1, cfg.seq_len, cfg.vocab_size, 6);
+  auto changed = tokens.clone();
+  changed.select(1, 0).add_(1).remainder_(cfg.vocab_size);
+  const auto a = model->forward(tokens), b = model->forward(changed);
+  EXPECT_TRUE(torch::equal(a.slice(1, 1), b.slice(1, 1)));
+}
+
+// --- gradients ---
+
+struct Variant {
+  const char* norm;
+  const char* activation;
+  const char* layout;
+  bool qk_norm;
+  int64_t conv;
+  const char* position;
+};
+
+std::string variant_name(const testing::TestParamInfo<Variant>& info) {
+  const auto& v = info.param;
+  return std::string(v.norm) + "_" + v.activation + "_" + v.layout + (v.qk_norm ? "_qknorm" : "") +
+         (v.conv ? "_conv" : "") + "_" + v.position;
+}
+
+std::vector<Variant> all_variants() {
+  std::vector<Variant> out;
+  for (const char* norm : {"layernorm", "rmsnorm"})
+    for (const char* activation : {"gelu", "swiglu"})
+      for (const char* layout : {"pre", "sandwich"})
+        for (bool qk_norm : {false, true})
+          for (int64_t conv : {0, 3})
+            for (const char* position : {"learned", "rotary"})
+              out.push_back({norm, activation, layout, qk_norm, conv, position});
+  return out;
+}
+
+class BlockVariantGradient : public testing::TestWithParam<Variant> {};
+
+// float64 central differences along a random direction in each parameter tensor, in training
+// mode with dropout and stochastic depth on (masks fixed by re-seeding before each forward).
+TEST_P(BlockVariantGradient, MatchesFiniteDifferencesInFloat64) {
+  const auto& v = GetParam();
+  auto cfg = tiny_config();
+  cfg.norm = v.norm;
+  cfg.activation = v.activation;
+  cfg.norm_layout = v.layout;
+  cfg.qk_norm = v.qk_norm;
+  cfg.qkv_conv_kernel = v.conv;
+  cfg.position = v.position;
+  cfg.dropout = 0.1;
+  cfg.drop_path = 0.2;
+  torch::manual_seed(11);
+  GPT model(cfg);
+  model->to(torch::kDouble);
+  {
+    // Move every parameter off its initial value (norm weights 1, biases 0, identity conv)
+    // so no term of the gradient vanishes by symmetry.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.1);
+  }
+  const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 12);
+  const auto targets = random_tokens(2, cfg.seq_len, cfg.vocab_size, 13);
+  auto loss_fn = [&] {
+    torch::manual_seed(99);
+    return lm_loss(model->forward(tokens), targets);
+  };
+
+  loss_fn().backward();
+  const double eps = 1e-6;
+  for (const auto& item : model->named_parameters()) {
+    auto p = item.value();
+    ASSERT_TRUE(p.grad().defined()) << item.key() << " gets no gradient";
+    torch::manual_seed(std::hash<std::string>{}(item.key()));
+    const auto direction = torch::randn_like(p);
+    const double analytic = (p.grad() * direction).sum().item<double>();
+    double plus, minus;
+    {
+      torch::NoGradGuard no_grad;
+      p.add_(direction * eps);
+      plus = loss_fn().item<double>();
+      p.sub_(direction * (2 * eps));
+      minus = loss_fn().item<double>();
+      p.add_(direction * eps);
+    }
+    const double numeric = (plus - minus) / (2 * eps);
+    EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-5 * std::abs(numeric)) << item.key();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKnobs, BlockVariantGradient, testing::ValuesIn(all_variants()), variant_name);
+
+// --- activation checkpointing ---
+
+struct GradientsAndRng {
+  std::vector<torch::Tensor> grads;
+  torch::Tensor next_random;  // proves the generator ends where it would without recompute
+};
+
+GradientsAndRng train_step_gradients(bool checkpointing, AutocastState autocast) {
+  auto cfg = tiny_config();
+  cfg.hidden_size = 16;
+  cfg.dropout = 0.3;
+  cfg.drop_path = 0.3;
+  cfg.activation_checkpointing = checkpointing;
+  torch::manual_seed(21);
+  GPT model(cfg);
+  const auto tokens = random_tokens(4, cfg.seq_len, cfg.vocab_size, 22);
+  torch::manual_seed(23);
+  torch::Tensor loss;
+  {
+    AutocastGuard guard(torch::kCPU, autocast);
+    loss = lm_loss(model->forward(tokens), tokens);
+  }
+  loss.backward();
+  GradientsAndRng out;
+  for (const auto& p : model->parameters()) out.grads.push_back(p.grad().clone());
+  out.next_random = torch::rand({4});
+  return out;
+}
+
+TEST(Checkpointing, WithDropoutGivesTheSameGradientsAsNoCheckpointing) {
+  for (const auto& autocast : {AutocastState{false}, AutocastState{true, torch::kBFloat16}}) {
+    const auto plain = train_step_gradients(false, autocast);
+    const auto recomputed = train_step_gradients(true, autocast);
+    ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i)
+      EXPECT_TRUE(torch::equal(plain.grads[i], recomputed.grads[i])) << "parameter " << i << " autocast=" << autocast.enabled;
+    EXPECT_TRUE(torch::equal(plain.next_random, recomputed.next_random));
+  }
+}
+
+// Without restoring the generator, the recomputed dropout masks differ and so do the
+// gradients: the equality above is not vacuous.
+TEST(Checkpointing, DropoutMasksReallyDependOnTheGeneratorState) {
+  auto cfg = tiny_config();
+  cfg.dropout = 0.3;
+  torch::manual_seed(1);
+  GPT model(cfg);
+  const auto tokens = random_tokens(4, cfg.seq_len, cfg.vocab_size, 2);
+  torch::manual_seed(5);
+  const auto first = model->forward(tokens);
+  const auto second = model->forward(tokens);  // generator has moved on
+  EXPECT_FALSE(torch::equal(first, second));
+}
+
+// --- diagnostics views ---
+
+TEST(Model, BlockOutputsNameTheFirstNonFiniteBlock) {
+  auto cfg = tiny_config();
+  cfg.num_layers = 3;
+  GPT model(cfg);
+  const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 7);
+  std::vector<torch::Tensor> outputs;
+  model->forward(tokens, &outputs);
+  ASSERT_EQ(outputs.size(), size_t(cfg.num_layers + 1));
+  const auto named = [](const std::vector<torch::Tensor>& tensors) {
+    std::vector<NamedTensor> out;
+    for (const auto& t : tensors) out.push_back({"", t});
+    return out;
+  };
+  EXPECT_EQ(first_nonfinite(named(outputs)), std::nullopt);
+
+  {
+    torch::NoGradGuard no_grad;
+    model->blocks()[1]->mlp->down->weight.select(0, 0).fill_(std::numeric_limits<float>::infinity());
+  }
+  outputs.clear();
+  model->forward(tokens, &outputs);
+  EXPECT_EQ(first_nonfinite(named(outputs)), 2u);  // 0 = embedding, 2 = block 1
+}
+
+// The GEMM canary replays the model's own shapes: they must be the layers' weights.
+TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
+  auto cfg = tiny_config();
+  cfg.activation = "swiglu";
+  GPT model(cfg);
+  const auto shapes = model_gemm_shapes(cfg);
+  auto find = [&](const std::string& label) {
+    for (const auto& s : shapes)
+      if (s.label == label) return s;
+    ADD_FAILURE() << "no shape " << label;
+    return CanaryShape{};
+  };
+  auto& block = model->blocks()[0];
+  auto check_linear = [&](const std::string& label, const torch::nn::Linear& layer) {
+    const auto s = find(label);
+    EXPECT_EQ(s.m, cfg.batch_size * cfg.seq_len) << label;
+    EXPECT_EQ(s.n, layer->weight.size(0)) << label;
+    EXPECT_EQ(s.k, layer->weight.size(1)) << label;
+    EXPECT_TRUE(s.transpose_b) << label;  // nn::Linear multiplies by W^T
+  };
+  check_linear("qkv_proj", block->attn->qkv);
+  check_linear("attn_out_proj", block->attn->proj);
+  check_linear("ffn_up", block->mlp->up);
+  check_linear("ffn_down", block->mlp->down);
+  EXPECT_EQ(find("lm_head").n, cfg.vocab_size);
+  const auto grad = find("ffn_up_weight_grad");
+  EXPECT_EQ(grad.m, block->mlp->up->weight.size(0));
+  EXPECT_EQ(grad.k, cfg.batch_size * cfg.seq_len);
+}
+
+}  // namespace
+}  // namespace rcl

@@ -1,0 +1,280 @@
+// Verdict, exit codes, report.json, junit.xml and the crash / hang paths of ReportWriter.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "rocm_conformance_llm/checks/watchdog.hpp"
+#include "rocm_conformance_llm/reports/report.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
+
+namespace rcl {
+namespace {
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("rcl_report_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Finding finding(const char* comp, const char* sig, Severity sev, int64_t step) {
+  return Finding{.component = comp, .signature = sig, .severity = sev, .step = step, .rank = 0,
+                 .message = sig, .evidence = {{"k", 1}}};
+}
+
+StepRecord step(int64_t s, double loss, double seconds, int64_t peak) {
+  StepRecord r;
+  r.step = s;
+  r.loss = loss;
+  r.step_time_s = seconds;
+  r.tokens = 1000;
+  r.memory = MemorySample{.allocated_bytes = peak / 2, .reserved_bytes = peak, .peak_allocated_bytes = peak,
+                          .rss_bytes = 1 << 30, .source = "hip"};
+  return r;
+}
+
+TEST(Verdict, ExitCodesFollowSeverityAndOutcome) {
+  EXPECT_EQ(verdict_for({}, RunOutcome::completed).status, "PASS");
+  EXPECT_EQ(verdict_for({}, RunOutcome::completed).exit_code, kExitClean);
+  const std::vector<Finding> warn = {finding(component::miopen, "late_slowdown", Severity::warn, 50),
+                                     finding(component::miopen, "slow_first_step", Severity::info, 1)};
+  EXPECT_EQ(verdict_for(warn, RunOutcome::completed).status, "WARN");
+  EXPECT_EQ(verdict_for(warn, RunOutcome::completed).exit_code, 0);
+  auto fail = warn;
+  fail.push_back(finding(component::rocblas, "nonfinite_loss", Severity::fail, 20));
+  EXPECT_EQ(verdict_for(fail, RunOutcome::completed).status, "FAIL");
+  EXPECT_EQ(verdict_for(fail, RunOutcome::completed).exit_code, kExitFailFinding);
+  EXPECT_EQ(verdict_for(fail, RunOutcome::crashed).status, "CRASHED");
+  EXPECT_EQ(verdict_for({}, RunOutcome::crashed).exit_code, kExitCrashOrHang);
+  EXPECT_EQ(verdict_for({}, RunOutcome::hung).status, "HUNG");
+  EXPECT_EQ(verdict_for({}, RunOutcome::hung).exit_code, 3);
+}
+
+TEST(Verdict, EveryComponentIsListedWithCounts) {
+  const std::vector<Finding> findings = {finding(component::rocblas, "nonfinite_loss", Severity::fail, 20),
+                                         finding(component::rocblas, "loss_spike", Severity::warn, 19),
+                                         finding(component::rccl, "collective_latency_spike", Severity::warn, 9),
+                                         finding(component::miopen, "slow_first_step", Severity::info, 1)};
+  const auto statuses = component_statuses(findings);
+  ASSERT_EQ(statuses.size(), std::size(component::all));
+  for (size_t i = 0; i < statuses.size(); ++i) EXPECT_EQ(statuses[i].component, component::all[i]);
+  EXPECT_EQ(statuses[0].status, "FAIL");
+  EXPECT_EQ(statuses[0].fail, 1);
+  EXPECT_EQ(statuses[0].warn, 1);
+  EXPECT_EQ(statuses[2].status, "WARN");  // RCCL
+  EXPECT_EQ(statuses[4].status, "PASS");  // MIOpen: info only
+  EXPECT_EQ(statuses[4].info, 1);
+  const std::string table = format_component_table(statuses, verdict_for(findings, RunOutcome::completed));
+  for (const char* c : component::all) EXPECT_NE(table.find(c), std::string::npos) << c;
+  EXPECT_NE(table.find("verdict: FAIL (exit code 1)"), std::string::npos) << table;
+}
+
+TEST(JUnit, EscapesEverythingXmlCannotCarryRaw) {
+  EXPECT_EQ(xml_escape("a<b>&\"c'\n\x01"), "a&lt;b&gt;&amp;&quot;c&apos;&#10;?");
+  Finding nasty = finding(component::hip_runtime, "unclassified_crash", Severity::fail, 3);
+  nasty.message = "what(): <vector>::at & \"out of range\" \x02";
+  nasty.evidence = {{"exception", "</failure><injected/>"}};
+  const std::string xml = junit_xml({nasty}, verdict_for({nasty}, RunOutcome::crashed), 1.5);
+  EXPECT_EQ(xml.find("<injected/>"), std::string::npos);
+  EXPECT_EQ(xml.find("<vector>"), std::string::npos);
+  EXPECT_NE(xml.find("&lt;vector&gt;::at &amp; &quot;out of range&quot;"), std::string::npos);
+  EXPECT_EQ(xml.find('\x02'), std::string::npos);
+}
+
+// Parses junit.xml with a real XML parser when one is available and returns "name:failures" per
+// testcase.
+std::string parse_junit_with_python(const fs::path& xml) {
+  if (!fs::exists("/usr/bin/python3")) return "no-python";
+  const fs::path out = xml.parent_path() / "parsed.txt";
+  const std::string cmd =
+      "/usr/bin/python3 -c \"import sys,xml.etree.ElementTree as E; s=E.parse(sys.argv[1]).getroot(); "
+      "print(s.tag, s.get('tests'), s.get('failures')); "
+      "[print(c.get('name') + ':' + str(len(c.findall('failure'))) + ':' + str(len(c.findall('system-out')))) "
+      "for c in s.findall('testcase')]\" " +
+      xml.string() + " > " + out.string() + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << read(out);
+  return read(out);
+}
+
+TEST(FindingFields, ActionComesFromClassificationElseSeverityElseRegistry) {
+  auto f = finding(component::rocblas, "loss_spike", Severity::warn, 5);
+  EXPECT_EQ(action_of(f), Action::rerun);  // the registry's default for loss_spike
+  f.signature = "gemm_wrong_result";
+  EXPECT_EQ(action_of(f), Action::isolate_node);
+  f.classification = Classification::transient;
+  EXPECT_EQ(action_of(f), Action::rerun);
+  f.classification = Classification::precision;
+  EXPECT_EQ(action_of(f), Action::check_config);
+  f.action = Action::report_upstream;  // a finding's own action wins
+  EXPECT_EQ(action_of(f), Action::report_upstream);
+  auto info = finding(component::miopen, "slow_first_step", Severity::info, 1);
+  EXPECT_EQ(action_of(info), Action::none);
+  EXPECT_THROW(action_from_string("reboot"), ConfigError);
+  EXPECT_THROW(classification_from_string("flaky"), ConfigError);
+}
+
+TEST(FindingFields, RoundTripAndOldReportsWithoutTheKeysLoad) {
+  auto f = finding(component::rocblas, "nonfinite_loss", Severity::fail, 7);
+  f.classification = Classification::persistent;
+  f.reproducible = true;
+  f.also_in_fp32 = true;
+  const auto j = to_json(f);
+  EXPECT_EQ(j["action"], "isolate_node");
+  EXPECT_EQ(j["classification"], "persistent");
+  EXPECT_EQ(j["reproducible"], true);
+  EXPECT_TRUE(j["also_on_cpu"].is_null());  // not checked
+  const auto back = finding_from_json(j);
+  EXPECT_EQ(back.classification, Classification::persistent);
+  EXPECT_EQ(back.action, Action::isolate_node);
+  EXPECT_EQ(back.also_in_fp32, true);
+  EXPECT_FALSE(back.also_on_cpu.has_value());
+
+  nlohmann::json old = j;  // as written before the keys existed
+  for (const char* key : {"action", "classification", "reproducible", "also_in_fp32", "also_on_cpu"}) old.erase(key);
+  const auto loaded = finding_from_json(old);
+  EXPECT_FALSE(loaded.classification.has_value());
+  EXPECT_FALSE(loaded.reproducible.has_value());
+  EXPECT_EQ(action_of(loaded), Action::rerun);  // nonfinite_loss's default
+  old["action"] = "reboot";
+  EXPECT_THROW(finding_from_json(old), ConfigError);
+}
+
+TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
+  const fs::path dir = fresh_dir("complete");
+  FindingLog log;
+  RunSummary summary;
+  const double losses[] = {6.0, 5.0, 4.0, 3.5, 3.0, 3.2, 2.9, 2.8};
+  for (int64_t s = 1; s <= 8; ++s) summary.on_step(step(s, losses[s - 1], s == 1 ? 1.0 : 0.1 + 0.01 * s, 100 * s));
+  log.add(finding(component::rocblas, "nonfinite_grad_norm", Severity::fail, 6));
+  log.add(finding(component::allocator, "memory_growth", Severity::warn, 7));
+  Finding quoted = finding(component::rccl, "collective_latency_spike", Severity::warn, 5);
+  quoted.message = "allreduce <25 MiB> & \"checksum\"";
+  log.add(quoted);
+
+  const nlohmann::json config = {{"training", {{"seed", 1234}, {"deterministic", true}}}};
+  const nlohmann::json env = {{"libtorch", "1.13.1"}, {"device", "cpu"}};
+  ReportWriter writer(dir, 0, config, env, log, summary, /*warmup_steps=*/2);
+  writer.add_section("faults", {"nan@step=20"});
+  EXPECT_EQ(writer.write(RunOutcome::completed), kExitFailFinding);
+
+  const auto report = nlohmann::json::parse(read(dir / "report.json"));
+  EXPECT_EQ(report["verdict"], "FAIL");
+  EXPECT_EQ(report["exit_code"], 1);
+  EXPECT_EQ(report["outcome"], "completed");
+  EXPECT_EQ(report["config"], config);
+  EXPECT_EQ(report["environment"], env);
+  EXPECT_EQ(report["faults"], nlohmann::json({"nan@step=20"}));
+  ASSERT_EQ(report["findings"].size(), 3u);
+  const auto back = finding_from_json(report["findings"][0]);
+  EXPECT_EQ(back.component, component::rocblas);
+  EXPECT_EQ(back.signature, "nonfinite_grad_norm");
+  EXPECT_EQ(back.severity, Severity::fail);
+  EXPECT_EQ(back.step, 6);
+  EXPECT_EQ(back.evidence["k"], 1);
+  ASSERT_EQ(report["components"].size(), 7u);
+  EXPECT_EQ(report["components"][3]["component"], component::allocator);
+  EXPECT_EQ(report["components"][3]["status"], "WARN");
+
+  const auto& s = report["summary"];
+  EXPECT_EQ(s["steps"], 8);
+  EXPECT_EQ(s["loss"]["first"], 6.0);
+  EXPECT_EQ(s["loss"]["last"], 2.8);
+  EXPECT_EQ(s["loss"]["min"], 2.8);
+  EXPECT_NEAR(s["step_time_s"]["median"].get<double>(), 0.155, 1e-9);  // steps 3..8: 0.13..0.18
+  EXPECT_GT(s["step_time_s"]["p95"].get<double>(), 0.17);
+  EXPECT_GT(s["step_time_s"]["cv"].get<double>(), 0.0);
+  EXPECT_NEAR(s["tokens_per_s"]["overall"].get<double>(), 6000.0 / 0.93, 1e-6);
+  EXPECT_EQ(s["peak_memory"]["bytes"], 800);
+  EXPECT_EQ(s["peak_memory"]["figure"], "peak_allocated_bytes");
+
+  const std::string xml = read(dir / "junit.xml");
+  EXPECT_NE(xml.find("allreduce &lt;25 MiB&gt; &amp; &quot;checksum&quot;"), std::string::npos);
+  for (const char* c : component::all) EXPECT_NE(xml.find("name=\"" + xml_escape(c) + "\""), std::string::npos) << c;
+  const std::string parsed = parse_junit_with_python(dir / "junit.xml");
+  if (parsed != "no-python") {
+    EXPECT_NE(parsed.find("testsuite 7 1"), std::string::npos) << parsed;
+    EXPECT_NE(parsed.find("rocBLAS/hipBLASLt:1:0"), std::string::npos) << parsed;
+    EXPECT_NE(parsed.find("ROCr allocator:0:1"), std::string::npos) << parsed;
+    EXPECT_NE(parsed.find("RCCL:0:1"), std::string::npos) << parsed;
+    EXPECT_NE(parsed.find("MIOpen:0:0"), std::string::npos) << parsed;
+  }
+  EXPECT_FALSE(fs::exists(dir / "report.json.tmp"));
+}
+
+TEST(ReportWriter, CrashReportClassifiesTheExceptionAndExitsThree) {
+  const fs::path dir = fresh_dir("crash");
+  FindingLog log;
+  RunSummary summary;
+  for (int64_t s = 1; s <= 4; ++s) summary.on_step(step(s, 5.0, 0.1, 1 << 20));
+  ReportWriter writer(dir, 1, {}, {}, log, summary, 0);
+  const int code = writer.write_crash(
+      "HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 63.98 GiB of which 0 bytes is "
+      "free. Of the allocated memory 47.12 GiB is allocated by PyTorch, and 15.00 GiB is reserved by PyTorch but "
+      "unallocated.\nframe #0: c10::Error::Error",
+      phase::backward);
+  EXPECT_EQ(code, kExitCrashOrHang);
+  EXPECT_EQ(writer.report_path().filename(), "report.rank1.json");
+  const auto report = nlohmann::json::parse(read(dir / "report.rank1.json"));
+  EXPECT_EQ(report["verdict"], "CRASHED");
+  EXPECT_EQ(report["exit_code"], 3);
+  ASSERT_EQ(report["findings"].size(), 1u);
+  const auto& f = report["findings"][0];
+  EXPECT_EQ(f["component"], component::allocator);
+  EXPECT_EQ(f["signature"], "out_of_memory");
+  EXPECT_EQ(f["step"], 5);  // the step that was running
+  EXPECT_EQ(f["evidence"]["last_memory"]["reserved_bytes"], 1 << 20);
+  EXPECT_EQ(f["evidence"]["allocator_message"]["fragmentation_suspected"], true);
+  EXPECT_TRUE(fs::exists(dir / "junit.rank1.xml"));
+}
+
+TEST(ReportWriter, WatchdogCallbackWritesAHungReportAndTheFirstVerdictStands) {
+  const fs::path dir = fresh_dir("hang");
+  FindingLog log;
+  RunSummary summary;
+  summary.on_step(step(1, 5.0, 0.1, 1 << 20));
+  ReportWriter writer(dir, 0, {}, {}, log, summary, 0);
+  std::promise<int> exit_code;
+  Watchdog dog(0.3, 0, log, [&](const Finding&) { exit_code.set_value(writer.write(RunOutcome::hung)); });
+  dog.heartbeat(1);
+  dog.set_phase(phase::grad_sync, 2, "allreduce seq 4");
+  auto future = exit_code.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(3)), std::future_status::ready);
+  EXPECT_EQ(future.get(), kExitCrashOrHang);
+
+  // The training thread limping to its end later must not overwrite the hang verdict.
+  EXPECT_EQ(writer.write(RunOutcome::completed), kExitCrashOrHang);
+  const auto report = nlohmann::json::parse(read(dir / "report.json"));
+  EXPECT_EQ(report["verdict"], "HUNG");
+  ASSERT_EQ(report["findings"].size(), 1u);
+  EXPECT_EQ(report["findings"][0]["signature"], "collective_hang");
+  EXPECT_EQ(report["findings"][0]["component"], component::rccl);
+  EXPECT_EQ(report["findings"][0]["step"], 2);
+}
+
+TEST(ReportWriter, CleanRunPasses) {
+  const fs::path dir = fresh_dir("clean");
+  FindingLog log;
+  RunSummary summary;
+  ReportWriter writer(dir, 0, {}, {}, log, summary, 5);
+  EXPECT_EQ(writer.write(RunOutcome::completed), kExitClean);
+  const auto report = nlohmann::json::parse(read(dir / "report.json"));
+  EXPECT_EQ(report["verdict"], "PASS");
+  EXPECT_EQ(report["summary"]["steps"], 0);
+  EXPECT_EQ(read(dir / "junit.xml").find("<failure"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rcl

@@ -1,0 +1,441 @@
+// Composition properties of the stress modes: order independence, validity, idempotence and
+// "each mode changes only the fields it writes", over every subset and permutation; the
+// registry-wide rule properties that make them hold; run-time registration of a mode.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
+
+#include <torch/version.h>
+
+using namespace rcl;
+
+namespace {
+
+const Capabilities kCpu = Capabilities::of_this_build(/*gpu=*/false);
+
+TrainingConfig compose(const TrainingConfig& base, const std::vector<std::string>& modes, const StressProfile& p) {
+  return compose_stress_modes(base, modes, p, kCpu).training;
+}
+
+std::vector<std::vector<std::string>> all_subsets() {
+  const auto names = stress_mode_names();
+  std::vector<std::vector<std::string>> subsets;
+  for (unsigned mask = 0; mask < (1u << names.size()); ++mask) {
+    std::vector<std::string> subset;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (mask & (1u << i)) subset.push_back(names[i]);
+    subsets.push_back(subset);
+  }
+  return subsets;
+}
+
+// A random valid base config: every field the modes touch varies, on both sides of the
+// profile's intensities.
+TrainingConfig random_valid_base(std::mt19937_64& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto real = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  const std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
+  TrainingConfig c = find_preset(pick(0, 1) ? "smoke" : "small").training;
+  c.num_heads = pick(1, 16);
+  c.hidden_size = c.num_heads * 2 * pick(1, 64);
+  c.num_layers = pick(1, 40);
+  c.ffn_multiplier = real(0.5, 8.0);
+  c.dropout = real(0.0, 0.5);
+  c.drop_path = real(0.0, 0.5);
+  c.batch_size = pick(1, 64);
+  c.seq_len = pick(1, 20000);
+  c.grad_accum_steps = pick(1, 16);
+  c.grad_sync_interval = pick(1, c.grad_accum_steps);
+  c.activation_checkpointing = pick(0, 1);
+  c.mixed_precision = precisions[pick(0, 2)];
+  c.position = pick(0, 1) ? "rotary" : "learned";
+  c.norm = pick(0, 1) ? "rmsnorm" : "layernorm";
+  c.norm_layout = pick(0, 1) ? "sandwich" : "pre";
+  c.activation = pick(0, 1) ? "swiglu" : "gelu";
+  c.qk_norm = pick(0, 1);
+  c.qkv_conv_kernel = pick(0, 1) ? 0 : pick(1, 7);
+  c.deterministic = pick(0, 1);
+  c.replay_check_interval = pick(0, 100);
+  c.checksum_interval = pick(0, 50);
+  c.memory_pressure_bytes = pick(0, 1) ? 0 : pick(1, int64_t{1} << 34);
+  c.log_per_rank = pick(0, 1);
+  const std::vector<std::string> backends{"math", "sdpa", "sdpa_flash"};
+  c.attention_backend = backends[pick(0, 2)];
+  c.attention_pad_fraction = pick(0, 1) ? 0.0 : real(0.0, 0.9);
+  c.attention_noncontiguous_v = pick(0, 1);
+  c.attention_probe_interval = pick(0, 100);
+  c.attention_probe_seq_len = pick(0, 8192);
+  validate(c);
+  return c;
+}
+
+const ConfigField& training_field(const std::string& name) {
+  const auto& fields = training_fields();
+  return *std::find_if(fields.begin(), fields.end(), [&](const ConfigField& f) { return f.name == name; });
+}
+
+// A random value of `field`'s type around `value` (the rule's intensity): both sides of it.
+nlohmann::json random_value(const ConfigField& field, const nlohmann::json& value, std::mt19937_64& rng) {
+  const auto& d = field.default_value;
+  if (d.is_boolean()) return std::bernoulli_distribution()(rng);
+  if (d.is_string()) {
+    auto choices = field.check.allowed;
+    choices.push_back(value.is_string() ? value.get<std::string>() : d.get<std::string>());
+    return choices[std::uniform_int_distribution<size_t>(0, choices.size() - 1)(rng)];
+  }
+  const double top = 2 * std::abs(value.is_number() ? value.get<double>() : d.get<double>()) + 8;
+  if (d.is_number_integer()) return std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(top))(rng);
+  return std::uniform_real_distribution<double>(0, top)(rng);
+}
+
+// How much a numeric value stresses, in the rule's direction: a numeric rule only moves its
+// field up this order (monotone). Not order-preserving: gemm's rounding maps a hidden_size just
+// under its floor above one just over it, and composition does not need it.
+double stress_rank(StressOp op, const nlohmann::json& v) {
+  const double x = v.get<double>();
+  switch (op) {
+    case StressOp::kAtLeast: return x;
+    case StressOp::kAtMost: return -x;
+    case StressOp::kEvery: return x == 0 ? -std::numeric_limits<double>::infinity() : -x;
+    default: return 0;
+  }
+}
+
+// Checks one rule's law on random values of its field: idempotent, changes nothing else, and
+// moves the field only toward its value. Returns the first problem or "".
+std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std::mt19937_64& rng) {
+  const ConfigField& field = training_field(rule.field);
+  nlohmann::json intensities = nlohmann::json::object();
+  for (const auto& f : mode.intensities) intensities[f.name] = f.default_value;
+  const nlohmann::json& value = rule.intensity.empty() ? rule.literal : intensities.at(rule.intensity);
+  const bool numeric = rule.op == StressOp::kAtLeast || rule.op == StressOp::kAtMost || rule.op == StressOp::kEvery;
+  for (int trial = 0; trial < 200; ++trial) {
+    nlohmann::json a = random_valid_base(rng);
+    a[rule.field] = random_value(field, value, rng);
+    nlohmann::json fa = a;
+    apply_stress_rule(rule, intensities, fa);
+    nlohmann::json again = fa;
+    apply_stress_rule(rule, intensities, again);
+    const auto& x = a.at(rule.field);
+    const auto& y = fa.at(rule.field);
+    const std::string where = mode.name + ": " + describe_rule(rule, false) + " on " + x.dump() + " -> " + y.dump();
+    if (again != fa) return where + " is not idempotent";
+    for (const auto& [key, v] : a.items())
+      if (key != rule.field && fa.at(key) != v) return where + " changed " + key;
+    if (numeric) {
+      if (stress_rank(rule.op, y) < stress_rank(rule.op, x)) return where + " moved against its direction";
+      if (stress_rank(rule.op, y) < stress_rank(rule.op, value)) return where + " stopped short of its value";
+    } else {
+      const bool ok = rule.op == StressOp::kReplace ? (x == rule.replaces ? y == value : y == x) : y == value;
+      if (!ok) return where + " is not the rule's value";
+    }
+  }
+  return "";
+}
+
+// The registry-wide property check: what makes every composition commute and idempotent.
+std::vector<std::string> registry_problems() {
+  std::vector<std::string> problems;
+  const nlohmann::json fields = TrainingConfig{};
+  std::map<std::string, std::string> writer;
+  for (const auto& mode : stress_mode_registry()) {
+    if (mode.targets.empty() || mode.summary.empty()) problems.push_back(mode.name + " has no targets/summary");
+    for (const auto& f : mode.intensities) {
+      try {
+        validate_field(f.default_value, f, "stress_profile." + mode.name + "." + f.name);
+      } catch (const ConfigError& e) {
+        problems.push_back(std::string("default: ") + e.what());
+      }
+    }
+    for (const auto& rule : mode.rules) {
+      if (!fields.contains(rule.field)) {
+        problems.push_back(mode.name + " writes unknown field " + rule.field);
+        continue;
+      }
+      // Two modes may share a field only through the very same rule (it commutes with itself).
+      if (const auto [it, fresh] = writer.emplace(rule.field, mode.name); !fresh) {
+        const auto& modes = stress_mode_registry();
+        const auto& other = std::find_if(modes.begin(), modes.end(), [&](const StressMode& m) {
+                              return m.name == it->second;
+                            })->rules;
+        const bool same = std::any_of(other.begin(), other.end(), [&](const StressRule& o) {
+          return o.field == rule.field && o.op == rule.op && o.literal == rule.literal && o.replaces == rule.replaces &&
+                 o.intensity.empty() && rule.intensity.empty();
+        });
+        if (!same || it->second == mode.name)
+          problems.push_back(rule.field + " is written by " + it->second + " and " + mode.name);
+      }
+      const auto declared = std::find_if(mode.intensities.begin(), mode.intensities.end(),
+                                         [&](const ConfigField& f) { return f.name == rule.intensity; });
+      if (!rule.intensity.empty() && declared == mode.intensities.end())
+        problems.push_back(mode.name + " uses undeclared intensity " + rule.intensity);
+    }
+  }
+  for (const auto& mode : stress_mode_registry()) {
+    for (const auto& field : mode.reads()) {
+      if (!fields.contains(field)) problems.push_back(mode.name + " reads unknown field " + field);
+      if (writer.count(field)) problems.push_back(mode.name + " reads " + field + ", which " + writer[field] + " writes");
+    }
+  }
+  if (!problems.empty()) return problems;
+  std::mt19937_64 rng(11);
+  for (const auto& mode : stress_mode_registry())
+    for (const auto& rule : mode.rules)
+      if (auto problem = rule_law_problem(mode, rule, rng); !problem.empty()) problems.push_back(problem);
+  return problems;
+}
+
+// Every subset of the registered modes, in every order, composes to the same config.
+void expect_order_independent(const Preset& preset, const TrainingConfig& base, const Capabilities& caps) {
+  for (auto subset : all_subsets()) {
+    std::sort(subset.begin(), subset.end());
+    const TrainingConfig reference = compose_stress_modes(base, subset, preset.stress, caps).training;
+    do {
+      ASSERT_EQ(compose_stress_modes(base, subset, preset.stress, caps).training, reference)
+          << preset.name << " order-dependent for " << nlohmann::json(subset).dump();
+    } while (std::next_permutation(subset.begin(), subset.end()));
+  }
+}
+
+// A sixth mode, for tests only: one rule on a field no other mode writes, one intensity.
+StressMode canary_mode(CapabilityRequirement requirement) {
+  return {.name = "canary",
+          .targets = "HIP runtime (test only)",
+          .summary = "more validation batches",
+          .intensities = {{"min_eval_batches", 6, at_least(1), "eval_batches floor"}},
+          .rules = {raise_to("eval_batches", intensity("min_eval_batches"))},
+          .requires_capability = requirement};
+}
+
+}  // namespace
+
+TEST(StressRegistry, HasTheSpecsModesAndEveryRuleCommutesAndIsIdempotent) {
+  const auto names = stress_mode_names();
+  for (const char* spec : {"gemm", "rng", "comm", "memory", "fusion"})
+    EXPECT_NE(std::find(names.begin(), names.end(), spec), names.end()) << spec;
+  EXPECT_EQ(registry_problems(), std::vector<std::string>{});
+}
+
+TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesField) {
+  const auto expect_problem = [](StressMode mode, const std::string& needle) {
+    mode.name = "clash";
+    const auto guard = register_stress_mode(std::move(mode));
+    const auto problems = registry_problems();
+    EXPECT_NE(join(problems, "\n").find(needle), std::string::npos) << join(problems, "\n");
+  };
+  StressMode writes_seq_len = canary_mode({});
+  writes_seq_len.rules = {raise_to("seq_len", intensity("min_eval_batches"))};
+  expect_problem(writes_seq_len, "seq_len is written by memory and clash");
+  StressMode writes_heads = canary_mode({});
+  writes_heads.rules = {raise_to("num_heads", intensity("min_eval_batches"))};
+  expect_problem(writes_heads, "gemm reads num_heads, which clash writes");
+  StressMode reads_hidden = canary_mode({});
+  reads_hidden.rules = {raise_to_multiple("eval_batches", intensity("min_eval_batches"), "hidden_size", 1)};
+  expect_problem(reads_hidden, "clash reads hidden_size, which gemm writes");
+  StressMode undeclared = canary_mode({});
+  undeclared.rules = {lower_to("eval_batches", intensity("nope"))};
+  expect_problem(undeclared, "undeclared intensity nope");
+  EXPECT_EQ(registry_problems(), std::vector<std::string>{});  // the guards removed them
+}
+
+TEST(StressRegistry, AThrowawaySixthModeIsPickedUpEverywhere) {
+  const auto guard = register_stress_mode(canary_mode({.torch_major = 99}));
+  const auto names = stress_mode_names();
+  ASSERT_EQ(names.back(), "canary");
+  EXPECT_EQ(parse_stress_list("all"), names);
+  EXPECT_EQ(registry_problems(), std::vector<std::string>{});
+  EXPECT_THROW(static_cast<void>(register_stress_mode(canary_mode({}))), ConfigError);  // the name is taken
+
+  const std::string listing = describe_stress_modes(false);
+  EXPECT_NE(listing.find("canary  targets HIP runtime (test only)"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("rules: eval_batches >= <min_eval_batches>"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("requires: libtorch >= 99.0"), std::string::npos) << listing;
+  EXPECT_NE(describe_stress_modes(true).find("| `canary` | HIP runtime (test only) | `eval_batches` >= "
+                                             "*min_eval_batches* | none | libtorch >= 99.0 |"),
+            std::string::npos);
+  EXPECT_NE(help_config_text(false).find("stress_profile.canary.min_eval_batches (integer, default 6, >= 1)"),
+            std::string::npos);
+  ::testing::internal::CaptureStdout();
+  const char* help_argv[] = {"rocm-conformance-llm", "--help"};
+  int exit_code = -1;
+  EXPECT_FALSE(parse_cli(2, help_argv, exit_code));
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  // CLI11 2.6 (sid) wraps option descriptions at the column width; 2.3 (bookworm) does not.
+  std::string flat;  // the help with every run of whitespace as one space
+  for (const char c : help) {
+    const bool space = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (!space) flat += c;
+    else if (!flat.empty() && flat.back() != ' ') flat += ' ';
+  }
+  EXPECT_NE(flat.find(join(names, ",") + " or 'all'"), std::string::npos) << help;
+
+  // The capability does not hold: a no-op with its reason, the other modes still apply.
+  const Preset& smoke = find_preset("smoke");
+  const auto composed = compose_stress_modes(smoke.training, names, smoke.stress, kCpu);
+  const std::vector<std::string> builtin(names.begin(), names.end() - 1);
+  EXPECT_EQ(composed.training, compose(smoke.training, builtin, smoke.stress));
+  // Besides canary, only the attention mode may be skipped (libtorch < 2.0).
+  ASSERT_EQ(composed.skipped.size(), TORCH_VERSION_MAJOR >= 2 ? 1u : 2u);
+  EXPECT_NE(composed.skipped.at("canary").find("needs libtorch >= 99.0"), std::string::npos);
+  CliOptions options;
+  options.stress = "all";
+  options.overrides = {"stress_profile.canary.min_eval_batches=9"};
+  const RunConfig run = resolve_run_config(options, /*gpu_present=*/false);
+  EXPECT_EQ(run.training.eval_batches, smoke.training.eval_batches);
+  EXPECT_EQ(run.stress_profile.integer("canary", "min_eval_batches"), 9);
+  EXPECT_EQ(to_json(run).at("stress_skipped").at("canary"), composed.skipped.at("canary"));
+  EXPECT_FALSE(explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities).contains("canary"));
+  EXPECT_NE(explain_text(run).find("canary: skipped (needs libtorch >= 99.0"), std::string::npos);
+}
+
+TEST(StressRegistry, AModeNeedingAGpuAppliesOnlyWithOne) {
+  const auto guard = register_stress_mode(canary_mode({.gpu = true}));
+  const Preset& smoke = find_preset("smoke");
+  const auto on_cpu = compose_stress_modes(smoke.training, {"canary"}, smoke.stress, kCpu);
+  EXPECT_EQ(on_cpu.training, smoke.training);
+  EXPECT_EQ(on_cpu.skipped.at("canary"), "needs a GPU (this run is on the CPU)");
+  const Capabilities gpu = Capabilities::of_this_build(/*gpu=*/true);
+  const auto on_gpu = compose_stress_modes(smoke.training, {"canary"}, smoke.stress, gpu);
+  EXPECT_TRUE(on_gpu.skipped.empty());
+  EXPECT_EQ(on_gpu.training.eval_batches, 6);  // the declared default: presets do not know canary
+  expect_order_independent(smoke, smoke.training, gpu);
+}
+
+// Review item 5 (shared/notes/gpu-path-review.md): at `small` the memory mode's seq 8192 through
+// math attention is a B*H*T^2 score tensor (12.9 GB bf16) and took 29.7 s/step on an H100. On a
+// GPU with SDPA the mode sends it through fused SDPA, alone and combined with every other mode;
+// on the CPU, on libtorch 1.x, or with a backend already chosen, attention is left alone.
+TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
+  const Preset& small = find_preset("small");
+  ASSERT_EQ(small.training.attention_backend, "math");
+  const Capabilities gpu2{.torch_major = 2, .torch_minor = 14, .gpu = true};
+  for (const auto& modes : std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}}) {
+    const auto on_gpu = compose_stress_modes(small.training, modes, small.stress, gpu2).training;
+    EXPECT_EQ(on_gpu.seq_len, 8192);
+    EXPECT_EQ(on_gpu.attention_backend, "sdpa") << nlohmann::json(modes).dump();
+  }
+  const Capabilities cpu2{.torch_major = 2, .torch_minor = 14, .gpu = false};
+  const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
+  for (const auto& caps : {cpu2, gpu1})
+    EXPECT_EQ(compose_stress_modes(small.training, {"memory"}, small.stress, caps).training.attention_backend, "math");
+  TrainingConfig flash = small.training;
+  flash.attention_backend = "sdpa_flash";
+  EXPECT_EQ(compose_stress_modes(flash, {"memory"}, small.stress, gpu2).training.attention_backend, "sdpa_flash");
+  // The rule says where it applies.
+  EXPECT_NE(describe_stress_modes(false).find("attention_backend math -> sdpa (with libtorch >= 2.0, GPU)"),
+            std::string::npos);
+  expect_order_independent(small, small.training, gpu2);
+}
+
+TEST(StressModes, EveryPermutationOfEverySubsetComposesToTheSameConfig) {
+  std::mt19937_64 rng(7);
+  for (const auto& preset : presets())
+    for (int trial = 0; trial < 3; ++trial)
+      expect_order_independent(preset, trial == 0 ? preset.training : random_valid_base(rng), kCpu);
+}
+
+TEST(StressModes, ComposingNeverInvalidatesAValidBaseAndIsIdempotent) {
+  std::mt19937_64 rng(42);
+  for (int trial = 0; trial < 300; ++trial) {
+    const TrainingConfig base = random_valid_base(rng);
+    const StressProfile& profile = find_preset(trial % 2 ? "smoke" : "large").stress;
+    for (const auto& subset : all_subsets()) {
+      const TrainingConfig once = compose(base, subset, profile);
+      ASSERT_NO_THROW(validate(once)) << nlohmann::json(base).dump() << " + " << nlohmann::json(subset).dump();
+      // Applying the same modes again changes nothing (a duplicate in --stress is harmless).
+      ASSERT_EQ(compose(once, subset, profile), once);
+    }
+  }
+}
+
+TEST(StressModes, EachModeChangesOnlyTheFieldsItWrites) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const TrainingConfig base = random_valid_base(rng);
+    for (const auto& mode : stress_mode_registry()) {
+      const auto writes = mode.writes();
+      const auto diff = config_diff(base, compose(base, {mode.name}, find_preset("small").stress));
+      for (const auto& [field, change] : diff.items())
+        EXPECT_NE(std::find(writes.begin(), writes.end(), field), writes.end())
+            << mode.name << " changed undeclared field " << field;
+    }
+  }
+}
+
+TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
+  const Preset& p = find_preset("small");
+  const TrainingConfig& b = p.training;
+  auto with = [&](const std::string& m) { return compose(b, {m}, p.stress); };
+  EXPECT_GT(with("gemm").hidden_size, b.hidden_size);
+  EXPECT_EQ(with("gemm").hidden_size % b.num_heads, 0);
+  EXPECT_NE(with("gemm").mixed_precision, "fp32");
+  EXPECT_GT(with("rng").dropout, b.dropout);
+  EXPECT_GT(with("rng").drop_path, 0.0);
+  EXPECT_TRUE(with("rng").deterministic);
+  EXPECT_GT(with("rng").replay_check_interval, 0);
+  EXPECT_LT(with("comm").batch_size, b.batch_size);
+  EXPECT_EQ(with("comm").grad_sync_interval, 1);
+  EXPECT_TRUE(with("comm").log_per_rank);
+  EXPECT_GE(with("memory").seq_len, 8192);
+  EXPECT_TRUE(with("memory").activation_checkpointing);
+  EXPECT_GT(with("memory").grad_accum_steps, b.grad_accum_steps);
+  EXPECT_GT(with("fusion").num_layers, b.num_layers);
+  EXPECT_EQ(with("fusion").norm_layout, "sandwich");
+  EXPECT_EQ(with("fusion").activation, p.stress.text("fusion", "activation"));
+  EXPECT_GT(with("fusion").qkv_conv_kernel, 0);
+  // Intensities scale with the preset: the smoke preset's memory mode stays CPU-sized.
+  EXPECT_LT(compose(find_preset("smoke").training, {"memory"}, find_preset("smoke").stress).seq_len,
+            8192);
+}
+
+TEST(StressModes, ModesOnlyRaiseOrLowerTowardTheirIntensity) {
+  // A base already beyond an intensity is left alone: "at least"/"at most" semantics.
+  TrainingConfig base = find_preset("small").training;
+  base.seq_len = 32768;
+  base.batch_size = 1;
+  base.hidden_size = 8192;
+  const auto out = compose(base, {"memory", "comm", "gemm"}, find_preset("small").stress);
+  EXPECT_EQ(out.seq_len, 32768);
+  EXPECT_EQ(out.batch_size, 1);
+  EXPECT_EQ(out.hidden_size, 8192);
+}
+
+TEST(StressParsing, CommaListsAllDuplicatesAndWhitespace) {
+  EXPECT_EQ(parse_stress_list("gemm"), (std::vector<std::string>{"gemm"}));
+  EXPECT_EQ(parse_stress_list("rng,gemm"), (std::vector<std::string>{"gemm", "rng"}));
+  EXPECT_EQ(parse_stress_list(" fusion , gemm,gemm ,rng "), (std::vector<std::string>{"gemm", "rng", "fusion"}));
+  EXPECT_EQ(parse_stress_list("all"), stress_mode_names());
+  EXPECT_EQ(parse_stress_list("comm,all,gemm"), stress_mode_names());
+  EXPECT_EQ(parse_stress_list(join(stress_mode_names(), ",")), stress_mode_names());
+}
+
+TEST(StressParsing, UnknownAndEmptyNamesAreRejectedListingKnownModes) {
+  for (const std::string bad : {"", " ", "gemm,,rng", "gemm,", ",gemm", "gemm,bogus", "GEMM", "all,x"}) {
+    try {
+      parse_stress_list(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("known modes: all, " + join(stress_mode_names())), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(StressExplain, ReportsEachModesFieldChanges) {
+  const Preset& p = find_preset("smoke");
+  const auto changes = explain_stress(p.training, {"memory", "comm"}, p.stress, kCpu);
+  EXPECT_EQ(changes.at("memory").at("seq_len"),
+            nlohmann::json({p.training.seq_len, p.stress.integer("memory", "min_seq_len")}));
+  EXPECT_FALSE(changes.at("comm").contains("grad_sync_interval"));  // already 1: unchanged
+  EXPECT_TRUE(changes.at("comm").contains("batch_size"));
+  EXPECT_FALSE(changes.contains("gemm"));
+}
