@@ -1,0 +1,151 @@
+// Configuration in-process: validation from the field tables, presets, config files and --set
+// overrides resolved into a RunConfig. The CLI as a user runs it: tests/binary/test_config.cpp.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
+
+using namespace rcl;
+
+namespace {
+template <typename Config>
+void expect_invalid(const Config& c, const std::string& needle) {
+  try {
+    validate(c);
+    ADD_FAILURE() << "accepted config expected to fail with '" << needle << "'";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+RunConfig resolve_args(std::vector<std::string> args) {
+  args.insert(args.begin(), "rocm-conformance-llm");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  int code = 0;
+  auto options = parse_cli(static_cast<int>(argv.size()), argv.data(), code);
+  if (!options) throw std::runtime_error("parse failed");
+  return resolve_run_config(*options, /*gpu_present=*/false);
+}
+}  // namespace
+
+TEST(Validate, PresetsAreValid) {
+  for (const auto& p : presets()) {
+    EXPECT_NO_THROW(validate(p.training)) << p.name;
+    EXPECT_NO_THROW(validate(p.stress)) << p.name;
+  }
+  EXPECT_NO_THROW(validate(DiagnosticsConfig{}));
+}
+
+TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
+  const TrainingConfig ok = find_preset("smoke").training;
+  auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
+  expect_invalid(with([](auto& c) { c.hidden_size = 130; }), "hidden_size=130: must be divisible by num_heads=4");
+  expect_invalid(with([](auto& c) { c.seq_len = 0; }), "seq_len=0");
+  expect_invalid(with([](auto& c) { c.mixed_precision = "fp8"; }), "mixed_precision='fp8'");
+  expect_invalid(with([](auto& c) { c.grad_accum_steps = 2; c.grad_sync_interval = 4; }),
+                 "grad_sync_interval=4: must be <= grad_accum_steps=2");
+  expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "dropout=1");
+  expect_invalid(with([](auto& c) { c.position = "rotary"; c.num_heads = 64; }), "even head dimension");
+  expect_invalid(with([](auto& c) { c.attention_backend = "flash"; }), "allowed: math, sdpa");
+  expect_invalid(with([](auto& c) { c.device = "tpu"; }), "allowed: auto, cpu, gpu");
+  expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
+}
+
+TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {
+  const TrainingConfig ok = find_preset("smoke").training;
+  auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
+  expect_invalid(with([](auto& c) { c.max_duration_s = -1; }), "invalid max_duration_s=-1: must be >= 0 (0 = no time limit)");
+  expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "invalid dropout=1: must be in [0, 1)");
+  expect_invalid(with([](auto& c) { c.min_lr_ratio = 2; }), "invalid min_lr_ratio=2: must be in [0, 1]");
+  expect_invalid(with([](auto& c) { c.bucket_mb = 0; }), "invalid bucket_mb=0: must be > 0");
+  expect_invalid(with([](auto& c) { c.collective_timeout_s = 0; }), "invalid collective_timeout_s=0: must be > 0");
+  expect_invalid(with([](auto& c) { c.norm = "batchnorm"; }), "invalid norm='batchnorm': allowed: layernorm, rmsnorm");
+  DiagnosticsConfig d;
+  d.window_steps = 2;
+  expect_invalid(d, "invalid diagnostics.window_steps=2: must be >= 3");
+  d = {};
+  d.slowdown_ratio_warn = 1.0;
+  expect_invalid(d, "invalid diagnostics.slowdown_ratio_warn=1: must be > 1");
+  StressProfile s = find_preset("small").stress;
+  s.set("gemm", "precision", "fp32");
+  expect_invalid(s, "invalid stress_profile.gemm.precision='fp32': allowed: bf16, fp16");
+  s = find_preset("small").stress;
+  s.set("memory", "min_seq_len", "long");
+  expect_invalid(s, "invalid stress_profile.memory.min_seq_len=\"long\": expected a number");
+  s = find_preset("small").stress;
+  s.set("memory", "max_seq_len", 1);
+  expect_invalid(s, "unknown config key 'stress_profile.memory.max_seq_len'");
+}
+
+TEST(FieldTables, CoverEveryMemberWithItsDefault) {
+  // The X-macros put every member in its table; the tables' defaults are the structs'.
+  const nlohmann::json training = TrainingConfig{}, diagnostics = DiagnosticsConfig{};
+  EXPECT_EQ(training.size(), training_fields().size());
+  EXPECT_EQ(diagnostics.size(), diagnostics_fields().size());
+  for (const auto& f : training_fields()) EXPECT_EQ(training.at(f.name), f.default_value) << f.name;
+  for (const auto& f : diagnostics_fields()) EXPECT_EQ(diagnostics.at(f.name), f.default_value) << f.name;
+}
+
+TEST(Presets, UnknownPresetListsKnownOnes) {
+  try {
+    find_preset("huge");
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("known presets are smoke, cpu-medium, small, large"), std::string::npos);
+  }
+  EXPECT_EQ(default_preset_name(false), "smoke");
+  EXPECT_EQ(default_preset_name(true), "small");
+}
+
+TEST(Overrides, SetNamesTrainingStressProfileAndDiagnosticsFields) {
+  const auto run = resolve_args({"--set", "seq_len=32", "--set", "stress_profile.memory.min_seq_len=128", "--set",
+                                 "norm=rmsnorm", "--set", "diagnostics.loss_spike_zscore=9", "--stress", "memory"});
+  EXPECT_EQ(run.base.seq_len, 32);
+  EXPECT_EQ(run.training.seq_len, 128);
+  EXPECT_EQ(run.training.norm, "rmsnorm");
+  EXPECT_EQ(run.diagnostics.loss_spike_zscore, 9.0);
+  EXPECT_THROW(resolve_args({"--set", "no_such_field=1"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "seq_len=abc"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "seq_len=1.5"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "seq_len"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "stress_profile.memory.nope=1"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "stress_profile.memory.min_seq_len=1.5"}), ConfigError);
+  EXPECT_THROW(resolve_args({"--set", "stress_profile.gemm.precision=fp32"}), ConfigError);
+  // A number intensity given as an integer stays a number, as the struct field did.
+  const auto wide = resolve_args({"--set", "stress_profile.gemm.min_ffn_multiplier=5"});
+  EXPECT_TRUE(to_json(wide).at("stress_profile").at("gemm").at("min_ffn_multiplier").is_number_float());
+  EXPECT_EQ(wide.stress_profile.number("gemm", "min_ffn_multiplier"), 5.0);
+}
+
+TEST(Overrides, DedicatedFlagsWinAndStressAppliesLast) {
+  const auto run = resolve_args({"--steps", "7", "--seed", "99", "--precision", "fp32", "--stress", "gemm"});
+  EXPECT_EQ(run.training.steps, 7);
+  EXPECT_EQ(run.training.seed, 99u);
+  EXPECT_EQ(run.base.mixed_precision, "fp32");
+  EXPECT_EQ(run.training.mixed_precision, "bf16");  // gemm prefers reduced precision
+}
+
+TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rcl-cfg-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto first = resolve_args({"--stress", "rng,memory", "--set", "hidden_size=64", "--output-dir", "x"});
+  {
+    std::ofstream(dir / "run.json") << to_json(first).dump();
+  }
+  const auto again = resolve_args({"--config", (dir / "run.json").string(), "--output-dir", "x"});
+  EXPECT_EQ(again.training, first.training);
+  EXPECT_EQ(again.stress_modes, first.stress_modes);
+
+  std::ofstream(dir / "bad-key.json") << R"({"training": {"hiden_size": 64}})";
+  std::ofstream(dir / "bad-type.json") << R"({"training": {"hidden_size": "big"}})";
+  std::ofstream(dir / "not-json.json") << "{ nope";
+  for (const char* name : {"bad-key.json", "bad-type.json", "not-json.json", "missing.json"})
+    EXPECT_THROW(resolve_args({"--config", (dir / name).string()}), ConfigError) << name;
+  std::filesystem::remove_all(dir);
+}
