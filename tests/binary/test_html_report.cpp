@@ -1,8 +1,8 @@
-// report.html: every run directory gets a page a person can read offline, with the
-// findings marked at their steps. Real runs of the binary (clean, failed, crashed, hung) are
-// loaded in headless Chromium and what it rendered is measured; the screenshots go to
-// test-output/report_html/ under the test's working directory. The 100k-step case checks that
-// the page stays small and keeps every finding.
+// report.html: every run directory gets a page a person can read offline, with the findings
+// marked at their steps. Real runs of the binary (clean, failed, crashed, hung) are loaded in
+// headless Chromium and what it rendered is measured; the screenshots go to
+// test-output/report_html/ under the test's working directory. The writer in-process:
+// tests/unit/test_html_plots.cpp.
 #include <unistd.h>
 
 #include <cmath>
@@ -23,56 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using rcl::testing::read_text;
-using rcl::testing::count_of;
+using rcl::testing::fresh_dir;
 using rcl::testing::run_cli;
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("rcl-html-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  return dir;
-}
-
-TEST(HtmlReport, PlotKeepsASpikeOfALongSeriesAndEveryMarker) {
-  PlotSpec plot{"loss", "loss"};
-  PlotSeries s{"train"};
-  for (int step = 1; step <= 100000; ++step) {
-    s.x.push_back(step);
-    s.y.push_back(step == 54321 ? 50.0 : 2.0 + 0.001 * std::sin(step));
-  }
-  plot.series.push_back(s);
-  for (int i = 0; i < 300; ++i) plot.markers.push_back({100.0 * (i + 1), "warn", "loss_spike", "t", "#finding-0"});
-  const std::string svg = svg_plot(plot, 1000);
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(svg, m, std::regex("data-points=\"(\\d+)\"")));
-  EXPECT_LE(std::stoul(m[1]), 1000u);
-  EXPECT_GT(std::stoul(m[1]), 500u);
-  // The spike is the top of the y range: some point of the path sits on the plot's top edge.
-  EXPECT_NE(svg.find(" 28.0"), std::string::npos);
-  EXPECT_EQ(count_of(svg, "class=\"marker sev-warn\""), 300u);
-}
-
-TEST(HtmlReport, AHundredThousandStepRunStaysSmallAndKeepsEveryFinding) {
-  const fs::path dir = fresh_dir("100k");
-  fs::create_directories(dir);
-  {
-    std::ofstream out(dir / "metrics.jsonl");
-    for (int step = 1; step <= 100000; ++step)
-      out << json{{"step", step}, {"loss", 3.0 / std::sqrt(step)}, {"step_time_s", 0.01}, {"tokens_per_s", 5e4},
-                  {"grad_norm", 0.5}, {"loss_scale", 1.0}, {"memory", {{"rss_bytes", 1 << 30}}}}
-                 .dump()
-          << "\n";
-  }
-  json report = {{"verdict", "WARN"}, {"outcome", "completed"}, {"findings", json::array()}};
-  for (int i = 0; i < 250; ++i)
-    report["findings"].push_back({{"component", "ROCr allocator"}, {"signature", "memory_growth"}, {"severity", "warn"},
-                                  {"step", 400 * (i + 1)}, {"rank", 0}, {"message", "m"}, {"evidence", {{"i", i}}}});
-  const std::string html = report_html(report, dir / "metrics.jsonl");
-  EXPECT_LT(html.size(), 3u << 20) << "report.html of a 100k-step run should stay a few MB at most";
-  EXPECT_EQ(count_of(html, "<tr id=\"finding-"), 250u);
-  EXPECT_EQ(count_of(html, "<svg class=\"plot\""), 5u);  // loss, step time, tokens/s, memory, grad norm
-  EXPECT_EQ(count_of(html, "class=\"marker sev-warn\""), 250u * 5);
-  fs::remove_all(dir);
-}
 
 struct BrowserCase {
   std::string name;
@@ -87,9 +39,19 @@ struct BrowserCase {
 
 class RenderedReport : public ::testing::TestWithParam<BrowserCase> {};
 
+INSTANTIATE_TEST_SUITE_P(
+    Runs, RenderedReport,
+    ::testing::Values(BrowserCase{"clean", "--steps 6", 0, "PASS", {}},
+                      BrowserCase{"failed", "--steps 6 --inject nan@step=4", 1, "FAIL", {{"nonfinite_loss", 4}}},
+                      BrowserCase{"crashed", "--steps 6 --inject memory-leak=1000000GiB/step@step=3", 3, "CRASHED",
+                                  {{"out_of_memory", -1}}},
+                      BrowserCase{"hung", "--steps 60 --inject hang@step=3 --watchdog-timeout 2", 3, "HUNG",
+                                  {{"hang", 3}}}),
+    [](const auto& info) { return info.param.name; });
+
 TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
   const auto& c = GetParam();
-  const fs::path dir = fresh_dir(c.name);
+  const fs::path dir = fresh_dir("html", c.name);
   const auto r = run_cli(rcl::testing::kSmokeCpu + c.args + " --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, c.exit_code) << r.err;
   ASSERT_TRUE(fs::exists(dir / "report.html")) << r.err;
@@ -149,16 +111,6 @@ TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
   EXPECT_EQ(image.substr(1, 3), "PNG");
   fs::remove_all(dir);
 }
-
-INSTANTIATE_TEST_SUITE_P(
-    Runs, RenderedReport,
-    ::testing::Values(BrowserCase{"clean", "--steps 6", 0, "PASS", {}},
-                      BrowserCase{"failed", "--steps 6 --inject nan@step=4", 1, "FAIL", {{"nonfinite_loss", 4}}},
-                      BrowserCase{"crashed", "--steps 6 --inject memory-leak=1000000GiB/step@step=3", 3, "CRASHED",
-                                  {{"out_of_memory", -1}}},
-                      BrowserCase{"hung", "--steps 60 --inject hang@step=3 --watchdog-timeout 2", 3, "HUNG",
-                                  {{"hang", 3}}}),
-    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace rcl
