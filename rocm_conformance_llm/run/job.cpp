@@ -371,8 +371,8 @@ class Job {
   // After every detector's preflight: the load restores the RNG states the next step draws from.
   void resume() {
     load_checkpoint(*trainer_, s_.resume_from->dir);
-    spdlog::info("resumed from {} at step {}", s_.resume_from->dir.string(), trainer_->steps_done());
     const auto earlier = checkpoint_findings(s_.resume_from->dir, s_.launch.rank);
+    spdlog::info("resumed from {} at step {}", s_.resume_from->dir.string(), trainer_->steps_done());
     for (const auto& f : earlier) findings_.add(f);
     report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()},
                                    {"step", s_.resume_from->step},
