@@ -390,6 +390,9 @@ class Job {
                  s_.device.str(), TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(),
                  s_.launch.world_size, s_.launch.launcher);
     spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
+    const TrainingConfig& model = trainer_->ctx().cfg;  // vocab_size resolved from the data
+    spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),
+                 flops_per_token(model), trainer_->data().describe());
     spdlog::info("ROCm environment: {}", s_.environment.at("env").dump());
     if (!s_.faults.empty()) spdlog::warn("fault injection on: {}", s_.faults.to_string());
   }
