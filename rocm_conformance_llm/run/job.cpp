@@ -129,7 +129,9 @@ void check_output_dir(const std::string& dir) {
 }
 
 // What the run is, decided before anything is written: every ConfigError (exit 2) comes from
-// here, so a rejected run leaves no file behind. Anything that throws later gets a report.
+// here, but for a checkpoint that does not fit the model, which only the model can tell
+// (preflight, still before the first file): a rejected run leaves no file behind. Anything else
+// that throws later gets a report.
 struct RunSetup {
   LaunchInfo launch;
   FaultPlan faults;

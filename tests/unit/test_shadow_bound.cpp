@@ -5,7 +5,7 @@
 // from holding for honest CPU GEMMs.
 #include <cmath>
 #include <cstdint>
-#include <vector>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
