@@ -102,8 +102,8 @@ std::vector<StressMode> builtin_modes() {
   };
 }
 
-std::vector<StressMode>& registry() {
-  static std::vector<StressMode> modes = builtin_modes();
+Registry<StressMode>& registry() {
+  static Registry<StressMode> modes(builtin_modes());
   return modes;
 }
 
@@ -201,7 +201,7 @@ std::vector<std::string> StressMode::reads() const {
   return fields;
 }
 
-const std::vector<StressMode>& stress_mode_registry() { return registry(); }
+const std::vector<StressMode>& stress_mode_registry() { return registry().entries(); }
 
 std::vector<std::string> stress_mode_names() {
   std::vector<std::string> names;
@@ -213,15 +213,7 @@ StressModeRegistration register_stress_mode(StressMode mode) {
   const auto names = stress_mode_names();
   if (mode.name.empty() || mode.name == "all" || std::find(names.begin(), names.end(), mode.name) != names.end())
     throw ConfigError("cannot register stress mode '" + mode.name + "': the name is empty, 'all' or taken");
-  std::string name = mode.name;
-  registry().push_back(std::move(mode));
-  return StressModeRegistration(std::move(name));
-}
-
-StressModeRegistration::~StressModeRegistration() {
-  auto& modes = registry();
-  modes.erase(std::remove_if(modes.begin(), modes.end(), [&](const StressMode& m) { return m.name == name_; }),
-              modes.end());
+  return StressModeRegistration(registry(), std::move(mode));
 }
 
 void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities, nlohmann::json& config) {

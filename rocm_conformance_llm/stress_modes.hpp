@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/base/registration.hpp"
 #include "rocm_conformance_llm/config.hpp"
 
 namespace rcl {
@@ -96,16 +97,7 @@ std::vector<std::string> stress_mode_names();
 
 // Adds a mode until the returned guard is destroyed (tests add throwaway modes this way).
 // ConfigError when the name is empty, "all" or taken.
-class StressModeRegistration {
- public:
-  explicit StressModeRegistration(std::string name) : name_(std::move(name)) {}
-  ~StressModeRegistration();
-  StressModeRegistration(const StressModeRegistration&) = delete;
-  StressModeRegistration& operator=(const StressModeRegistration&) = delete;
-
- private:
-  std::string name_;
-};
+using StressModeRegistration = Registration<StressMode>;
 [[nodiscard]] StressModeRegistration register_stress_mode(StressMode mode);
 
 // Applies one rule to the JSON form of a TrainingConfig; `intensities` is the mode's

@@ -2,12 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
-
-#include <fmt/format.h>
-
-#include "rocm_conformance_llm/base/errors.hpp"
 
 namespace rcl {
 
@@ -45,11 +40,9 @@ double parse_duration_s(std::string_view flag, std::string_view text) {
       default: break;
     }
   }
-  double value = 0;
-  const char* end = number.data() + number.size();
-  const auto [ptr, ec] = std::from_chars(number.data(), end, value);
-  const double seconds = value * unit;
-  if (number.empty() || ec != std::errc() || ptr != end || !std::isfinite(seconds) || seconds <= 0)
+  const auto value = parse_number<double>(number);
+  const double seconds = value.value_or(0.0) * unit;
+  if (!value || !std::isfinite(seconds) || seconds <= 0)
     throw ConfigError(fmt::format("invalid {} '{}': expected a positive duration such as 90s, 30m, 8h, 1.5h, 2d "
                                   "(a bare number is seconds)",
                                   flag, text));

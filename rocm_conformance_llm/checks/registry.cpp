@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <mutex>
 
 #include "rocm_conformance_llm/checks/attention_probe.hpp"
 #include "rocm_conformance_llm/checks/collectives.hpp"
@@ -215,35 +214,20 @@ std::vector<DetectorSpec> builtin_detectors() {
   };
 }
 
-std::mutex& registry_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-std::vector<DetectorSpec>& mutable_registry() {
-  static std::vector<DetectorSpec> registry = builtin_detectors();
-  return registry;
+Registry<DetectorSpec>& registry() {
+  static Registry<DetectorSpec> detectors(builtin_detectors());
+  return detectors;
 }
 
 }  // namespace
 
-const std::vector<DetectorSpec>& detector_registry() { return mutable_registry(); }
+const std::vector<DetectorSpec>& detector_registry() { return registry().entries(); }
 
-DetectorRegistration::DetectorRegistration(DetectorSpec spec) : name_(spec.name) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  mutable_registry().push_back(std::move(spec));
-}
-
-DetectorRegistration::~DetectorRegistration() {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  auto& registry = mutable_registry();
-  registry.erase(std::remove_if(registry.begin(), registry.end(), [&](const DetectorSpec& d) { return d.name == name_; }),
-                 registry.end());
-}
+DetectorRegistration register_detector(DetectorSpec spec) { return DetectorRegistration(registry(), std::move(spec)); }
 
 const SignatureSpec* find_signature(std::string_view id) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  for (const auto& detector : mutable_registry())
+  const auto held = registry().lock();
+  for (const auto& detector : registry().entries())
     for (const auto& signature : detector.signatures)
       if (signature.id == id) return &signature;
   return nullptr;

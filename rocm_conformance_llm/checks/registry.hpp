@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rocm_conformance_llm/base/registration.hpp"
 #include "rocm_conformance_llm/checks/detector.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/config.hpp"
@@ -54,16 +55,8 @@ struct DetectorSpec {
 const std::vector<DetectorSpec>& detector_registry();
 
 // Adds `spec` until the returned guard is destroyed (tests, extensions).
-class DetectorRegistration {
- public:
-  explicit DetectorRegistration(DetectorSpec spec);
-  ~DetectorRegistration();
-  DetectorRegistration(const DetectorRegistration&) = delete;
-  DetectorRegistration& operator=(const DetectorRegistration&) = delete;
-
- private:
-  std::string name_;
-};
+using DetectorRegistration = Registration<DetectorSpec>;
+[[nodiscard]] DetectorRegistration register_detector(DetectorSpec spec);
 
 // The registered spec of signature `id`; nullptr when no detector declares it.
 const SignatureSpec* find_signature(std::string_view id);

@@ -9,15 +9,13 @@
 #include <ATen/Dispatch.h>
 #include <fmt/format.h>
 
-#include "rocm_conformance_llm/checks/gemm_canary.hpp"
+#include "rocm_conformance_llm/checks/shadow_bound.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
 
 namespace {
-
-constexpr double kBoundFactor = 8.0;  // Hoeffding: P(|e . x| > 8 ||e||) < 2 exp(-32)
 
 // A fixed +-1 vector (bit 40 of a 64-bit multiplicative hash of the index) in `dtype`: independent
 // of the data, and no RNG stream is touched, so training draws the same numbers with the check
@@ -38,18 +36,6 @@ double sign_of(int64_t j) {
   return ((static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ULL) >> 40) & 1 ? -1.0 : 1.0;
 }
 
-double accumulation_roundoff(torch::ScalarType dtype) {
-  // PyTorch asks every GEMM for fp32 accumulation (TF32/xf32 off by default).
-  return dtype == torch::kDouble ? unit_roundoff(dtype) : unit_roundoff(torch::kFloat);
-}
-
-double largest_finite(torch::ScalarType dtype) {
-  return dtype == torch::kHalf       ? 65504.0
-         : dtype == torch::kBFloat16 ? 3.38e38
-         : dtype == torch::kFloat    ? 3.4e38
-                                     : std::numeric_limits<double>::max();
-}
-
 bool reduced_precision(torch::ScalarType dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
 
 // Norms for the bound (it needs ~1% accuracy, not 16 digits): fp32 sums, or fp64 for fp64 data,
@@ -58,11 +44,6 @@ torch::Tensor norms(const torch::Tensor& t, int64_t dim) {
   const auto acc = t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   return at::linalg_vector_norm(t, 2, {dim}, /*keepdim=*/true, acc).to(torch::kDouble);
 }
-
-// The least bound: an fp32 sum of squares underflows to 0 for a row of values below ~1e-19,
-// whose honest error (~1e-15 at most) must not then count as infinitely many bounds; a zero row
-// (a padded or fully dropped-out attention row) has a zero error and a zero bound.
-double bound_floor(torch::ScalarType dtype) { return dtype == torch::kDouble ? 1e-300 : 1e-12; }
 
 torch::Tensor all_finite(const std::vector<torch::Tensor>& inputs) {
   torch::Tensor finite;
@@ -80,7 +61,7 @@ torch::Tensor verdict(const torch::Tensor& diff, const torch::Tensor& bound, con
   return torch::stack({worst, relative, judged.all().to(torch::kDouble)});
 }
 
-// C = A B (+ bias): see the bound at the top of shadow_check.hpp. The projection C x of a bf16 or
+// C = A B (+ bias): see the bound in shadow_bound.hpp. The projection C x of a bf16 or
 // fp16 output is summed in fp32, not copied to fp64 first: flipping signs is exact, and an fp32
 // tree sum of N terms errs by ~log2(N) 2^-24 sqrt(N) ||c_i||, below 1% of the bound's first term
 // 8 u ||c_i|| for N up to 10^6; fp32 and fp64 outputs are projected in fp64.
@@ -94,12 +75,11 @@ torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const
                              : torch::matmul(c.to(torch::kDouble), x);
   auto reference = torch::matmul(a.to(torch::kDouble), torch::matmul(b.to(torch::kDouble), x));
   if (bias.defined()) reference = reference + torch::matmul(bias.to(torch::kDouble), x);
-  const double sqrt_k = std::sqrt(static_cast<double>(a.size(-1)));
+  const GemmBound row_bound = gemm_bound(dtype, a.size(-1));
   const auto b_cols = norms(b, -2);  // [.., 1, N]
   const auto b_fro = b_cols.norm(2, {-2, -1}, /*keepdim=*/true);
   const auto a_rows = norms(a, -1);
-  const auto bound = norms(c, -1).mul(unit_roundoff(dtype) * kBoundFactor)
-                         .add(a_rows.mul(b_fro), accumulation_roundoff(dtype) * sqrt_k * kBoundFactor);
+  const auto bound = norms(c, -1).mul(row_bound.per_output_norm()).add(a_rows.mul(b_fro), row_bound.per_input_norms());
   // A row whose true result may exceed the dtype's range (|c_ij| <= ||a_i|| ||b_j||) may honestly
   // overflow (fp16 forward): that is a range effect for the non-finite detectors, not a wrong GEMM.
   auto judged = a_rows.mul(b_cols.amax(-1, true)).le(largest_finite(dtype));  // false for NaN/Inf inputs too
@@ -107,7 +87,7 @@ torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const
   return verdict((projected - reference).abs(), bound, reference, judged, a.scalar_type());
 }
 
-// LayerNorm over the weight's shape, per element (bound at the top of shadow_check.hpp).
+// LayerNorm over the weight's shape, per element (bound in shadow_bound.hpp).
 torch::Tensor layer_norm_verdict(const TappedOp& op, const torch::Tensor& y) {
   const auto& weight = op.inputs[1];
   const int64_t d = weight.numel();
@@ -120,9 +100,10 @@ torch::Tensor layer_norm_verdict(const TappedOp& op, const torch::Tensor& y) {
   const auto reference = x_hat * W + bias;
   const auto m2 = X.square().mean(-1, true) / var;  // (rms(x) / sqrt(var + eps))^2 >= ~1
   const auto dtype = y.scalar_type();
-  const auto bound = ((reference.abs() + bias.abs()) * unit_roundoff(dtype) +
-                      W.abs() * m2 * (x_hat.abs() + 1) * (accumulation_roundoff(dtype) * std::sqrt(double(d)))) *
-                     kBoundFactor;
+  const LayerNormBound element_bound = layer_norm_bound(dtype, d);
+  const auto bound =
+      ((reference.abs() + bias.abs()) * element_bound.u + W.abs() * m2 * (x_hat.abs() + 1) * element_bound.acc) *
+      kShadowBoundFactor;
   const auto diff = (y.to(torch::kDouble).reshape({-1, d}) - reference).abs();
   return verdict(diff, bound, reference, all_finite(op.inputs), dtype);
 }
@@ -235,8 +216,8 @@ std::array<double, 3> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, in
       bias_finite = bias_finite && std::isfinite(v);
     }
   }
-  const double u = unit_roundoff(dtype), u_acc = accumulation_roundoff(dtype), largest = largest_finite(dtype);
-  const double sqrt_k = std::sqrt(static_cast<double>(k)), floor = bound_floor(a.scalar_type());
+  const GemmBound row_bound = gemm_bound(dtype, k);
+  const double largest = largest_finite(dtype), floor = bound_floor(a.scalar_type());
   double worst = 0.0, diff2 = 0.0, ref2 = 0.0;
   bool all_judged = true;
   double b_fro = 0.0, b_widest = 0.0;
@@ -267,7 +248,7 @@ std::array<double, 3> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, in
     for (int64_t i = 0; i < m; ++i) {
       const double reference = ax[i] + bias_x, a_norm = std::sqrt(a2[i]);
       const double diff = std::abs(cx[i] - reference);
-      const double bound = kBoundFactor * (u * std::sqrt(c2[i]) + u_acc * sqrt_k * a_norm * b_fro);
+      const double bound = row_bound.row(std::sqrt(c2[i]), a_norm, b_fro);
       const bool judged = a_norm * b_widest <= largest && bias_finite;
       if (judged) fold_worst(worst, diff, std::max(bound, floor));
       all_judged = all_judged && judged;
@@ -292,7 +273,7 @@ std::array<double, 3> host_layer_norm_rows(const TappedOp& op, const torch::Tens
   const int64_t xs = x.stride(-1), ys = y.stride(-1), ws = weight.stride(0), bs = bias.defined() ? bias.stride(0) : 0;
   const auto at = [](const T* p, int64_t s, int64_t j) { return static_cast<double>(p[kUnitStride ? j : j * s]); };
   const auto dtype = y.scalar_type();
-  const double u = unit_roundoff(dtype), acc = accumulation_roundoff(dtype) * std::sqrt(double(d));
+  const LayerNormBound element_bound = layer_norm_bound(dtype, d);
   const double floor = bound_floor(dtype);
   std::vector<double> w(d), b(d, 0.0), ones(d, 1.0);
   bool finite = true;
@@ -312,8 +293,7 @@ std::array<double, 3> host_layer_norm_rows(const TappedOp& op, const torch::Tens
     const auto judge = [&](int64_t j, double& worst_lane, double& diff2_lane, double& ref2_lane) {
       const double x_hat = (at(xr, xs, j) - mean) * inv_sd;
       const double reference = x_hat * w[j] + b[j];
-      const double bound = kBoundFactor * ((std::abs(reference) + std::abs(b[j])) * u +
-                                           std::abs(w[j]) * m2 * (std::abs(x_hat) + 1) * acc);
+      const double bound = element_bound.element(reference, b[j], w[j], m2, x_hat);
       const double diff = std::abs(at(yr, ys, j) - reference);
       fold_worst(worst_lane, diff, std::max(bound, floor));
       diff2_lane += diff * diff;
@@ -507,7 +487,7 @@ void ShadowCheck::read_verdict() {
                                    "bound (relative error {:.3g})",
                                    p.name, p.occurrence, p.occurrences, p.step, worst, relative),
             .evidence = {{"op", p.name}, {"occurrence", p.occurrence}, {"worst_error_over_bound", json_number(worst)},
-                         {"relative_error", json_number(relative)}, {"bound_factor", kBoundFactor},
+                         {"relative_error", json_number(relative)}, {"bound_factor", kShadowBoundFactor},
                          {"reproducible", outcome.reproducible}}};
   transients_.apply(f, outcome);
   report(std::move(f));

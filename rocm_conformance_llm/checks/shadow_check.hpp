@@ -17,21 +17,7 @@
 // in an ordinary step). On a mismatch the check runs the op again on copies of its inputs: a
 // second wrong result means reproducible.
 //
-// The GEMM bound (C = A B (+ bias), A: M x K, B: K x N, output dtype with unit roundoff u,
-// fp32 accumulation u_acc = 2^-24; projected on a fixed +-1 vector x, so the float64 work is
-// O(MK + KN + MN), not O(MNK)):
-//   for every row i:  |(C x)_i - (A (B x))_i - bias . x|  <=  8 (u ||c_i|| + u_acc sqrt(K) ||a_i|| ||B||_F)
-// Derivation: an honest element error is at most u|c_ij| (rounding the output) plus the
-// accumulation error, <= u_acc sqrt(K) ||a_i|| ||b_j|| (a sequential FMA sum of random-sign
-// products stays near u_acc ||a_i|| ||b_j|| / 2.4; same-sign products reach u_acc sqrt(K)/3 of
-// it). So the row's error vector e_i has ||e_i|| <= the bracket; x's signs do not depend on e,
-// so |e_i . x| has standard deviation ||e_i|| and exceeds 8 ||e_i|| with probability below
-// 2 exp(-32) (Hoeffding). What it catches: NaN/Inf from finite inputs, any element off by more
-// than ~8 u ||c_i|| (fp32: a 1% error of every element, or one element 1e6 off), in every
-// dtype; a 1% error in a bf16 output (2.5 bf16 ulps) is inside the bound and is not reported.
-// LayerNorm, per element, with D = normalized size, m_i = rms(x_i) / sqrt(var_i + eps) >= 1:
-//   |y - r| <= 8 (u (|r| + |bias|) + u_acc sqrt(D) |w| m_i^2 (1 + |x_hat|))
-// (the mean and variance are fp32 sums of D terms; a one-pass variance loses m_i^2 relative).
+// The bound, its derivation and what it catches: checks/shadow_bound.hpp.
 #pragma once
 
 #include <array>

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <csignal>
 #include <cmath>
 #include <tuple>
@@ -63,21 +62,17 @@ const FaultTraits& traits(FaultKind kind) { return kFaults[static_cast<size_t>(k
   throw ConfigError(fmt::format("--inject: bad fault spec '{}': {}. {}", spec, why, fault_syntax_help()));
 }
 
-int64_t parse_integer(std::string_view spec, std::string_view text, const char* what, int64_t min) {
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v < min)
-    bad_spec(spec, fmt::format("{} must be an integer >= {}, got '{}'", what, min, text));
-  return v;
+int64_t parse_at_least(std::string_view spec, std::string_view text, const char* what, int64_t min) {
+  const auto v = parse_number<int64_t>(text);
+  if (!v || *v < min) bad_spec(spec, fmt::format("{} must be an integer >= {}, got '{}'", what, min, text));
+  return *v;
 }
 
 double parse_positive(std::string_view spec, std::string_view text, const char* what) {
-  // std::from_chars for double is available in GCC 11+.
-  double v = 0.0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !(v > 0.0) || !std::isfinite(v))
+  const auto v = parse_number<double>(text);
+  if (!v || !(*v > 0.0) || !std::isfinite(*v))
     bad_spec(spec, fmt::format("{} must be a positive number, got '{}'", what, text));
-  return v;
+  return *v;
 }
 
 double parse_seconds(std::string_view spec, std::string_view text) {
@@ -148,10 +143,10 @@ FaultSpec parse_one(std::string_view spec) {
     }
     if (key == "step") {
       if (out.step) bad_spec(spec, "@step is given twice");
-      out.step = parse_integer(spec, number, "@step", 1);
+      out.step = parse_at_least(spec, number, "@step", 1);
     } else if (key == "rank") {
       if (out.rank) bad_spec(spec, "@rank is given twice");
-      out.rank = static_cast<int>(parse_integer(spec, number, "@rank", 0));
+      out.rank = static_cast<int>(parse_at_least(spec, number, "@rank", 0));
     } else if (key == "phase" && t.needs_phase) {
       if (!out.phase.empty()) bad_spec(spec, "@phase is given twice");
       if (std::find(phase::all.begin(), phase::all.end(), number) == phase::all.end())

@@ -138,8 +138,6 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
     ballast_ = torch::zeros({cfg.memory_pressure_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
     spdlog::info("memory pressure: holding {} MiB of ballast on {}", cfg.memory_pressure_bytes >> 20, device.str());
   }
-  spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(cfg),
-               flops_per_token(cfg), data_->describe());
 }
 
 void Trainer::add_observer(StepObserver* observer) { observers_.push_back(observer); }

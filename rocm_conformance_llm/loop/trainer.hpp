@@ -36,7 +36,6 @@ namespace rcl {
 struct RunContext {
   TrainingConfig cfg;
   DiagnosticsConfig diag;
-  std::vector<std::string> stress_modes;
   torch::Device device{torch::kCPU};
   std::filesystem::path output_dir;
 };

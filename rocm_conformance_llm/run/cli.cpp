@@ -1,9 +1,7 @@
 #include "rocm_conformance_llm/run/cli.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
-#include <limits>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -21,19 +19,6 @@
 namespace rcl {
 
 namespace {
-// CLI11's integer conversion clamps out-of-range text (strtoll) and wraps "-1" into an unsigned
-// seed: integers are read here instead, whole decimal text in range or an error naming it.
-template <typename T>
-T parse_integer(const std::string& flag, const std::string& text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || text.empty())
-    throw ConfigError(fmt::format("invalid {} '{}': must be a decimal integer in [{}, {}]", flag, text,
-                                  std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
-  return value;
-}
-
 // CLI11's parse, then `after` (reads the flags' texts): false after printing the help (exit 0)
 // or a usage error (exit 2), one line pointing at `help`.
 bool parse_args(CLI::App& app, int argc, const char* const* argv, const char* help, int& exit_code,
@@ -108,6 +93,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   doctor->add_option("--kfd-topology", o.doctor_kfd_topology,
                      "KFD topology nodes directory (default /sys/class/kfd/kfd/topology/nodes)");
   app.footer("Compare runs: rocm-conformance-llm compare RUN_DIR... (see compare --help)");
+  // CLI11's integer conversion clamps out-of-range text (strtoll) and wraps "-1" into an unsigned
+  // seed: the integer flags are read as text and parsed here, whole and in range.
   const bool parsed = parse_args(app, argc, argv, "--help", exit_code, [&] {
     o.doctor = doctor->parsed();
     if (level_flag->count() > 0) o.level = find_run_level(parse_integer<int>("--level", level)).level;

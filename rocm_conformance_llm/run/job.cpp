@@ -35,6 +35,7 @@
 #include "rocm_conformance_llm/reports/run_summary.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 #include "rocm_conformance_llm/run/signals.hpp"
+#include "rocm_conformance_llm/run/wiring.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
@@ -128,7 +129,9 @@ void check_output_dir(const std::string& dir) {
 }
 
 // What the run is, decided before anything is written: every ConfigError (exit 2) comes from
-// here, so a rejected run leaves no file behind. Anything that throws later gets a report.
+// here, but for a checkpoint that does not fit the model, which only the model can tell
+// (preflight, still before the first file): a rejected run leaves no file behind. Anything else
+// that throws later gets a report.
 struct RunSetup {
   LaunchInfo launch;
   FaultPlan faults;
@@ -225,7 +228,6 @@ class Job {
       std::_Exit(code);
     });
     try {
-      fs::create_directories(run_.output_dir);
       preflight();
       if (auto stopped = train()) return *stopped;
       stage_ = stage::final_checks;
@@ -304,60 +306,50 @@ class Job {
     return report_.write(RunOutcome::interrupted, message);
   }
 
-  // Rendezvous, trainer, files, observers, detectors, watchdog; the cross-rank preflight.
+  // Rendezvous, trainer, fault injector, detectors and their cross-rank preflight, the checkpoint
+  // load: everything that may still refuse the run (a checkpoint that does not fit this model:
+  // exit 2) comes before its first file. Then the run's files, observers and watchdog; every part
+  // is attached to the trainer in run_wiring()'s order.
   void preflight() {
     const TrainingConfig& cfg = run_.training;
     stage_ = stage::rendezvous;
     s_.faults.stop_rank_if_planned(phase::rendezvous, 0, s_.launch.rank);
     sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
     stage_ = stage::model;
-    trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, run_.stress_modes, s_.device, run_.output_dir},
-                                         sync_);
+    trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, s_.device, run_.output_dir}, sync_);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
-    write_run_header();
+    injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
+    stage_ = stage::detectors;
+    detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
+                                                .faults = &s_.faults, .sync = sync_});
+    s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
+    for (auto& d : detectors_) d->preflight();
+    if (s_.resume_from) resume();
 
-    // Observers, in order: the summary first so a crash report has every finished step.
+    write_run_header();
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
     metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
                      s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
     prometheus_.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, findings_);
     console_.emplace(run_.stress_modes, cfg, run_.diagnostics.summary_interval_s, findings_,
                      s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);
-    trainer_->add_observer(&summary_);
-    trainer_->add_observer(&*metrics_);
-    trainer_->add_observer(&*prometheus_);
-    trainer_->add_observer(&*console_);
-    // Faults strike before the checks look.
-    injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
-    trainer_->add_hooks(&*injector_);
-    stage_ = stage::detectors;
-    detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
-                                                .faults = &s_.faults, .sync = sync_});
-    s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
-    for (auto& d : detectors_) d->preflight();
-    if (s_.resume_from) {
-      load_checkpoint(*trainer_, s_.resume_from->dir);
-      spdlog::info("resumed from {} at step {}", s_.resume_from->dir.string(), trainer_->steps_done());
-      const auto earlier = checkpoint_findings(s_.resume_from->dir, s_.launch.rank);
-      for (const auto& f : earlier) findings_.add(f);
-      report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()},
-                                     {"step", s_.resume_from->step},
-                                     {"findings_restored", earlier.size()}});
-    }
-    for (auto& d : detectors_) {
-      trainer_->add_observer(d.get());
-      trainer_->add_hooks(d.get());
-    }
+    RunWiring wiring;
+    wiring.add(part::run_summary, &summary_);
+    wiring.add(part::metrics, &*metrics_);
+    wiring.add(part::prometheus, &*prometheus_);
+    wiring.add(part::console, &*console_);
+    wiring.add(part::fault_injector, &*injector_);
+    for (auto& d : detectors_) wiring.add(part::detectors, d.get());
     if (run_.diagnostics.memory_profile) {
       memory_profile_.emplace(trainer_->setup_memory());
-      trainer_->add_observer(&*memory_profile_);
+      wiring.add(part::memory_profile, &*memory_profile_);
     }
     // One monitor per node (its first local rank), from here to the end: the "before" sample.
     if (run_.diagnostics.enabled && s_.launch.local_rank == 0) {
       node_ = std::make_unique<NodeMonitor>(run_.diagnostics, findings_, run_.output_dir, s_.launch.rank);
       node_->start();
-      trainer_->add_observer(node_.get());
+      wiring.add(part::node_monitor, node_.get());
       metrics_->read_telemetry_from(node_.get());
     }
     // A hang never returns control to the training thread: the watchdog writes the verdict and exits.
@@ -368,19 +360,31 @@ class Job {
                                              spdlog::default_logger()->flush();
                                              std::_Exit(code);
                                            });
-    trainer_->add_observer(watchdog_.get());
-    trainer_->add_hooks(watchdog_.get());
+    wiring.add(part::watchdog, watchdog_.get());
     heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
-    // Last: a checkpoint holds the state after every check between steps (a replay rewinds).
     if (!run_.checkpoint_interval.empty()) {
       checkpointer_.emplace(*trainer_, findings_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
-      trainer_->add_hooks(&*checkpointer_);
+      wiring.add(part::checkpointer, &*checkpointer_);
     }
+    wiring.attach_to(*trainer_);
     stage_ = stage::training;
   }
 
+  // After every detector's preflight: the load restores the RNG states the next step draws from.
+  void resume() {
+    load_checkpoint(*trainer_, s_.resume_from->dir);
+    const auto earlier = checkpoint_findings(s_.resume_from->dir, s_.launch.rank);
+    spdlog::info("resumed from {} at step {}", s_.resume_from->dir.string(), trainer_->steps_done());
+    for (const auto& f : earlier) findings_.add(f);
+    report_.add_section("resume", {{"checkpoint", s_.resume_from->dir.string()},
+                                   {"step", s_.resume_from->step},
+                                   {"findings_restored", earlier.size()}});
+  }
+
+  // The run is on: its directory, config.json and the header lines of its log.
   void write_run_header() {
     config_doc_["environment"] = s_.environment;
+    fs::create_directories(run_.output_dir);
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", config_doc_.dump(2) + "\n");
     spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
                  "world {} ({})",
@@ -388,6 +392,9 @@ class Job {
                  s_.device.str(), TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(),
                  s_.launch.world_size, s_.launch.launcher);
     spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
+    const TrainingConfig& model = trainer_->ctx().cfg;  // vocab_size resolved from the data
+    spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),
+                 flops_per_token(model), trainer_->data().describe());
     spdlog::info("ROCm environment: {}", s_.environment.at("env").dump());
     if (!s_.faults.empty()) spdlog::warn("fault injection on: {}", s_.faults.to_string());
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <fstream>
 #include <span>
 
@@ -155,10 +154,7 @@ bool is_complete(const fs::path& dir) { return fs::is_regular_file(dir / kManife
 std::optional<int64_t> step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (!name.starts_with("step-")) return std::nullopt;
-  int64_t step = 0;
-  const auto [ptr, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
-  if (ec != std::errc() || ptr != name.data() + name.size()) return std::nullopt;
-  return step;
+  return parse_number<int64_t>(std::string_view(name).substr(5));
 }
 
 // Complete checkpoints under `root`, oldest first.
@@ -281,12 +277,10 @@ CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t ke
   CheckpointPolicy p;
   p.keep = keep;
   if (interval.empty()) return p;
-  int64_t steps = 0;
-  const auto [ptr, ec] = std::from_chars(interval.data(), interval.data() + interval.size(), steps);
-  if (ec == std::errc() && ptr == interval.data() + interval.size()) {
-    if (steps < 1)
+  if (const auto steps = parse_number<int64_t>(interval)) {
+    if (*steps < 1)
       throw ConfigError(fmt::format("invalid --checkpoint-interval '{}': a step count must be >= 1", interval));
-    p.every_steps = steps;
+    p.every_steps = *steps;
   } else {
     p.every_s = parse_duration_s("--checkpoint-interval", interval);
   }

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstdlib>
 
 #include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 
 namespace rcl {
 namespace {
@@ -17,13 +17,8 @@ constexpr int kDefaultMasterPort = 29500;
 constexpr int kSlurmPortSpread = 2000;
 
 int parse_int(const std::string& name, const std::string& text) {
-  int value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
-    throw ConfigError("invalid " + name + "='" + text + "': must be an integer");
-  }
-  return value;
+  if (const auto value = parse_number<int>(text)) return *value;
+  throw ConfigError("invalid " + name + "='" + text + "': must be an integer");
 }
 
 std::optional<int> int_var(const EnvLookup& env, const std::string& name) {

@@ -234,7 +234,7 @@ class ThrowingDetectorStage : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ThrowingDetectorStage, IsACrashReportNamingThePhase) {
   const bool in_preflight = GetParam();
-  const DetectorRegistration registration(DetectorSpec{
+  const auto registration = register_detector(DetectorSpec{
       "throwaway_throwing", "step", {}, {}, [in_preflight](const DetectorContext& c) {
         return std::make_unique<ThrowingDetector>(c.diag, c.log, in_preflight);
       }});

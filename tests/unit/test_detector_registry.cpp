@@ -14,6 +14,7 @@
 #include "rocm_conformance_llm/checks/registry.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/run/wiring.hpp"
 
 namespace rcl {
 namespace {
@@ -35,7 +36,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 // Every TEST/TEST_P name in tests/, as "Suite.Name".
 std::set<std::string> test_names_in_sources() {
   std::set<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(RCL_SOURCE_DIR) + "/tests")) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(RCL_SOURCE_DIR) + "/tests")) {
     std::ifstream in(entry.path());
     std::string line;
     while (std::getline(in, line)) {
@@ -142,7 +143,8 @@ DetectorSpec loss_jump_spec() {
           [](const DetectorContext& c) { return std::make_unique<LossJumpDetector>(c.diag, c.log); }};
 }
 
-// What the runner does, in-process: faults first, then every registered detector.
+// What the runner does, in-process: the fault injector and every registered detector, attached
+// through the run's wiring (faults first).
 std::vector<Finding> run_smoke(const std::string& inject) {
   RunContext ctx;
   ctx.cfg = find_preset("smoke").training;
@@ -152,12 +154,11 @@ std::vector<Finding> run_smoke(const std::string& inject) {
   FindingLog log;
   const FaultPlan faults = FaultPlan::parse(inject);
   FaultInjector injector(faults, 0, trainer.model(), ctx.device);
-  trainer.add_hooks(&injector);
   auto detectors = make_detectors(DetectorContext{.diag = ctx.diag, .log = log, .trainer = &trainer, .faults = &faults});
-  for (auto& d : detectors) {
-    trainer.add_observer(d.get());
-    trainer.add_hooks(d.get());
-  }
+  RunWiring wiring;
+  for (auto& d : detectors) wiring.add(part::detectors, d.get());
+  wiring.add(part::fault_injector, &injector);
+  wiring.attach_to(trainer);
   trainer.run();
   for (auto& d : detectors) d->finish();
   return log.snapshot();
@@ -169,7 +170,7 @@ int count(const std::vector<Finding>& findings, const std::string& signature) {
 
 TEST(ExtendingWalkThrough, ThrowawayDetectorIsBuiltFedAndProvenByItsFault) {
   {
-    const DetectorRegistration registration(loss_jump_spec());
+    const auto registration = register_detector(loss_jump_spec());
     ASSERT_NE(find_signature("throwaway_loss_jump"), nullptr);
     EXPECT_EQ(count(run_smoke(""), "throwaway_loss_jump"), 0);  // silent on a clean run
     const auto findings = run_smoke("loss-spike@step=15,loss-spike@step=18,loss-spike@step=21");

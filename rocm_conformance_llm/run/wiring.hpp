@@ -1,0 +1,76 @@
+// What a run attaches to its trainer, in which order, and why. The trainer calls its observers,
+// and its hooks, in the order they were added, so that order is behaviour: it is this table,
+// each slot with its reason, and the runner and the tests attach their parts through it in
+// whatever order they build them.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "rocm_conformance_llm/loop/step_hooks.hpp"
+#include "rocm_conformance_llm/loop/step_record.hpp"
+
+namespace rcl {
+
+class Trainer;
+
+// How a slot's parts are attached: as StepObserver (hear every published step), as StepHooks
+// (called at fixed points inside the step), or as both.
+enum class Attach { observer, hooks, both };
+
+struct WiringSlot {
+  std::string_view part;
+  Attach attach;
+  std::string_view reason;  // why it sits where it does
+};
+
+// The slots' names, for RunWiring::add.
+namespace part {
+inline constexpr std::string_view run_summary = "run_summary";
+inline constexpr std::string_view metrics = "metrics";
+inline constexpr std::string_view prometheus = "prometheus";
+inline constexpr std::string_view console = "console";
+inline constexpr std::string_view fault_injector = "fault_injector";
+inline constexpr std::string_view detectors = "detectors";
+inline constexpr std::string_view memory_profile = "memory_profile";
+inline constexpr std::string_view node_monitor = "node_monitor";
+inline constexpr std::string_view watchdog = "watchdog";
+inline constexpr std::string_view checkpointer = "checkpointer";
+}  // namespace part
+
+// Every slot, in the order the trainer calls their parts.
+std::span<const WiringSlot> run_wiring();
+
+// One run's parts, gathered in any order; attached in run_wiring()'s order, the parts of one
+// slot (the detectors) in the order given.
+class RunWiring {
+ public:
+  struct Attachment {
+    std::size_t slot = 0;  // index in run_wiring()
+    StepObserver* observer = nullptr;  // null: not attached as one
+    StepHooks* hooks = nullptr;
+  };
+
+  // std::logic_error when `slot` is no slot's name or `p` is not what the slot attaches it as.
+  template <typename Part>
+  void add(std::string_view slot, Part* p) {
+    StepObserver* observer = nullptr;
+    StepHooks* hooks = nullptr;
+    if constexpr (std::is_base_of_v<StepObserver, Part>) observer = p;
+    if constexpr (std::is_base_of_v<StepHooks, Part>) hooks = p;
+    add(slot, observer, hooks);
+  }
+
+  // What attach_to adds, in its order.
+  std::vector<Attachment> in_order() const;
+  void attach_to(Trainer& trainer) const;
+
+ private:
+  void add(std::string_view slot, StepObserver* observer, StepHooks* hooks);
+  std::vector<Attachment> added_;
+};
+
+}  // namespace rcl

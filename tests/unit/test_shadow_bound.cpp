@@ -1,0 +1,105 @@
+// The shadow check's bound (checks/shadow_bound.hpp) against its derivation: the coefficients
+// worked out by hand from 8 (u ||c_i|| + u_acc sqrt(K) ||a_i|| ||B||_F) for fp32, bf16, fp16 and
+// fp64; monotone in the reduction length; scaled by the output dtype's unit roundoff alone (the
+// accumulation is fp32 for every reduced dtype); and the element bound the derivation starts
+// from holding for honest CPU GEMMs.
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/checks/shadow_bound.hpp"
+
+namespace rcl {
+namespace {
+
+double two_to(int e) { return std::ldexp(1.0, e); }
+
+TEST(ShadowBound, GemmCoefficientsByHand) {
+  // fp32, K = 64: 8 u = 2^-21; 8 u_acc sqrt(K) = 8 2^-24 8 = 2^-18.
+  const GemmBound fp32 = gemm_bound(torch::kFloat, 64);
+  EXPECT_EQ(fp32.per_output_norm(), two_to(-21));
+  EXPECT_EQ(fp32.per_input_norms(), two_to(-18));
+  // ||c_i|| = 3, ||a_i|| = 2, ||B||_F = 5: 8 2^-24 (3 + 8 * 2 * 5) = 83 2^-21.
+  EXPECT_EQ(fp32.row(3, 2, 5), 83 * two_to(-21));
+  // bf16, K = 256: u = 2^-8, so 8 u = 2^-5; fp32 accumulation: 8 2^-24 16 = 2^-17.
+  const GemmBound bf16 = gemm_bound(torch::kBFloat16, 256);
+  EXPECT_EQ(bf16.per_output_norm(), two_to(-5));
+  EXPECT_EQ(bf16.per_input_norms(), two_to(-17));
+  // fp16, K = 1024: u = 2^-11, so 8 u = 2^-8; 8 2^-24 32 = 2^-16.
+  const GemmBound fp16 = gemm_bound(torch::kHalf, 1024);
+  EXPECT_EQ(fp16.per_output_norm(), two_to(-8));
+  EXPECT_EQ(fp16.per_input_norms(), two_to(-16));
+  // fp64 data is summed in fp64: 8 2^-53 sqrt(4) = 2^-49.
+  const GemmBound fp64 = gemm_bound(torch::kDouble, 4);
+  EXPECT_EQ(fp64.per_output_norm(), two_to(-50));
+  EXPECT_EQ(fp64.per_input_norms(), two_to(-49));
+  EXPECT_THROW(gemm_bound(torch::kInt, 4), std::invalid_argument);  // no roundoff for integers
+}
+
+TEST(ShadowBound, GrowsWithKAndScalesWithTheOutputsRoundoff) {
+  double previous = 0;
+  for (const int64_t k : {1, 2, 16, 100, 4096, 65536}) {
+    const double now = gemm_bound(torch::kFloat, k).row(1, 1, 1);
+    EXPECT_GT(now, previous) << "K=" << k;
+    previous = now;
+    // The accumulation term goes as sqrt(K): four times K, twice the term.
+    EXPECT_DOUBLE_EQ(gemm_bound(torch::kFloat, 4 * k).per_input_norms(), 2 * gemm_bound(torch::kFloat, k).per_input_norms());
+    // The output's term is the dtype's u alone; the accumulation's is fp32's for every reduced dtype.
+    const GemmBound fp32 = gemm_bound(torch::kFloat, k), bf16 = gemm_bound(torch::kBFloat16, k),
+                    fp16 = gemm_bound(torch::kHalf, k);
+    EXPECT_EQ(bf16.per_output_norm() / fp32.per_output_norm(), two_to(16));
+    EXPECT_EQ(fp16.per_output_norm() / fp32.per_output_norm(), two_to(13));
+    EXPECT_EQ(bf16.per_input_norms(), fp32.per_input_norms());
+    EXPECT_EQ(fp16.per_input_norms(), fp32.per_input_norms());
+  }
+}
+
+TEST(ShadowBound, LayerNormElementByHand) {
+  // fp32, D = 16: u = 2^-24, u_acc sqrt(D) = 2^-22. r = -1.5, bias = 0.5, w = -2, m^2 = 1.25,
+  // x_hat = -0.5: 8 ((1.5 + 0.5) 2^-24 + 2 * 1.25 * 1.5 * 2^-22) = 8 * 4.25 * 2^-22 = 34 2^-22.
+  const LayerNormBound fp32 = layer_norm_bound(torch::kFloat, 16);
+  EXPECT_EQ(fp32.u, two_to(-24));
+  EXPECT_EQ(fp32.acc, two_to(-22));
+  EXPECT_EQ(fp32.element(-1.5, 0.5, -2, 1.25, -0.5), 34 * two_to(-22));
+  // bf16 output: only the first term's u changes (2^-8), the sums stay fp32.
+  const LayerNormBound bf16 = layer_norm_bound(torch::kBFloat16, 16);
+  EXPECT_EQ(bf16.element(1, 0, 0, 1, 0), 8 * two_to(-8));
+  EXPECT_EQ(bf16.acc, fp32.acc);
+  EXPECT_GT(layer_norm_bound(torch::kFloat, 1024).element(1, 0, 1, 1, 1), fp32.element(1, 0, 1, 1, 1));
+}
+
+TEST(ShadowBound, RangeAndFloor) {
+  EXPECT_EQ(largest_finite(torch::kHalf), 65504.0);
+  EXPECT_GT(largest_finite(torch::kFloat), 3.4e38 * 0.99);
+  EXPECT_EQ(bound_floor(torch::kFloat), 1e-12);
+  EXPECT_EQ(bound_floor(torch::kDouble), 1e-300);
+}
+
+// The derivation's element bound, before the factor 8 that covers the projection: an honest
+// result is within u |c_ij| + u_acc sqrt(K) ||a_i|| ||b_j|| of the float64 product, for
+// same-sign products too (the worst case for the accumulation).
+TEST(ShadowBound, HonestCpuGemmsMeetTheElementBound) {
+  torch::manual_seed(7);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const int64_t k : {16, 256, 2048}) {
+      for (const bool same_sign : {false, true}) {
+        auto a = torch::randn({8, k}, torch::kDouble), b = torch::randn({k, 8}, torch::kDouble);
+        if (same_sign) a = a.abs(), b = b.abs();
+        const auto a32 = a.to(torch::kFloat), b32 = b.to(torch::kFloat);
+        const auto c = torch::matmul(a32, b32).to(dtype).to(torch::kDouble);  // fp32 sums, output rounded
+        const auto reference = torch::matmul(a32.to(torch::kDouble), b32.to(torch::kDouble));
+        const GemmBound g = gemm_bound(dtype, k);
+        const auto element = c.abs() * g.u + g.u_acc * g.sqrt_k * torch::outer(a32.to(torch::kDouble).norm(2, 1),
+                                                                                b32.to(torch::kDouble).norm(2, 0));
+        EXPECT_TRUE((c - reference).abs().le(element).all().item<bool>())
+            << c10::toString(dtype) << " K=" << k << (same_sign ? " same-sign" : "");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rcl
