@@ -153,7 +153,7 @@ std::vector<Finding> run_smoke(const std::string& inject) {
   const FaultPlan faults = FaultPlan::parse(inject);
   FaultInjector injector(faults, 0, trainer.model(), ctx.device);
   trainer.add_hooks(&injector);
-  auto detectors = make_detectors(DetectorContext{.diag = ctx.diag, .log = log, .trainer = &trainer, .faults = &faults});
+  auto detectors = make_detectors(DetectorContext{.diag = ctx.diag, .log = log, .loop = &trainer, .faults = &faults});
   for (auto& d : detectors) {
     trainer.add_observer(d.get());
     trainer.add_hooks(d.get());
