@@ -89,8 +89,8 @@ struct StressMode {
   std::vector<std::string> reads() const;   // fields its rules read (never written by any mode)
 };
 
-// Every known mode, in canonical order (gemm, rng, comm, memory, fusion, then modes registered
-// at run time in registration order).
+// Every known mode, in canonical order (the built-in ones as stress_modes.cpp lists them, then
+// modes registered at run time in registration order).
 const std::vector<StressMode>& stress_mode_registry();
 std::vector<std::string> stress_mode_names();
 

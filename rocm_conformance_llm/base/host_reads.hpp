@@ -1,7 +1,7 @@
 // Counts the blocking device-to-host reads this process issues: every `.item()` (ATen's
 // _local_scalar_dense, whatever the device) and every explicit wait for the device. On a GPU
 // each one drains the queue the host is trying to keep full, so an ordinary training step
-// should issue none (gpu-path-review item 8). Device-agnostic: a RecordFunction callback, so
+// should issue none. Device-agnostic: a RecordFunction callback, so
 // CPU runs count the same call sites a GPU run would block on.
 #pragma once
 

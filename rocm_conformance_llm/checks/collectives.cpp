@@ -15,7 +15,7 @@ constexpr double kMinSpikeRatio = 2.0;
 constexpr double kLatencyScaleFloor = 0.05;
 // CPU ranks all-reduce through Gloo on the host's shared cores, and a collective's time there
 // is mostly the wait for the peer the host last kept off a core: clean 2-rank comm runs on a
-// loaded 2-core host (issue 12) waited up to 1.3 median steps beyond the usual. There a spike
+// loaded 2-core host (bench/false-alarms.md) waited up to 1.3 median steps beyond the usual. There a spike
 // must cost this many steps (the factor of the other CPU timing floors: step_time.cpp).
 constexpr double kSharedCoresMinSteps = 4.0;
 }  // namespace

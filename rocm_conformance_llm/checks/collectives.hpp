@@ -17,8 +17,8 @@ namespace rcl {
 // median (a z-score alone turns microsecond jitter on a very steady link into "spikes") AND
 // whose extra time is >= collective_latency_min_step_fraction of the median step time (a
 // millisecond hiccup in a 100 ms step costs nothing; on CPU ranks, whose Gloo collectives mostly
-// wait for a peer the shared host descheduled, at least 4 median steps: issue 12). Spikes never enter the baseline. Hangs and stalls at
-// synchronisation points are the watchdog's (watchdog.hpp).
+// wait for a peer the shared host descheduled, at least 4 median steps). Spikes never enter the
+// baseline. Hangs and stalls at synchronisation points are the watchdog's (watchdog.hpp).
 class CollectiveDetector final : public Detector {
  public:
   using Detector::Detector;

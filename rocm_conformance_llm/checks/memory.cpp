@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t kMinReservedForFragmentation = int64_t{64} << 20;
 constexpr double kMiB = 1024.0 * 1024.0;
 // The process RSS also holds what a run's first dozens of steps settle into (transport buffers,
-// allocator arenas): clean 2-rank CPU runs grew 1.1 MiB/step through step 25 (issue 12).
+// allocator arenas): clean 2-rank CPU runs grew 1.1 MiB/step through step 25 (bench/false-alarms.md).
 constexpr double kRssSlopeFloor = 2.0 * kMiB;
 }  // namespace
 

@@ -88,7 +88,7 @@ NumericsDetector::LossReference NumericsDetector::loss_reference() const {
 }
 
 bool NumericsDetector::is_spike(double loss, const LossReference& ref) const {
-  // Both: a z-score alone calls dropout's bad batches spikes on a smooth run (issue 12), a
+  // Both: a z-score alone calls dropout's bad batches spikes on a smooth run (clean --stress rng runs), a
   // relative jump alone misses them on a noisy one.
   return (loss - ref.median) / ref.scale >= run_threshold(cfg_.loss_spike_zscore) &&
          loss - ref.median >= ref.min_jump * std::abs(ref.median);

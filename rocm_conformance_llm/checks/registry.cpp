@@ -158,7 +158,7 @@ std::vector<DetectorSpec> builtin_detectors() {
          if (!group || !c.loop) return nullptr;
          auto options = CommMonitorOptions::from(c.loop->ctx().cfg);
          // CPU ranks share the host's cores: under load one runs 2-3x slower for ~10 steps at a
-         // time (issue 12); only a rank 4x slower is a straggler.
+         // time (bench/false-alarms.md); only a rank 4x slower is a straggler.
          if (run_profile(c).shared_cores) options.straggler.ratio = std::max(options.straggler.ratio, 4.0);
          return std::make_unique<CommMonitor>(c.diag, c.log, std::move(group), c.loop->model()->parameters(),
                                               options, c.loop);

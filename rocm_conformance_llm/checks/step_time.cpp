@@ -12,7 +12,7 @@ namespace rcl {
 namespace {
 // A CPU run shares the host's cores (and their SMT siblings) with everything else on it: clean
 // runs on a 2-vCPU host under build load (load average 12-16) showed bursts of 2-3x lasting ~10
-// steps and a CV of up to 0.65 (issue 12). A real or injected slowdown of a CPU step is judged
+// steps and a CV of up to 0.65 (bench/false-alarms.md). A real or injected slowdown of a CPU step is judged
 // against these floors; a GPU run keeps the configured thresholds.
 constexpr double kSharedCoresSlowdownRatio = 4.0;
 constexpr double kSharedCoresCv = 1.0;
@@ -34,7 +34,7 @@ void StepTimeDetector::on_step(const StepRecord& r) {
   last_step_ = r.step;
   // Judged: the compute. Time inside collectives is RCCL's (and, on several ranks, the slowest
   // peer's). The host's runqueue wait stays in: on a loaded host it is most of the step, and
-  // what is left without it is noisier than the step (issue 12, comm runs at a load of 13 on 2
+  // what is left without it is noisier than the step (clean comm runs at a load of 13 on 2
   // cores: 75-95% wait, the rest with a CV of 1.3).
   double in_collectives = 0.0;
   for (const auto& c : r.collectives) in_collectives += c.seconds;

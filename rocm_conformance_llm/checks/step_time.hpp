@@ -27,7 +27,7 @@ namespace rcl {
 //     (warn), or >= a fifth of it (info: a noticeable but tolerable Find / compile cost).
 //
 // Every step time is judged without the time in collectives (RCCL's, and on several ranks the
-// slowest peer's: issue 12's 2-rank runs had a step-time CV above 1 with them).
+// slowest peer's: clean 2-rank runs on a loaded host had a step-time CV above 1 with them).
 class StepTimeDetector final : public Detector {
  public:
   using Detector::Detector;

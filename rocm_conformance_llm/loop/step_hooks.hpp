@@ -37,7 +37,7 @@ inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's m
 inline constexpr const char* rendezvous = "rendezvous";
 inline constexpr const char* preflight = "preflight";
 inline constexpr std::array all = {rendezvous, preflight, data, forward, backward, grad_sync, checksum, optimizer,
-                                   eval, canary, attention_probe, replay, loss_allreduce};
+                                   eval, canary, attention_probe, replay, rerun, loss_allreduce};
 }  // namespace phase
 
 class StepHooks {

@@ -137,7 +137,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<C10dGroup> group;
   // Host tensors' group: always Gloo, so the host's own values (loss mean, votes, step times)
-  // never wait for the device nor are read back from it (issue 11 item 7). On a CPU device the
+  // never wait for the device nor are read back from it. On a CPU device the
   // same group as `group`; on a GPU a second one (RCCL takes device tensors only, and a Gloo
   // device group drains the device before each collective).
   c10::intrusive_ptr<C10dGroup> host_group;
@@ -242,7 +242,7 @@ struct Communicator::Impl {
   // Kernels queued before the collective (backward, flattening) are not communication time. RCCL's
   // wait() only orders the current stream after the collective, so where events can time, a
   // DeviceInterval around it times it on the stream, read when the step is published: no host
-  // wait per gradient bucket (gpu-path-review item 8). Otherwise (Gloo, whose wait blocks anyway;
+  // wait per gradient bucket, which would drain the queue the GPU works from. Otherwise (Gloo, whose wait blocks anyway;
   // libtorch 1.13) the device is drained first and the host clock times it.
   template <typename Start>
   CollectiveSample run(const std::string& op, CollectiveKind kind, int64_t bytes, bool on_device, Start&& start) {

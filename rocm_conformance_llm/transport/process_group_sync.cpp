@@ -114,7 +114,7 @@ void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& param
 
 // Host tensors: the Communicator sends them through Gloo whatever the backend, so the host's own
 // values (the loss mean, the stop votes of every step, the checks' figures) never wait for the
-// device nor read it back (issue 11 item 7).
+// device nor read it back: with several ranks on a GPU each would be a blocking read per step.
 double ProcessGroupSync::mean_across_ranks(double value) {
   torch::Tensor t = torch::tensor({value}, torch::kDouble);
   comm_->all_reduce_sum(t, "allreduce_scalar");

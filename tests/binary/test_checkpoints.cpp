@@ -1,4 +1,4 @@
-// Checkpoints and resume (issue 10 items 4, 5 and 7's full disk): the safetensors writer against
+// Checkpoints and resume (also on a full disk): the safetensors writer against
 // an independent reader written here from the format's spec, refusal of damaged files, and
 // through the real binary: N steps straight equal N/2 + resume N/2 bit for bit (losses, gradient
 // norms, final weights and optimizer state), a checkpoint on a stop signal, keep-last-K, refusal

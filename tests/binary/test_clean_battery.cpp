@@ -1,4 +1,4 @@
-// No false alarms (issue 12): clean runs of every stress mode and of `all`, several seeds, and
+// No false alarms: clean runs of every stress mode and of `all`, several seeds, and
 // multi-rank `--stress comm` runs must end PASS on every rank with no warn or fail finding. A
 // false alarm is as serious a bug as a miss: a detector that fires here is miscalibrated.
 // Serial under ctest (tests/CMakeLists.txt): timing detectors judge it. bench/false_alarms.py

@@ -1,4 +1,4 @@
-// `rocm-conformance-llm compare` (issue 14): real short runs side by side, one of them slowed
+// `rocm-conformance-llm compare`: real short runs side by side, one of them slowed
 // by `--inject slow-step=1.5` (every step 1.5 s longer); compare must flag exactly that one and exit 1,
 // and a baseline written from the good runs must judge later runs the same way. The group
 // rules' logic (majority, robust z) on hand-made rows.

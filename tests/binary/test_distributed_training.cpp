@@ -213,7 +213,7 @@ std::vector<std::vector<nlohmann::json>> two_rank_metrics_counting_reads(const f
   return metrics;
 }
 
-// Issue 11 item 7 with several ranks: the loss mean and the stop vote of every step travel as
+// Host values with several ranks: the loss mean and the stop vote of every step travel as
 // host tensors through Gloo, so an ordinary step reads nothing back from the device on any rank
 // (counted by diagnostics.count_host_reads at the call sites a GPU would block on). Validation
 // (every 5th step) and the cross-rank checksum (every 4th, counted in the next step's window:
@@ -390,7 +390,7 @@ TEST(DistributedFailureTest, InterruptedHealthyRanksNameNobody) {
   if (!HasFailure()) fs::remove_all(out);
 }
 
-// A rank lost in one phase of the run (issue 10's list), with a launcher that does not stop the
+// A rank lost in one phase of the run (rank-stop@phase=), with a launcher that does not stop the
 // others (plain processes here, as under mpirun or srun): `rank-stop` freezes it on entering the
 // phase, sockets open, so its peers see silence, not EOF.
 struct LostRankCase {

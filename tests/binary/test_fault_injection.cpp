@@ -275,8 +275,8 @@ TEST(AnomalyRerun, CleanRunsOnSeveralSeedsClassifyNothing) {
 }
 
 // An ordinary step with diagnostics at their defaults issues no blocking device-to-host read:
-// the loss's finiteness is decided on the device and read one step late (gpu-path-review item
-// 8). Counted on CPU at the call sites a GPU would block on; validation steps do read, which
+// the loss's finiteness is decided on the device and read one step late (on a GPU
+// each read drains the queue the device works from). Counted on CPU at the call sites a GPU would block on; validation steps do read, which
 // shows the counter counts.
 TEST(HostReads, OrdinaryStepsIssueNoneAndValidationStepsAreCounted) {
   const RunOutput run = run_smoke("host-reads", "--steps 12 --set eval_interval=5 --set diagnostics.count_host_reads=true");

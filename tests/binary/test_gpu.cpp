@@ -1,4 +1,4 @@
-// Tests that need a GPU (issue 11, item 6): they run where libtorch sees one (torch::kCUDA is
+// Tests that need a GPU: they run where libtorch sees one (torch::kCUDA is
 // the HIP device on ROCm) and are skipped, saying so, everywhere else. scripts/gpu/run.sh runs
 // them on the GPU machine; CI has none. Device-agnostic like the rest: no vendor API here.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// report.html (issue 14): every run directory gets a page a person can read offline, with the
+// report.html: every run directory gets a page a person can read offline, with the
 // findings marked at their steps. Real runs of the binary (clean, failed, crashed, hung) are
 // loaded in headless Chromium and what it rendered is measured; the screenshots go to
 // test-output/report_html/ under the test's working directory. The 100k-step case checks that

@@ -1,4 +1,4 @@
-// The node under the job (issue 13): GPU telemetry through ROCm SMI (against a fake library the
+// The node under the job: GPU telemetry through ROCm SMI (against a fake library the
 // tests build: tests/fakes/fake_rocm_smi.cpp, values scripted per call), the amdgpu kernel log
 // (a recorded log through the same parser), `doctor` (crafted environments, a fake KFD topology
 // and kernel command line), run levels, the rocm.* knobs and --memory-profile. Nothing here has

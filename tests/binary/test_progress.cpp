@@ -1,4 +1,4 @@
-// Terminal progress (issue 14): on a terminal one status line updated in place with \r; in a
+// Terminal progress: on a terminal one status line updated in place with \r; in a
 // log file plain lines and no control character. The binary runs on a pseudo-terminal
 // (forkpty) and with its output redirected to files.
 #include <pty.h>

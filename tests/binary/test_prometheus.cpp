@@ -1,4 +1,4 @@
-// metrics.prom (issue 14) read back with a parser written here from the Prometheus text
+// metrics.prom read back with a parser written here from the Prometheus text
 // exposition format's spec (https://prometheus.io/docs/instrumenting/exposition_formats/):
 // "# HELP name text" / "# TYPE name type" once per family, before its samples; samples
 // `name{label="value",...} value [timestamp]`, a family's samples together, no repeated label set;

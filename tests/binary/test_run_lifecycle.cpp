@@ -1,4 +1,4 @@
-// Every run ends with a verdict (issue 10): the error boundary (exit 2 before the output
+// Every run ends with a verdict: the error boundary (exit 2 before the output
 // directory is usable, a "crashed" report and exit 3 after), stop signals (an "interrupted"
 // report and exit 4, also when the main thread is stuck), and strict command-line input.
 // Through the real binary where a natural trigger exists; in-process (a throwaway detector that

@@ -161,7 +161,7 @@ TEST(NumericsDetector, SpikeThatNeverRecoversFails) {
 }
 
 TEST(NumericsDetector, DropoutNoiseIsNotASpike) {
-  // rng mode's dropout and drop-path (issue 12): every few steps a batch comes out 15-25% worse
+  // rng mode's dropout and drop-path (bench/false-alarms.md): every few steps a batch comes out 15-25% worse
   // than its neighbours, which are otherwise steady within ~1%. A z-score against the MAD of
   // the steady steps alone called those GEMM faults; the run's step-to-step noise and the
   // minimum relative jump do not.
@@ -326,7 +326,7 @@ TEST(CollectiveDetector, LatencySpikeIsAttributedToRccl) {
 }
 
 TEST(CollectiveDetector, HiccupShorterThanAQuarterStepIsNotASpike) {
-  // Host jitter (issue 12): a 1 ms collective taking 20 ms is 20x its median, but in a 100 ms
+  // Host jitter on a loaded CPU host: a 1 ms collective taking 20 ms is 20x its median, but in a 100 ms
   // step it is below collective_latency_min_step_fraction (0.25) of a step.
   auto stream = clean_stream();
   stream[29].collectives[1].seconds = 0.020;  // step 30's checksum
@@ -336,7 +336,7 @@ TEST(CollectiveDetector, HiccupShorterThanAQuarterStepIsNotASpike) {
 }
 
 TEST(CollectiveDetector, OnSharedCoresOnlyAWaitOfSeveralStepsIsASpike) {
-  // CPU ranks (issue 12): a peer descheduled by the loaded host kept an all-reduce 1.3 median
+  // CPU ranks (bench/false-alarms.md): a peer descheduled by the loaded host kept an all-reduce 1.3 median
   // steps longer than usual in a clean 2-rank run; a stalled transport costs far more.
   const auto spikes = [](double extra_s) {
     FindingLog log;

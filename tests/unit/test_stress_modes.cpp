@@ -310,7 +310,7 @@ TEST(StressRegistry, AModeNeedingAGpuAppliesOnlyWithOne) {
   expect_order_independent(smoke, smoke.training, gpu);
 }
 
-// Review item 5 (shared/notes/gpu-path-review.md): at `small` the memory mode's seq 8192 through
+// Measured on an H100 (docs/gpu-run.md): at `small` the memory mode's seq 8192 through
 // math attention is a B*H*T^2 score tensor (12.9 GB bf16) and took 29.7 s/step on an H100. On a
 // GPU with SDPA the mode sends it through fused SDPA, alone and combined with every other mode;
 // on the CPU, on libtorch 1.x, or with a backend already chosen, attention is left alone.

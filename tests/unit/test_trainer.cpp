@@ -499,7 +499,8 @@ TEST(Training, ObserversGetEveryStepInOrderWithItsRecord) {
   std::filesystem::remove_all(ctx.output_dir);
 }
 
-// Review item 4: on a GPU, steps are timed by device events where c10::Event can time them
+// The host's clock stops when the last kernel is queued, not when it has run, so on a GPU steps
+// are timed by device events where c10::Event can time them
 // (elapsedTime and a blocking synchronize arrived with libtorch 2.x; 1.13 has neither, so there
 // the host clock stays). A capability of the type, checked here against the two versions CI builds.
 TEST(Training, DeviceEventTimingIsAvailableExactlyWhereLibtorchEventsCanTime) {
