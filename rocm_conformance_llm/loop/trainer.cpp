@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/base/deferred_scalars.hpp"
+#include "rocm_conformance_llm/base/host_reads.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"

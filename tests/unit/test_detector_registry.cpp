@@ -35,7 +35,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 // Every TEST/TEST_P name in tests/, as "Suite.Name".
 std::set<std::string> test_names_in_sources() {
   std::set<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(RCL_SOURCE_DIR) + "/tests")) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(RCL_SOURCE_DIR) + "/tests")) {
     std::ifstream in(entry.path());
     std::string line;
     while (std::getline(in, line)) {
