@@ -8,7 +8,7 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/faults/faults.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -175,19 +175,19 @@ AttentionProbeOptions AttentionProbeOptions::from(const TrainingConfig& cfg, boo
           .corrupt_masked = corrupt_masked};
 }
 
-TrainerAttentionProbe probe_trainer_attention(Trainer& trainer, bool corrupt_masked) {
-  const TrainingConfig& c = trainer.ctx().cfg;
-  const AttentionInputs in = capture_attention_inputs(trainer.model(), trainer.data().train_batch(0).inputs);
+TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked) {
+  const TrainingConfig& c = loop.ctx().cfg;
+  const AttentionInputs in = capture_attention_inputs(loop.model(), loop.train_batch(0).inputs);
   // Captured in fp32; the training call sees them in autocast's dtype.
   const auto autocast = autocast_for(c.mixed_precision);
   const auto dtype = autocast.enabled ? autocast.dtype : torch::kFloat;
-  return {.results = probe_attention(in, trainer.ctx().device, AttentionProbeOptions::from(c, corrupt_masked)),
-          .training_kernel = trainer.model()->blocks().at(0)->attn->training_kernel(in.q.to(dtype), in.k.to(dtype),
-                                                                                      in.v.to(dtype))};
+  return {.results = probe_attention(in, loop.ctx().device, AttentionProbeOptions::from(c, corrupt_masked)),
+          .training_kernel = loop.model()->blocks().at(0)->attn->training_kernel(in.q.to(dtype), in.k.to(dtype),
+                                                                                 in.v.to(dtype))};
 }
 
-nlohmann::json attention_probe_report(Trainer& trainer, const TrainerAttentionProbe& probe) {
-  const TrainingConfig& c = trainer.ctx().cfg;
+nlohmann::json attention_probe_report(LoopAccess& loop, const TrainerAttentionProbe& probe) {
+  const TrainingConfig& c = loop.ctx().cfg;
   nlohmann::json rows = nlohmann::json::array();
   int64_t mismatches = 0;
   for (const auto& r : probe.results) {
@@ -195,7 +195,7 @@ nlohmann::json attention_probe_report(Trainer& trainer, const TrainerAttentionPr
     mismatches += r.passed() ? 0 : 1;
   }
   return {{"probe", "attention"},
-          {"device", trainer.ctx().device.str()},
+          {"device", loop.ctx().device.str()},
           {"libtorch", TORCH_VERSION},
           {"seq_len", std::max(c.attention_probe_seq_len, c.seq_len)},
           {"pad_fraction", AttentionProbeOptions::from(c, false).pad_fraction},
@@ -206,24 +206,24 @@ nlohmann::json attention_probe_report(Trainer& trainer, const TrainerAttentionPr
           {"passed", mismatches == 0}};
 }
 
-AttentionProbeCheck::AttentionProbeCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer,
+AttentionProbeCheck::AttentionProbeCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop,
                                          const FaultPlan* faults)
-    : Detector(cfg, log), trainer_(trainer), faults_(faults) {}
+    : Detector(cfg, log), loop_(loop), faults_(faults) {}
 
-void AttentionProbeCheck::preflight() { probe(0, trainer_.sync().rank()); }
+void AttentionProbeCheck::preflight() { probe(0, loop_.rank()); }
 
 void AttentionProbeCheck::after_step(StepRecord& rec) {
-  if (trainer_.replaying() || rec.step % trainer_.ctx().cfg.attention_probe_interval != 0) return;
-  trainer_.enter_phase(phase::attention_probe, rec.step);
+  if (loop_.replaying() || rec.step % loop_.ctx().cfg.attention_probe_interval != 0) return;
+  loop_.enter_phase(phase::attention_probe, rec.step);
   probe(rec.step, rec.rank);
 }
 
 void AttentionProbeCheck::probe(int64_t step, int rank) {
-  const TrainingConfig& c = trainer_.ctx().cfg;
-  const torch::Device& device = trainer_.ctx().device;
+  const TrainingConfig& c = loop_.ctx().cfg;
+  const torch::Device& device = loop_.ctx().device;
   const bool corrupt = faults_ && faults_->fires(FaultKind::attention_mask_corrupt, step, rank);
   const int64_t seq = std::max(c.attention_probe_seq_len, c.seq_len);
-  const auto [results, training_kernel] = probe_trainer_attention(trainer_, corrupt);
+  const auto [results, training_kernel] = probe_trainer_attention(loop_, corrupt);
   const auto supported = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.supported; });
   const auto outside = std::count_if(results.begin(), results.end(), [](const auto& r) { return !r.passed(); });
   spdlog::info("attention probe at step {}: {} backend/dtype/mask/layout cases run ({} without a kernel here), {} "

@@ -34,7 +34,7 @@
 namespace rcl {
 
 class FaultPlan;
-class Trainer;
+class LoopAccess;
 
 // The probe uses the first two sequences (the second one padded) and two heads: the float64
 // host reference stays cheap at the probe's longer sequence.
@@ -92,26 +92,26 @@ struct TrainerAttentionProbe {
   std::vector<AttentionProbeResult> results;
   std::string training_kernel;  // CausalSelfAttentionImpl::training_kernel in the run's precision
 };
-TrainerAttentionProbe probe_trainer_attention(Trainer& trainer, bool corrupt_masked);
+TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked);
 
 // `rocm-conformance-llm probe attention`: {"probe", "device", "libtorch", "seq_len",
 // "pad_fraction", "backends", "training_kernel", "results": [AttentionProbeResult::to_json],
 // "mismatches", "passed"}.
-nlohmann::json attention_probe_report(Trainer& trainer, const TrainerAttentionProbe& probe);
+nlohmann::json attention_probe_report(LoopAccess& loop, const TrainerAttentionProbe& probe);
 
 // Loop-side: the probe at start-up (preflight) and every training.attention_probe_interval
 // steps, on block 0's inputs for a validation batch; a mismatch is a fail finding
 // attention_backend_mismatch, once per combination per run.
 class AttentionProbeCheck final : public Detector {
  public:
-  AttentionProbeCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
+  AttentionProbeCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults);
   void preflight() override;
   void after_step(StepRecord& rec) override;
 
  private:
   void probe(int64_t step, int rank);
 
-  Trainer& trainer_;
+  LoopAccess& loop_;
   const FaultPlan* faults_;
   std::set<std::string> reported_;
 };

@@ -13,11 +13,12 @@ CommMonitorOptions CommMonitorOptions::from(const TrainingConfig& cfg) {
 }
 
 CommMonitor::CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<ProcessGroupSync> sync,
-                         std::vector<torch::Tensor> params, CommMonitorOptions options)
+                         std::vector<torch::Tensor> params, CommMonitorOptions options, LoopAccess* loop)
     : Detector(diag, log),
       sync_(std::move(sync)),
       params_(std::move(params)),
       options_(options),
+      loop_(loop),
       stragglers_(sync_->world_size(), options.straggler) {}
 
 void CommMonitor::report_all(std::vector<Finding> findings) {
@@ -31,6 +32,8 @@ void CommMonitor::preflight() {
 }
 
 void CommMonitor::on_step(const StepRecord& record) {
+  // Every collective below is the checksum phase's: a hang or a lost rank here is named so.
+  if (loop_) loop_->enter_phase(phase::checksum, record.step);
   const bool check = options_.check_interval > 0 && record.step % options_.check_interval == 0;
   if (check) {
     std::vector<Finding> desync = sync_->compare_collective_sequences();

@@ -14,6 +14,7 @@
 
 #include "rocm_conformance_llm/checks/detector.hpp"
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/transport/comm_checks.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 
@@ -30,9 +31,10 @@ struct CommMonitorOptions {
 
 class CommMonitor final : public Detector {
  public:
-  // `params` are the model's parameters (shared storage: the monitor sees every update).
+  // `params` are the model's parameters (shared storage: the monitor sees every update). `loop`
+  // hears the checksum phase before the monitor's collectives (nullptr: no loop to tell).
   CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<ProcessGroupSync> sync,
-              std::vector<torch::Tensor> params, CommMonitorOptions options);
+              std::vector<torch::Tensor> params, CommMonitorOptions options, LoopAccess* loop = nullptr);
 
   // Before step 1: every rank takes rank 0's parameters (as DDP does), then the canary and the
   // parameter fingerprint prove the broadcast and the transport right.
@@ -48,6 +50,7 @@ class CommMonitor final : public Detector {
   std::shared_ptr<ProcessGroupSync> sync_;
   std::vector<torch::Tensor> params_;
   CommMonitorOptions options_;
+  LoopAccess* loop_;
   StragglerTracker stragglers_;
 };
 

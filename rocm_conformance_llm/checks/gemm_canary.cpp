@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/faults/faults.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/model.hpp"
 
 namespace rcl {
@@ -206,16 +206,16 @@ std::vector<CanaryShape> canary_shapes(const TrainingConfig& cfg, const torch::D
 }
 }  // namespace
 
-GemmCanaryCheck::GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer,
+GemmCanaryCheck::GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop,
                                  const FaultPlan* faults)
     : Detector(cfg, log),
-      trainer_(trainer),
+      loop_(loop),
       faults_(faults),
-      canary_(canary_shapes(trainer.ctx().cfg, trainer.ctx().device), trainer.ctx().device) {}
+      canary_(canary_shapes(loop.ctx().cfg, loop.ctx().device), loop.ctx().device) {}
 
 void GemmCanaryCheck::after_step(StepRecord& rec) {
-  if (trainer_.replaying() || rec.step % cfg_.gemm_canary_interval != 0) return;
-  trainer_.enter_phase(phase::canary, rec.step);
+  if (loop_.replaying() || rec.step % cfg_.gemm_canary_interval != 0) return;
+  loop_.enter_phase(phase::canary, rec.step);
   CanaryFault fault = CanaryFault::none;
   if (faults_ && faults_->fires(FaultKind::gemm_corrupt_once, rec.step, rec.rank)) fault = CanaryFault::once;
   if (faults_ && faults_->fires(FaultKind::gemm_corrupt, rec.step, rec.rank)) fault = CanaryFault::persistent;

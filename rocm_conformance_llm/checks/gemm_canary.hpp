@@ -31,7 +31,7 @@
 namespace rcl {
 
 class FaultPlan;
-class Trainer;
+class LoopAccess;
 
 // C (M x N) = op(A) (M x K) * op(B) (K x N). transpose_a: A is stored K x M and used through a
 // transposed view (a BLAS "T" operand); likewise B, stored N x K, which is what nn::Linear does.
@@ -114,11 +114,11 @@ class GemmCanary {
 class GemmCanaryCheck final : public Detector {
  public:
   // `faults`: gemm-corrupt and gemm-corrupt-once corrupt a canary output (nullptr: no faults).
-  GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
+  GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults);
   void after_step(StepRecord& rec) override;
 
  private:
-  Trainer& trainer_;
+  LoopAccess& loop_;
   const FaultPlan* faults_;
   GemmCanary canary_;
 };

@@ -6,7 +6,7 @@
 
 #include "rocm_conformance_llm/checks/rerun.hpp"
 #include "rocm_conformance_llm/checks/robust_stats.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 
 namespace rcl {
 
@@ -212,12 +212,12 @@ Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, in
   return f;
 }
 
-NonFiniteLocaliser::NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer)
-    : Detector(cfg, log), trainer_(trainer) {}
+NonFiniteLocaliser::NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop)
+    : Detector(cfg, log), loop_(loop) {}
 
 void NonFiniteLocaliser::on_gradients(int64_t step, const std::vector<torch::Tensor>& /*params*/,
                                       const torch::Tensor& /*loss_sum*/, int64_t first_micro_batch) {
-  if (trainer_.replaying()) return;
+  if (loop_.replaying()) return;
   first_micro_batch_[step] = first_micro_batch;
   while (first_micro_batch_.size() > 4) first_micro_batch_.erase(first_micro_batch_.begin());
 }
@@ -227,19 +227,19 @@ void NonFiniteLocaliser::on_loss(int64_t step, double local_loss) {
   if (diagnosed_ || std::isfinite(local_loss) || where == first_micro_batch_.end()) return;
   diagnosed_ = true;
   const int64_t first_micro_batch = where->second;
-  const auto& cfg = trainer_.ctx().cfg;
-  const auto& device = trainer_.ctx().device;
+  const auto& cfg = loop_.ctx().cfg;
+  const auto& device = loop_.ctx().device;
   const RngSnapshot rng = capture_rng(device);  // re-runs draw the same dropout masks
   NonFiniteDiagnosis diagnosis;
   int64_t micro = 0;
   for (; micro < cfg.grad_accum_steps; ++micro) {
-    const Batch batch = trainer_.data().train_batch(first_micro_batch + micro);
+    const Batch batch = loop_.train_batch(first_micro_batch + micro);
     const auto rerun = [&](bool fp32) {
       torch::NoGradGuard no_grad;
       restore_rng(rng, device);
-      AutocastGuard autocast(device.type(), fp32 ? AutocastState{} : trainer_.autocast_state());
+      AutocastGuard autocast(device.type(), fp32 ? AutocastState{} : loop_.autocast_state());
       std::vector<torch::Tensor> outputs;
-      const auto loss = trainer_.forward_loss(batch, step, micro == 0, &outputs);
+      const auto loss = loop_.forward_loss(batch, step, micro == 0, &outputs);
       std::vector<NamedTensor> named;
       for (size_t i = 0; i < outputs.size(); ++i)
         named.push_back({i == 0 ? std::string("embedding") : fmt::format("block{}", i - 1), outputs[i]});
@@ -250,7 +250,7 @@ void NonFiniteLocaliser::on_loss(int64_t step, double local_loss) {
     if (diagnosis.classification != "not_reproduced") break;
   }
   restore_rng(rng, device);
-  Finding finding = to_finding(diagnosis, cfg.mixed_precision, step, trainer_.sync().rank());
+  Finding finding = to_finding(diagnosis, cfg.mixed_precision, step, loop_.rank());
   finding.evidence["micro_batch"] = std::min(micro, cfg.grad_accum_steps - 1);
   report(std::move(finding));
 }

@@ -16,7 +16,7 @@
 
 namespace rcl {
 
-class Trainer;
+class LoopAccess;
 
 // Signatures (component rocBLAS/hipBLASLt):
 //   nonfinite_loss (fail), nonfinite_grad_norm (fail, not for fp16 steps the loss scaler
@@ -98,7 +98,7 @@ Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, in
 // from the first block's forward), rocm-libraries#9055 (bf16 GEMM returns NaN).
 class NonFiniteLocaliser final : public Detector {
  public:
-  NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer);
+  NonFiniteLocaliser(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop);
   // Notes where the step's data starts; nothing is read from the device here.
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
                     int64_t first_micro_batch) override;
@@ -107,7 +107,7 @@ class NonFiniteLocaliser final : public Detector {
   void on_loss(int64_t step, double local_loss) override;
 
  private:
-  Trainer& trainer_;
+  LoopAccess& loop_;
   bool diagnosed_ = false;
   std::map<int64_t, int64_t> first_micro_batch_;  // recent steps only
 };

@@ -6,7 +6,7 @@
 
 #include <ATen/record_function.h>
 
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 
 namespace rcl {
 
@@ -52,7 +52,7 @@ OpCounts OpCounter::counts() const {
 }
 
 void OpFingerprint::on_step_begin(int64_t step) {
-  if (!trainer_.replaying() && step % cfg_.fingerprint_interval == 0) counter_.emplace();
+  if (!loop_.replaying() && step % cfg_.fingerprint_interval == 0) counter_.emplace();
 }
 
 void OpFingerprint::before_step_time(StepRecord& rec, double /*elapsed_s*/) {

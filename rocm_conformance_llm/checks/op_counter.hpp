@@ -14,7 +14,7 @@
 
 namespace rcl {
 
-class Trainer;
+class LoopAccess;
 
 using OpCounts = std::map<std::string, int64_t>;
 
@@ -40,13 +40,13 @@ class OpCounter {
 // and `--baseline` compares (op_fingerprint_changed). Only every N steps: a lock per op.
 class OpFingerprint final : public Detector {
  public:
-  OpFingerprint(const DiagnosticsConfig& cfg, FindingLog& log, const Trainer& trainer)
-      : Detector(cfg, log), trainer_(trainer) {}
+  OpFingerprint(const DiagnosticsConfig& cfg, FindingLog& log, const LoopAccess& loop)
+      : Detector(cfg, log), loop_(loop) {}
   void on_step_begin(int64_t step) override;
   void before_step_time(StepRecord& rec, double elapsed_s) override;
 
  private:
-  const Trainer& trainer_;
+  const LoopAccess& loop_;
   std::optional<OpCounter> counter_;
 };
 

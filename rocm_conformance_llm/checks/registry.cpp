@@ -14,7 +14,7 @@
 #include "rocm_conformance_llm/checks/rng_checks.hpp"
 #include "rocm_conformance_llm/checks/shadow_check.hpp"
 #include "rocm_conformance_llm/checks/step_time.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 
 namespace rcl {
 namespace {
@@ -35,11 +35,11 @@ constexpr int kRepeated = 5;
 // One finding per distinct cause (each names another signature): never capped.
 constexpr int kEveryOne = std::numeric_limits<int>::max();
 
-// The run the step detectors calibrate to; defaults when a test builds them without a trainer.
+// The run the step detectors calibrate to; defaults when a test builds them without a loop.
 RunProfile run_profile(const DetectorContext& c) {
   RunProfile run;
-  if (!c.trainer) return run;
-  const RunContext& ctx = c.trainer->ctx();
+  if (!c.loop) return run;
+  const RunContext& ctx = c.loop->ctx();
   run.steps = ctx.cfg.steps;
   run.shared_cores = ctx.device.is_cpu();
   return run;
@@ -91,43 +91,43 @@ std::vector<DetectorSpec> builtin_detectors() {
         {"nonfinite_not_reproducible", rocblas, warn, kRepeated, "logits-nan-once", rerun}},
        {},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer) return nullptr;
-         return std::make_unique<NonFiniteLocaliser>(c.diag, c.log, *c.trainer);
+         if (!c.loop) return nullptr;
+         return std::make_unique<NonFiniteLocaliser>(c.diag, c.log, *c.loop);
        }},
       {"gemm_canary", "loop",
        {{"gemm_nonfinite_output", rocblas, fail, kRepeated, "test:GemmCanary.FiniteInNonFiniteOutFails", isolate_node},
         {"gemm_wrong_result", rocblas, fail, kRepeated, "gemm-corrupt|gemm-corrupt-once", isolate_node}},
        {"diagnostics.gemm_canary_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer || c.diag.gemm_canary_interval <= 0) return nullptr;
-         return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.trainer, c.faults);
+         if (!c.loop || c.diag.gemm_canary_interval <= 0) return nullptr;
+         return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.loop, c.faults);
        }},
       {"shadow_check", "loop",
        {{"gemm_shadow_mismatch", rocblas, fail, kRepeated, "test:ShadowCheckRun.ShimCorruptionOfOneShapeIsCaughtWithinTenSteps",
          report_upstream}},
        {"diagnostics.shadow_check_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer || c.diag.shadow_check_interval <= 0) return nullptr;
-         return std::make_unique<ShadowCheck>(c.diag, c.log, *c.trainer);
+         if (!c.loop || c.diag.shadow_check_interval <= 0) return nullptr;
+         return std::make_unique<ShadowCheck>(c.diag, c.log, *c.loop);
        }},
       {"attention_probe", "loop",
        {{"attention_backend_mismatch", component::attention, fail, kRepeated, "attention-mask-corrupt", report_upstream}},
        {"training.attention_probe_interval", "training.attention_probe_seq_len", "training.attention_pad_fraction"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer || c.trainer->ctx().cfg.attention_probe_interval <= 0) return nullptr;
-         return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.trainer, c.faults);
+         if (!c.loop || c.loop->ctx().cfg.attention_probe_interval <= 0) return nullptr;
+         return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.loop, c.faults);
        }},
       // Classifies the numeric anomalies above (rerun.hpp): it only amends their findings.
       {"anomaly_rerun", "loop", {}, {},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer || !AnomalyRerun::applies(c.trainer->ctx().cfg)) return nullptr;
-         return std::make_unique<AnomalyRerun>(c.diag, c.log, *c.trainer);
+         if (!c.loop || !AnomalyRerun::applies(c.loop->ctx().cfg)) return nullptr;
+         return std::make_unique<AnomalyRerun>(c.diag, c.log, *c.loop);
        }},
       // Produces op_counts for metrics.jsonl; `--baseline` judges them (op_fingerprint_changed).
       {"op_fingerprint", "loop", {}, {"diagnostics.fingerprint_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer || c.diag.fingerprint_interval <= 0) return nullptr;
-         return std::make_unique<OpFingerprint>(c.diag, c.log, *c.trainer);
+         if (!c.loop || c.diag.fingerprint_interval <= 0) return nullptr;
+         return std::make_unique<OpFingerprint>(c.diag, c.log, *c.loop);
        }},
       {"replay", "loop",
        {{"replay_mismatch", rocrand, fail, kRepeated, "rng-skew|rng-skew-once", rerun},
@@ -137,8 +137,11 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"training.replay_check_interval", "training.replay_steps", "diagnostics.replay_rel_tolerance",
         "diagnostics.reload_memory_growth_warn_bytes"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         if (!c.trainer || c.trainer->ctx().cfg.replay_check_interval <= 0) return nullptr;
-         return std::make_unique<ReplayCheck>(c.diag, c.log, *c.trainer, c.faults);
+         if (!c.loop || c.loop->ctx().cfg.replay_check_interval <= 0) return nullptr;
+         GatherValues all_gather;  // several ranks: the shared-seed masks are compared across them
+         if (auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync))
+           all_gather = [group](const std::vector<double>& values) { return group->all_gather_values(values, "rng_mask_hash"); };
+         return std::make_unique<ReplayCheck>(c.diag, c.log, *c.loop, c.faults, std::move(all_gather));
        }},
 
       // --- cross-rank checks (RCCL): every rank, after every step ---
@@ -151,13 +154,13 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"training.checksum_interval", "diagnostics.warmup_steps"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync);
-         if (!group || !c.trainer) return nullptr;
-         auto options = CommMonitorOptions::from(c.trainer->ctx().cfg);
+         if (!group || !c.loop) return nullptr;
+         auto options = CommMonitorOptions::from(c.loop->ctx().cfg);
          // CPU ranks share the host's cores: under load one runs 2-3x slower for ~10 steps at a
          // time (bench/false-alarms.md); only a rank 4x slower is a straggler.
          if (run_profile(c).shared_cores) options.straggler.ratio = std::max(options.straggler.ratio, 4.0);
-         return std::make_unique<CommMonitor>(c.diag, c.log, std::move(group), c.trainer->model()->parameters(),
-                                              options);
+         return std::make_unique<CommMonitor>(c.diag, c.log, std::move(group), c.loop->model()->parameters(),
+                                              options, c.loop);
        }},
 
       // --- owned by the runner and the process group ---

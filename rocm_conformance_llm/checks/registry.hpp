@@ -20,7 +20,7 @@ namespace rcl {
 
 class FaultPlan;
 class GradientSync;
-class Trainer;
+class LoopAccess;
 
 struct SignatureSpec {
   std::string id;           // stable: report.json, junit.xml
@@ -37,7 +37,7 @@ struct SignatureSpec {
 struct DetectorContext {
   const DiagnosticsConfig& diag;
   FindingLog& log;
-  Trainer* trainer = nullptr;                // loop-side checks (re-runs, snapshots, replays)
+  LoopAccess* loop = nullptr;                // loop-side checks (re-runs, snapshots, replays)
   const FaultPlan* faults = nullptr;         // faults that strike inside a check (gemm-corrupt, rng-skew)
   std::shared_ptr<GradientSync> sync = {};   // cross-rank checks: a process group of several ranks
 };

@@ -105,8 +105,8 @@ std::optional<bool> shows_anomaly(const Finding& f, double loss, double grad_nor
 
 bool AnomalyRerun::applies(const TrainingConfig& cfg) { return parameter_count(cfg) <= kRerunMaxParameters; }
 
-AnomalyRerun::AnomalyRerun(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer)
-    : Detector(cfg, log), trainer_(trainer) {}
+AnomalyRerun::AnomalyRerun(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop)
+    : Detector(cfg, log), loop_(loop) {}
 
 void AnomalyRerun::on_step(const StepRecord& r) {
   // The step detectors registered before this one have judged the record: their findings are in.
@@ -128,30 +128,30 @@ void AnomalyRerun::between_steps(int64_t /*step*/) {
       if (before.step == anomalous - 1) rerun(before);
     pending_.clear();
   }
-  before_.push_back(trainer_.snapshot());
+  before_.push_back(loop_.snapshot());
   if (before_.size() > 2) before_.pop_front();
 }
 
-void AnomalyRerun::rerun(const Trainer::Snapshot& before) {
-  const auto& cfg = trainer_.ctx().cfg;
-  Trainer::Snapshot now = trainer_.snapshot();
+void AnomalyRerun::rerun(const LoopAccess::Snapshot& before) {
+  const auto& cfg = loop_.ctx().cfg;
+  LoopAccess::Snapshot now = loop_.snapshot();
   // Every rank re-runs (the step's gradient all-reduce) and judges the mean loss, as published.
   const auto run_again = [&](bool fp32) {
-    trainer_.restore(before);
-    auto values = trainer_.run_unpublished_step(fp32);
-    values.loss = trainer_.sync().mean_across_ranks(values.loss);
+    loop_.restore(before);
+    auto values = loop_.run_unpublished_step(fp32);
+    values.loss = loop_.mean_across_ranks(values.loss);
     return values;
   };
-  trainer_.enter_phase(phase::rerun, pending_.front().finding.step);
+  loop_.enter_phase(phase::rerun, pending_.front().finding.step);
   const auto same = run_again(false);
   const bool any_reproduced = std::any_of(pending_.begin(), pending_.end(), [&](const Anomaly& a) {
     return shows_anomaly(a.finding, same.loss, same.grad_norm) == true;
   });
   // Under fp32 training the re-run was float32 already.
   const bool reduced = cfg.mixed_precision != "fp32";
-  std::optional<Trainer::StepValues> fp32;
+  std::optional<LoopAccess::StepValues> fp32;
   if (any_reproduced && reduced) fp32 = run_again(true);
-  trainer_.restore(std::move(now));
+  loop_.restore(std::move(now));
 
   for (const auto& a : pending_) {
     RerunOutcome outcome;

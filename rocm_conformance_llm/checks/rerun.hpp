@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "rocm_conformance_llm/checks/detector.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 
 namespace rcl {
 
@@ -60,7 +60,7 @@ std::optional<bool> shows_anomaly(const Finding& f, double loss, double grad_nor
 // step (see kRerunMaxParameters in rerun.cpp).
 class AnomalyRerun final : public Detector {
  public:
-  AnomalyRerun(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer);
+  AnomalyRerun(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop);
   void on_step(const StepRecord& r) override;
   void between_steps(int64_t step) override;
   static bool applies(const TrainingConfig& cfg);
@@ -71,10 +71,10 @@ class AnomalyRerun final : public Detector {
     Finding finding;
   };
   // Re-runs the pending anomalies' step from `before`, classifies them, restores the run.
-  void rerun(const Trainer::Snapshot& before);
+  void rerun(const LoopAccess::Snapshot& before);
 
-  Trainer& trainer_;
-  std::deque<Trainer::Snapshot> before_;  // state before each of the last two steps
+  LoopAccess& loop_;
+  std::deque<LoopAccess::Snapshot> before_;  // state before each of the last two steps
   std::vector<Anomaly> pending_;           // of one step, noted when it was published
   size_t findings_seen_ = 0;
   TransientHistory transients_;

@@ -13,10 +13,8 @@
 
 #include "rocm_conformance_llm/checks/memory.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
-#include "rocm_conformance_llm/run/run_checkpoint.hpp"
-#include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
 namespace rcl {
@@ -142,15 +140,14 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
   return compare_mask_generations(first, again, "rng_state_restore", step, rank);
 }
 
-ReplayCheck::ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults)
+ReplayCheck::ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults,
+                         GatherValues all_gather)
     : Detector(cfg, log),
-      trainer_(trainer),
+      loop_(loop),
       faults_(faults),
-      scratch_dir_((trainer.ctx().output_dir.empty() ? std::filesystem::temp_directory_path() : trainer.ctx().output_dir) /
-                   fmt::format(".replay-checkpoint-rank-{}-pid-{}", trainer.sync().rank(), ::getpid())) {
-  if (auto group = dynamic_cast<ProcessGroupSync*>(&trainer.sync()))
-    all_gather_ = [group](const std::vector<double>& values) { return group->all_gather_values(values, "rng_mask_hash"); };
-}
+      scratch_dir_((loop.ctx().output_dir.empty() ? std::filesystem::temp_directory_path() : loop.ctx().output_dir) /
+                   fmt::format(".replay-checkpoint-rank-{}-pid-{}", loop.rank(), ::getpid())),
+      all_gather_(std::move(all_gather)) {}
 
 ReplayCheck::~ReplayCheck() {
   std::error_code ignored;
@@ -158,19 +155,19 @@ ReplayCheck::~ReplayCheck() {
 }
 
 bool ReplayCheck::skewed(FaultKind kind) const {
-  return faults_ && pending_ && faults_->fires(kind, pending_->saved_step, trainer_.sync().rank());
+  return faults_ && pending_ && faults_->fires(kind, pending_->saved_step, loop_.rank());
 }
 
 bool ReplayCheck::any_rank(bool mine) {
-  if (trainer_.sync().world_size() == 1) return mine;
-  return trainer_.sync().mean_across_ranks(mine ? 1.0 : 0.0) > 0;
+  if (loop_.world_size() == 1) return mine;
+  return loop_.mean_across_ranks(mine ? 1.0 : 0.0) > 0;
 }
 
 void ReplayCheck::settle(int64_t step) {
   if (!pending_ || !pending_->judged) return;
   // Any rank's mismatch makes every rank re-run: the replayed steps all-reduce gradients.
   if (any_rank(pending_->mismatch.has_value())) {
-    trainer_.enter_phase(phase::replay, step);
+    loop_.enter_phase(phase::replay, step);
     classify_and_report(pending_->mismatch.value_or(Finding{}));
   }
   std::filesystem::remove_all(scratch_dir_);
@@ -178,15 +175,15 @@ void ReplayCheck::settle(int64_t step) {
 }
 
 // A replay that ends with the run's last step is judged only after it.
-void ReplayCheck::finish() { settle(trainer_.ctx().cfg.steps); }
+void ReplayCheck::finish() { settle(loop_.ctx().cfg.steps); }
 
 void ReplayCheck::between_steps(int64_t step) {
   settle(step);
-  const auto& cfg = trainer_.ctx().cfg;
+  const auto& cfg = loop_.ctx().cfg;
   if (step % cfg.replay_check_interval != 0 || step + cfg.replay_steps > cfg.steps || pending_) return;
-  trainer_.enter_phase(phase::replay, step);
-  const auto& device = trainer_.ctx().device;
-  const int rank = trainer_.sync().rank();
+  loop_.enter_phase(phase::replay, step);
+  const auto& device = loop_.ctx().device;
+  const int rank = loop_.rank();
   const bool skew = faults_ && faults_->fires(FaultKind::rng_skew, step, rank);
   report(check_rng_restore(device, step, rank, skew));
   if (all_gather_) report(check_shared_seed_masks(device, cfg.seed, step, rank, skew, all_gather_));
@@ -194,12 +191,9 @@ void ReplayCheck::between_steps(int64_t step) {
   // Saved and reloaded through the checkpoint writer and loader (safetensors files on disk), so
   // the memory figure after the reload is the real loader's.
   const MemorySample before_save = sample_memory(device);
-  const auto withheld = trainer_.withheld_flag();
-  save_private_checkpoint(trainer_, scratch_dir_);
-  Pending replay{.saved_step = step, .first_step = step + 1};
-  for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(trainer_.run_unpublished_step().loss);
-  load_checkpoint(trainer_, scratch_dir_);
-  trainer_.set_withheld_flag(withheld);
+  Pending replay{.saved_step = step, .first_step = step + 1, .saved = loop_.save_private_checkpoint(scratch_dir_)};
+  for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(loop_.run_unpublished_step().loss);
+  loop_.load_private_checkpoint(replay.saved);
   // The reload restored a stale generator state: on every reload (rng-skew), or this once.
   if (skew || (faults_ && faults_->fires(FaultKind::rng_skew_once, step, rank))) skew_rng(device, rank);
   report(check_memory_after_reload(before_save, sample_memory(device), cfg_, step, rank));
@@ -212,9 +206,9 @@ void ReplayCheck::on_loss(int64_t step, double local_loss) {
   if (!pending_ || pending_->judged || step < pending_->first_step) return;
   pending_->second_run.push_back(local_loss);
   if (pending_->second_run.size() < pending_->first_run.size()) return;
-  const bool bitwise = trainer_.ctx().cfg.deterministic;
+  const bool bitwise = loop_.ctx().cfg.deterministic;
   pending_->mismatch = compare_replay(pending_->first_run, pending_->second_run, pending_->first_step, bitwise,
-                                      cfg_.replay_rel_tolerance, trainer_.sync().rank());
+                                      cfg_.replay_rel_tolerance, loop_.rank());
   pending_->judged = true;
   if (!pending_->mismatch)
     spdlog::info("replay check: steps {}..{} reproduced {}", pending_->first_step, step,
@@ -222,23 +216,20 @@ void ReplayCheck::on_loss(int64_t step, double local_loss) {
 }
 
 std::vector<double> ReplayCheck::replay_from_saved(bool fp32, bool skew) {
-  const auto now = scratch_dir_ / "now";
-  const auto withheld = trainer_.withheld_flag();
-  save_private_checkpoint(trainer_, now);
-  load_checkpoint(trainer_, scratch_dir_);
-  if (skew) skew_rng(trainer_.ctx().device, trainer_.sync().rank());
+  const auto now = loop_.save_private_checkpoint(scratch_dir_ / "now");
+  loop_.load_private_checkpoint(pending_->saved);
+  if (skew) skew_rng(loop_.ctx().device, loop_.rank());
   std::vector<double> losses;
-  for (size_t i = 0; i < pending_->first_run.size(); ++i) losses.push_back(trainer_.run_unpublished_step(fp32).loss);
-  load_checkpoint(trainer_, now);
-  trainer_.set_withheld_flag(withheld);
-  std::filesystem::remove_all(now);
+  for (size_t i = 0; i < pending_->first_run.size(); ++i) losses.push_back(loop_.run_unpublished_step(fp32).loss);
+  loop_.load_private_checkpoint(now);
+  std::filesystem::remove_all(now.dir);
   return losses;
 }
 
 void ReplayCheck::classify_and_report(Finding mismatch) {
   const auto& p = *pending_;
-  const bool bitwise = trainer_.ctx().cfg.deterministic;
-  const int rank = trainer_.sync().rank();
+  const bool bitwise = loop_.ctx().cfg.deterministic;
+  const int rank = loop_.rank();
   const auto unequal = [&](const std::vector<double>& a, const std::vector<double>& b) {
     return compare_replay(a, b, p.first_step, bitwise, cfg_.replay_rel_tolerance, rank).has_value();
   };
@@ -247,7 +238,7 @@ void ReplayCheck::classify_and_report(Finding mismatch) {
   RerunOutcome outcome{.reproducible = unequal(p.first_run, replay_from_saved(false, skew))};
   if (any_rank(outcome.reproducible)) {
     // Under bf16/fp16 both runs once more in float32 (the first without the reload's fault).
-    outcome.also_in_fp32 = trainer_.ctx().cfg.mixed_precision == "fp32"
+    outcome.also_in_fp32 = loop_.ctx().cfg.mixed_precision == "fp32"
                                ? true
                                : unequal(replay_from_saved(true, false), replay_from_saved(true, skew));
   }

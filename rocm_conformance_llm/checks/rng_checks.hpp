@@ -17,11 +17,11 @@
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/checks/rerun.hpp"
 #include "rocm_conformance_llm/faults/fault_plan.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 
 namespace rcl {
 
 class FaultPlan;
-class Trainer;
 
 // FNV-1a over the tensor's bytes (copied to the host, contiguous). Equal tensors of the same
 // dtype and shape hash equal; any flipped bit changes the hash.
@@ -95,7 +95,9 @@ class ReplayCheck final : public Detector {
   // restore), rng-skew-once on the check's first reload only (nullptr: no faults). The saved state
   // goes to a private checkpoint in the run's output directory (without one, the temporary
   // directory), removed once the replay is judged.
-  ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer, const FaultPlan* faults);
+  // `all_gather`: every rank's values (the shared-seed mask check); empty with one process.
+  ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults,
+              GatherValues all_gather = {});
   ~ReplayCheck() override;
   void between_steps(int64_t step) override;
   void on_loss(int64_t step, double local_loss) override;
@@ -112,7 +114,7 @@ class ReplayCheck final : public Detector {
   bool skewed(FaultKind kind) const;
   bool any_rank(bool mine);  // a vote every rank casts (one all-reduce with several ranks)
 
-  Trainer& trainer_;
+  LoopAccess& loop_;
   const FaultPlan* faults_;
   std::filesystem::path scratch_dir_;
   GatherValues all_gather_;  // empty with one process
@@ -121,6 +123,7 @@ class ReplayCheck final : public Detector {
   struct Pending {
     int64_t saved_step = 0;  // S: the state saved after it
     int64_t first_step = 0;
+    LoopAccess::PrivateCheckpoint saved{};  // the state after step S
     std::vector<double> first_run{};
     std::vector<double> second_run{};
     std::optional<Finding> mismatch{};  // judged this rank's runs unequal; re-run at the next boundary

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/checks/shadow_bound.hpp"
-#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -382,15 +382,15 @@ torch::Tensor shadow_verdict(const TappedOp& op, const torch::Tensor& output) {
   return torch::tensor({v[0], v[1], v[2]}, torch::kDouble);
 }
 
-ShadowCheck::ShadowCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer)
-    : Detector(cfg, log), trainer_(trainer) {}
+ShadowCheck::ShadowCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop)
+    : Detector(cfg, log), loop_(loop) {}
 
 ShadowCheck::~ShadowCheck() { disarm(); }
 
 void ShadowCheck::on_step_begin(int64_t /*step*/) { read_verdict(); }
 
 void ShadowCheck::before_forward(int64_t step, bool first) {
-  if (!first || trainer_.replaying() || step == armed_step_ || step % cfg_.shadow_check_interval != 0) return;
+  if (!first || loop_.replaying() || step == armed_step_ || step % cfg_.shadow_check_interval != 0) return;
   armed_step_ = step;
   seen_.clear();
   if (retry_) {
@@ -482,7 +482,7 @@ void ShadowCheck::read_verdict() {
       outcome.also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
   }
   Finding f{.component = component::rocblas, .signature = "gemm_shadow_mismatch", .severity = Severity::fail,
-            .step = p.step, .rank = trainer_.sync().rank(),
+            .step = p.step, .rank = loop_.rank(),
             .message = fmt::format("{} (occurrence {} of {} in the forward) at step {}: error {:.3g}x its float64 "
                                    "bound (relative error {:.3g})",
                                    p.name, p.occurrence, p.occurrences, p.step, worst, relative),

@@ -37,7 +37,7 @@
 
 namespace rcl {
 
-class Trainer;
+class LoopAccess;
 
 // The verdict of one op: float64 [worst ratio of error to bound (NaN for a NaN result), relative
 // error, 1 if every row was judged]. `output` defaults to op.output. Rows whose inputs hold
@@ -55,7 +55,7 @@ bool shadow_mismatch(double worst_error_over_bound);
 // Loop-side: see the top of this file. Findings: gemm_shadow_mismatch (fail).
 class ShadowCheck final : public Detector, private OpObserver {
  public:
-  ShadowCheck(const DiagnosticsConfig& cfg, FindingLog& log, Trainer& trainer);
+  ShadowCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop);
   ~ShadowCheck() override;
   void on_step_begin(int64_t step) override;
   void before_forward(int64_t step, bool first) override;
@@ -81,7 +81,7 @@ class ShadowCheck final : public Detector, private OpObserver {
     std::vector<double> verdict{};             // a CPU op's, decided at once
   };
 
-  Trainer& trainer_;
+  LoopAccess& loop_;
   std::optional<ObservedOps> armed_;
   int64_t armed_step_ = -1;
   int64_t round_ = 0;

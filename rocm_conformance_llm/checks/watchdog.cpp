@@ -31,6 +31,12 @@ void Watchdog::heartbeat(int64_t completed_step) {
   last_completed_step_ = completed_step;
 }
 
+void Watchdog::on_phase(const char* phase, int64_t step, const std::vector<CollectiveSample>& collectives) {
+  if (collectives.empty()) return set_phase(phase, step);
+  const auto& c = collectives.back();
+  set_phase(phase, step, fmt::format("{} of {} bytes (sequence {})", c.op, c.bytes, c.sequence));
+}
+
 void Watchdog::set_phase(std::string phase, int64_t step, std::string last_collective) {
   std::lock_guard<std::mutex> lock(mutex_);
   phase_ = std::move(phase);

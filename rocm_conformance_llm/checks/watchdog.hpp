@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/loop/step_hooks.hpp"
@@ -40,9 +41,9 @@ class Watchdog final : public StepObserver, public StepHooks {
   // What the run is doing now; does not restart the timeout.
   void set_phase(std::string phase, int64_t step, std::string last_collective = {});
   void on_step(const StepRecord& r) override { heartbeat(r.step); }
-  void on_phase(const char* phase, int64_t step, const std::string& last_collective) override {
-    set_phase(phase, step, last_collective);
-  }
+  // The last of `collectives` (the step's gradient all-reduces, at its optimizer phase) is
+  // named in a hang until a later phase brings others.
+  void on_phase(const char* phase, int64_t step, const std::vector<CollectiveSample>& collectives) override;
   bool fired() const;
   // Everything above at one instant (heartbeat.json's content).
   struct Status {

@@ -56,7 +56,7 @@ const FaultSpec* FaultInjector::active(FaultKind kind, int64_t step) const {
   return plan_.requested(kind) ? plan_.active(kind, step, rank_) : nullptr;
 }
 
-void FaultInjector::on_phase(const char* phase, int64_t step, const std::string& /*last_collective*/) {
+void FaultInjector::on_phase(const char* phase, int64_t step, const std::vector<CollectiveSample>& /*collectives*/) {
   plan_.stop_rank_if_planned(phase, step, rank_);
 }
 

@@ -18,7 +18,7 @@ class FaultInjector final : public StepHooks {
  public:
   FaultInjector(const FaultPlan& plan, int rank, GPT model, torch::Device device);
 
-  void on_phase(const char* phase, int64_t step, const std::string& last_collective) override;  // rank-stop
+  void on_phase(const char* phase, int64_t step, const std::vector<CollectiveSample>& collectives) override;  // rank-stop
   void before_forward(int64_t step, bool first) override;                   // hang, nan
   torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;    // loss-spike, logits-nan[-once]
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,

@@ -3,8 +3,8 @@
 // overrides only the points it needs, and the loop trains identically with no hooks at all.
 //
 // Implementations: the watchdog (on_phase), the --inject faults (faults/faults.hpp: strike where the
-// real failure strikes), and the loop-side checks of diagnostics/ (op fingerprint, non-finite
-// localisation, GEMM canary, shadow check, rewind-and-replay).
+// real failure strikes), and the loop-side checks of checks/ (op fingerprint, non-finite
+// localisation, GEMM canary, shadow check, rewind-and-replay, the host-read count).
 #pragma once
 
 #include <array>
@@ -44,8 +44,9 @@ class StepHooks {
  public:
   virtual ~StepHooks() = default;
 
-  // The loop entered `phase` of `step`; `last_collective` names the step's last all-reduce.
-  virtual void on_phase(const char* /*phase*/, int64_t /*step*/, const std::string& /*last_collective*/) {}
+  // The loop entered `phase` of `step`. `collectives`: at the optimizer phase, the step's
+  // gradient all-reduces (the watchdog names the last one in a hang); empty at other phases.
+  virtual void on_phase(const char* /*phase*/, int64_t /*step*/, const std::vector<CollectiveSample>& /*collectives*/) {}
   // Before any work of optimizer step `step`.
   virtual void on_step_begin(int64_t /*step*/) {}
   // Before each micro-batch's forward (inside autocast); `first` is the step's first micro-batch.
@@ -65,6 +66,9 @@ class StepHooks {
   virtual void after_step(StepRecord& /*rec*/) {}
   // Step `step`'s loss reached the host (one step late) as this rank's `local_loss`.
   virtual void on_loss(int64_t /*step*/, double /*local_loss*/) {}
+  // The published record is complete (the mean loss across ranks included) and the observers
+  // have not seen it yet: a check may add what only it measures (host_reads).
+  virtual void before_publish(StepRecord& /*rec*/) {}
   // Between optimizer steps, after `step` was published: nothing of the next step has run.
   virtual void between_steps(int64_t /*step*/) {}
 };
@@ -74,8 +78,8 @@ class StepHookList final : public StepHooks {
  public:
   void add(StepHooks* hooks) { hooks_.push_back(hooks); }
 
-  void on_phase(const char* phase, int64_t step, const std::string& last_collective) override {
-    for (auto* h : hooks_) h->on_phase(phase, step, last_collective);
+  void on_phase(const char* phase, int64_t step, const std::vector<CollectiveSample>& collectives) override {
+    for (auto* h : hooks_) h->on_phase(phase, step, collectives);
   }
   void on_step_begin(int64_t step) override {
     for (auto* h : hooks_) h->on_step_begin(step);
@@ -102,6 +106,9 @@ class StepHookList final : public StepHooks {
   }
   void on_loss(int64_t step, double local_loss) override {
     for (auto* h : hooks_) h->on_loss(step, local_loss);
+  }
+  void before_publish(StepRecord& rec) override {
+    for (auto* h : hooks_) h->before_publish(rec);
   }
   void between_steps(int64_t step) override {
     for (auto* h : hooks_) h->between_steps(step);

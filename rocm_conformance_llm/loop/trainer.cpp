@@ -4,11 +4,12 @@
 #include <cmath>
 #include <utility>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/base/deferred_scalars.hpp"
+#include "rocm_conformance_llm/base/host_reads.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/loop/training_state.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
@@ -26,13 +27,6 @@ void wait_for_device(const torch::Device& device) {
 
 torch::Tensor zero_scalar(const torch::Device& device) {
   return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-}
-
-// The watchdog's "last collective": the step's final gradient all-reduce.
-std::string describe_last_collective(const std::vector<CollectiveSample>& collectives) {
-  if (collectives.empty()) return {};
-  const auto& c = collectives.back();
-  return fmt::format("{} of {} bytes (sequence {})", c.op, c.bytes, c.sequence);
 }
 
 }  // namespace
@@ -77,10 +71,10 @@ struct Trainer::PendingStep {
 // serialises host and GPU: that is why timing is optional.
 class Trainer::Phase {
  public:
-  Phase(StepHooks& hooks, const char* name, int64_t step, const std::string& last_collective,
+  Phase(StepHooks& hooks, const char* name, int64_t step, const std::vector<CollectiveSample>& collectives,
         const torch::Device& device, std::map<std::string, double>* timings)
       : name_(name), device_(device), timings_(timings) {
-    hooks.on_phase(name, step, last_collective);
+    hooks.on_phase(name, step, collectives);
     if (timings_) wait_for_device(device_);
     start_ = Clock::now();
   }
@@ -108,7 +102,7 @@ double learning_rate_at(const TrainingConfig& cfg, int64_t step) {
 }
 
 Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOptions model_options)
-    : ctx_(std::move(ctx)), sync_(std::move(sync)) {
+    : ctx_(std::move(ctx)), sync_(std::move(sync)), update_guard_(ctx_.device) {
   auto& cfg = ctx_.cfg;
   validate(cfg);
   const auto& device = ctx_.device;
@@ -128,23 +122,15 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay});
 
-  update_withheld_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kBool).device(device));
-  if (ctx_.diag.count_host_reads) host_reads_.emplace();
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
-
-  if (cfg.memory_pressure_bytes > 0) {
-    // Held for the whole run: the ROCr allocator serves every step from what is left.
-    ballast_ = torch::zeros({cfg.memory_pressure_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
-    spdlog::info("memory pressure: holding {} MiB of ballast on {}", cfg.memory_pressure_bytes >> 20, device.str());
-  }
 }
 
 void Trainer::add_observer(StepObserver* observer) { observers_.push_back(observer); }
 void Trainer::add_hooks(StepHooks* hooks) { hooks_.add(hooks); }
 
-Trainer::Phase Trainer::enter(const char* name, StepRecord& rec, std::string last_collective) {
-  return Phase(hooks_, name, rec.step, last_collective, ctx_.device, ctx_.cfg.phase_timing ? &rec.phase_s : nullptr);
+Trainer::Phase Trainer::enter(const char* name, StepRecord& rec, const std::vector<CollectiveSample>& collectives) {
+  return Phase(hooks_, name, rec.step, collectives, ctx_.device, ctx_.cfg.phase_timing ? &rec.phase_s : nullptr);
 }
 
 std::optional<double> Trainer::evaluate() {
@@ -203,20 +189,11 @@ Trainer::PendingStep Trainer::train_step() {
   hooks_.on_gradients(rec.step, optimizer_->parameters(), loss_sum, first_micro_batch);
   torch::Tensor grad_norm;
   {
-    auto in_phase = enter(phase::optimizer, rec, describe_last_collective(rec.collectives));
+    auto in_phase = enter(phase::optimizer, rec, rec.collectives);
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
-    // A step the fp16 scaler skipped left the weights alone already: nothing to withhold (else
-    // its overflow would withhold the next step's update too).
-    if (!rec.skipped) {
-      // Decided on the device, read by the host one step later (publish): an ordinary step never
-      // waits for the GPU to say whether its loss was finite.
-      update_withheld_.logical_or_(loss_sum.isfinite().logical_and(grad_norm.isfinite()).logical_not());
-      optimizer_->step(rec.lr, update_withheld_.logical_not());
-      if (!replaying_) queued_updates_.push_back(rec.step);
-      if (queued_updates_.size() > 8) queued_updates_.pop_front();
-    }
+    update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
   finish_step(rec, clock);
@@ -230,10 +207,6 @@ StepRecord Trainer::begin_step() {
   rec.rank = sync_->rank();
   rec.world_size = sync_->world_size();
   rec.lr = learning_rate_at(ctx_.cfg, rec.step);
-  if (host_reads_ && !replaying_) {
-    reads_in_previous_step_ = host_reads_->count() - reads_at_step_begin_;
-    reads_at_step_begin_ = host_reads_->count();
-  }
   sync_->begin_step(rec.step);
   hooks_.on_step_begin(rec.step);
   return rec;
@@ -274,7 +247,7 @@ Trainer::Snapshot Trainer::snapshot() {
                   .rng = capture_rng(ctx_.device),
                   .step = step_,
                   .micro_batches = micro_batches_,
-                  .update_withheld = update_withheld_.clone()};
+                  .guard = update_guard_.state()};
 }
 
 void Trainer::restore(Snapshot snap) {
@@ -285,7 +258,24 @@ void Trainer::restore(Snapshot snap) {
   restore_rng(snap.rng, ctx_.device);
   step_ = snap.step;
   micro_batches_ = snap.micro_batches;
-  update_withheld_.copy_(snap.update_withheld);
+  update_guard_.load_state(snap.guard);
+}
+
+LoopAccess::PrivateCheckpoint Trainer::save_private_checkpoint(const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // What the run was is not recorded: a private checkpoint is never resumed.
+  const nlohmann::json run_fields = {{"reason", "private"}, {"world_size", world_size()},
+                                     {"stress_modes", nlohmann::json::array()}, {"training", nullptr}};
+  auto snap = snapshot();
+  write_training_state(*this, snap, dir, /*shared=*/true, run_fields);
+  return {dir, std::move(snap.guard)};
+}
+
+void Trainer::load_private_checkpoint(const PrivateCheckpoint& checkpoint) {
+  auto snap = read_training_state(*this, checkpoint.dir);
+  snap.guard = checkpoint.guard;
+  restore(std::move(snap));
 }
 
 void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
@@ -302,28 +292,12 @@ void Trainer::publish(PendingStep& pending, TrainSummary& summary) {
   enter_phase(phase::loss_allreduce, rec.step);
   rec.loss = sync_->mean_across_ranks(values[0]);
   rec.grad_norm = values[1];
-  // Step N is published during step N+1: the reads of step N's iteration are complete unless
-  // N is the last step.
-  if (host_reads_) rec.host_reads = rec.step < step_ ? reads_in_previous_step_ : host_reads_->count() - reads_at_step_begin_;
+  hooks_.before_publish(rec);
   summary.losses.push_back(rec.loss);
   if (rec.val_loss) summary.final_val_loss = rec.val_loss;
-  // With several ranks the observers include the comm monitor's cross-rank checks (RCCL).
-  if (rec.world_size > 1) enter_phase(phase::checksum, rec.step);
   for (auto* observer : observers_) observer->on_step(rec);
   // The observers have localised the fault from the weights it left untouched.
-  if (!rec.skipped && (!std::isfinite(values[0]) || !std::isfinite(values[1])) && rec.step > withheld_released_through_)
-    release_withheld_updates(rec.step);
-}
-
-void Trainer::release_withheld_updates(int64_t first_step) {
-  const auto withheld = std::count_if(queued_updates_.begin(), queued_updates_.end(),
-                                      [&](int64_t s) { return s >= first_step; });
-  optimizer_->forget_steps(withheld);
-  update_withheld_.fill_(false);
-  withheld_released_through_ = step_;
-  spdlog::warn("step {}: non-finite loss or gradients: the updates of steps {}..{} were withheld on the device; "
-               "training goes on from the weights before step {}",
-               first_step, first_step, step_, first_step);
+  update_guard_.after_published(*optimizer_, rec.step, rec.skipped, values[0], values[1], step_);
 }
 
 TrainSummary Trainer::run() {

@@ -4,13 +4,11 @@
 // CPU and on a ROCm GPU (torch::kCUDA is the HIP device there).
 //
 // Diagnostics and fault injection act through StepHooks (loop/step_hooks.hpp) at fixed points of
-// the step; the public "for the loop-side checks" members let those checks re-run a forward,
-// rewind to a snapshot, and replay steps.
+// the step; the loop-side checks reach the loop only through LoopAccess (loop/loop_access.hpp),
+// which the Trainer implements privately: its own public members are the run's.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,26 +17,19 @@
 
 #include <torch/torch.h>
 
-#include "rocm_conformance_llm/base/host_reads.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/data.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/loop/step_hooks.hpp"
 #include "rocm_conformance_llm/loop/step_record.hpp"
+#include "rocm_conformance_llm/loop/update_guard.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
-#include "rocm_conformance_llm/utils/reproducibility.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
-
-struct RunContext {
-  TrainingConfig cfg;
-  DiagnosticsConfig diag;
-  torch::Device device{torch::kCPU};
-  std::filesystem::path output_dir;
-};
 
 // Whether steps on a GPU are timed with device events (c10::Event with elapsedTime: libtorch
 // 2.x); otherwise, and always on the CPU, step_time_s is the host's clock.
@@ -60,7 +51,7 @@ struct TrainSummary {
 // cosine decay to cfg.learning_rate * cfg.min_lr_ratio at cfg.steps.
 double learning_rate_at(const TrainingConfig& cfg, int64_t step);
 
-class Trainer {
+class Trainer final : public LoopAccess {
  public:
   // Builds the data source, resolves cfg.vocab_size from it when 0, builds the model (same
   // initial weights on every rank), the optimizer and, for fp16, the loss scaler.
@@ -76,66 +67,43 @@ class Trainer {
   void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
   TrainSummary run();
 
-  // Mean loss over cfg.eval_batches validation batches; nullopt when the data has none.
-  std::optional<double> evaluate();
-
-  GPT& model() { return model_; }
+  GPT& model() override { return model_; }
   const DataSource& data() const { return *data_; }
-  const RunContext& ctx() const { return ctx_; }  // cfg.vocab_size resolved
-  GradientSync& sync() { return *sync_; }
   int64_t steps_done() const { return step_; }
   // Memory after the model was built and after it moved to the device (--memory-profile).
   const std::vector<std::pair<std::string, MemorySample>>& setup_memory() const { return setup_memory_; }
 
-  // --- for the loop-side checks ---
-  // Everything a step reads or changes: what a checkpoint holds, plus the RNG and data cursor.
-  struct Snapshot {
-    torch::Tensor params;  // FlatAdamW's flat parameter buffer
-    FlatAdamW::State optimizer;
-    std::optional<DynamicLossScaler> scaler;
-    RngSnapshot rng;
-    int64_t step = 0;
-    int64_t micro_batches = 0;
-    torch::Tensor update_withheld;
-  };
-  Snapshot snapshot();
-  // A reload as a checkpoint loader does it: parameters copied into (load_state_dict), the
-  // optimizer state copied back into its buffers (Optimizer::load).
-  void restore(Snapshot snap);
-  // The device flag that withholds updates after a non-finite step until the host has read it.
-  // No checkpoint holds it (a resumed run starts clear); a reload inside the run puts it back.
-  torch::Tensor withheld_flag() const { return update_withheld_.clone(); }
-  void set_withheld_flag(const torch::Tensor& flag) { update_withheld_.copy_(flag); }
-  // What the host reads of a step.
-  struct StepValues {
-    double loss = 0, grad_norm = 0;
-  };
-  // Runs the next step without publishing it (no observer sees it, no validation): a replay.
-  // `fp32`: with autocast off (an anomaly re-run's precision check).
-  StepValues run_unpublished_step(bool fp32 = false);
-  bool replaying() const { return replaying_; }
-  // Micro-batch forward and loss, through the hooks (the caller sets autocast);
-  // `block_outputs` as in GPTImpl::forward.
-  torch::Tensor forward_loss(const Batch& batch, int64_t step, bool first_micro_batch,
-                             std::vector<torch::Tensor>* block_outputs = nullptr);
-  const AutocastState& autocast_state() const { return autocast_; }
-  void enter_phase(const char* phase, int64_t step) { hooks_.on_phase(phase, step, {}); }
-
  private:
+  // LoopAccess: for the loop-side checks (and the checkpoints), through the interface only.
+  const RunContext& ctx() const override { return ctx_; }
+  int rank() const override { return sync_->rank(); }
+  int world_size() const override { return sync_->world_size(); }
+  double mean_across_ranks(double value) override { return sync_->mean_across_ranks(value); }
+  Batch train_batch(int64_t index) const override { return data_->train_batch(index); }
+  torch::Tensor forward_loss(const Batch& batch, int64_t step, bool first_micro_batch,
+                             std::vector<torch::Tensor>* block_outputs = nullptr) override;
+  const AutocastState& autocast_state() const override { return autocast_; }
+  Snapshot snapshot() override;
+  void restore(Snapshot snap) override;
+  StepValues run_unpublished_step(bool fp32 = false) override;
+  bool replaying() const override { return replaying_; }
+  PrivateCheckpoint save_private_checkpoint(const std::filesystem::path& dir) override;
+  void load_private_checkpoint(const PrivateCheckpoint& checkpoint) override;
+  void enter_phase(const char* phase, int64_t step) override { hooks_.on_phase(phase, step, {}); }
+
   struct PendingStep;
   class Phase;
   class StepClock;
 
+  // Mean loss over cfg.eval_batches validation batches; nullopt when the data has none.
+  std::optional<double> evaluate();
   PendingStep train_step();
   StepRecord begin_step();  // the record's identity, the LR, the hooks told
   void finish_step(StepRecord& rec, StepClock& clock);
   void publish(PendingStep& pending, TrainSummary& summary);
-  // After the host has read a non-finite step (and the observers localised it): the updates
-  // withheld on the device since then are released and uncounted.
-  void release_withheld_updates(int64_t first_step);
   // One phase of step `rec.step`: the hooks hear of it, and with cfg.phase_timing it is timed
-  // into rec.phase_s.
-  Phase enter(const char* name, StepRecord& rec, std::string last_collective = {});
+  // into rec.phase_s. `collectives`: as StepHooks::on_phase.
+  Phase enter(const char* name, StepRecord& rec, const std::vector<CollectiveSample>& collectives = {});
 
   RunContext ctx_;
   std::shared_ptr<GradientSync> sync_;
@@ -144,7 +112,7 @@ class Trainer {
   std::unique_ptr<FlatAdamW> optimizer_;
   AutocastState autocast_;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
-  torch::Tensor ballast_;                    // cfg.memory_pressure_bytes held on the device
+  UpdateGuard update_guard_;
   std::vector<std::pair<std::string, MemorySample>> setup_memory_;
   std::vector<StepObserver*> observers_;
   StepHookList hooks_;
@@ -152,13 +120,6 @@ class Trainer {
   int64_t step_ = 0;           // optimizer steps done
   int64_t micro_batches_ = 0;  // data cursor: micro-batches consumed
   bool replaying_ = false;
-  // Device bool: set by a non-finite loss or gradient norm, it withholds every update until the
-  // host has read that step (one step late) and cleared it; the weights stay as they were.
-  torch::Tensor update_withheld_;
-  int64_t withheld_released_through_ = 0;  // steps up to here are already accounted for
-  std::deque<int64_t> queued_updates_;      // recent steps whose optimizer update was queued
-  std::optional<HostReadCounter> host_reads_;  // diag.count_host_reads
-  int64_t reads_at_step_begin_ = 0, reads_in_previous_step_ = 0;
 };
 
 }  // namespace rcl

@@ -17,12 +17,14 @@
 
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/checks/attention_probe.hpp"
+#include "rocm_conformance_llm/checks/host_read_count.hpp"
 #include "rocm_conformance_llm/checks/memory.hpp"
 #include "rocm_conformance_llm/checks/registry.hpp"
 #include "rocm_conformance_llm/checks/telemetry.hpp"
 #include "rocm_conformance_llm/checks/watchdog.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/training_state.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/platform/doctor.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"
@@ -40,6 +42,7 @@
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
+#include "rocm_conformance_llm/workload/memory_ballast.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;
@@ -317,11 +320,12 @@ class Job {
     sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
     stage_ = stage::model;
     trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, s_.device, run_.output_dir}, sync_);
+    ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
     injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
     stage_ = stage::detectors;
-    detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .trainer = trainer_.get(),
+    detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .loop = trainer_.get(),
                                                 .faults = &s_.faults, .sync = sync_});
     s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
     for (auto& d : detectors_) d->preflight();
@@ -339,6 +343,10 @@ class Job {
     wiring.add(part::metrics, &*metrics_);
     wiring.add(part::prometheus, &*prometheus_);
     wiring.add(part::console, &*console_);
+    if (run_.diagnostics.count_host_reads) {
+      host_reads_.emplace(*trainer_);
+      wiring.add(part::host_read_count, &*host_reads_);
+    }
     wiring.add(part::fault_injector, &*injector_);
     for (auto& d : detectors_) wiring.add(part::detectors, d.get());
     if (run_.diagnostics.memory_profile) {
@@ -372,7 +380,7 @@ class Job {
 
   // After every detector's preflight: the load restores the RNG states the next step draws from.
   void resume() {
-    load_checkpoint(*trainer_, s_.resume_from->dir);
+    load_training_state(*trainer_, s_.resume_from->dir);
     const auto earlier = checkpoint_findings(s_.resume_from->dir, s_.launch.rank);
     spdlog::info("resumed from {} at step {}", s_.resume_from->dir.string(), trainer_->steps_done());
     for (const auto& f : earlier) findings_.add(f);
@@ -458,6 +466,8 @@ class Job {
   ReportWriter report_;
   std::shared_ptr<GradientSync> sync_;
   std::unique_ptr<Trainer> trainer_;
+  std::optional<MemoryBallast> ballast_;
+  std::optional<HostReadCount> host_reads_;
   std::optional<MetricsObserver> metrics_;
   std::optional<PrometheusObserver> prometheus_;
   std::optional<ConsoleObserver> console_;
@@ -488,6 +498,7 @@ int run_attention_probe(const RunConfig& run) {
   check_attention_backend(run.training, device.type());
   configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
   Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
+  const MemoryBallast ballast(run.training.memory_pressure_bytes, device);  // the run's memory pressure
   // As at the first step: a fault meant for later steps does not strike a one-shot probe.
   const auto probe = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));
   const nlohmann::json report = attention_probe_report(trainer, probe);

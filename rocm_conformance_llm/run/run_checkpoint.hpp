@@ -11,6 +11,9 @@
 //     state.json             step, data cursor, optimizer steps, loss scaler, what the run was
 //     manifest.json          SHA-256 of every file above; written last
 //
+// The training state's files and their reader: loop/training_state.hpp; here the policy, the
+// findings, the manifest and resume.
+//
 // A checkpoint is written under checkpoints/.tmp-step-N, every file fsynced, then renamed:
 // an interrupted or failed write (signal, full disk) leaves the earlier checkpoints as they were.
 #pragma once
@@ -23,20 +26,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/loop/step_hooks.hpp"
+#include "rocm_conformance_llm/loop/training_state.hpp"  // CheckpointError
 
 namespace rcl {
-
-class Trainer;
-
-// A checkpoint that cannot be resumed by this run (another model, config or world size; a
-// truncated, corrupted or edited file): one line, exit 2, nothing run.
-struct CheckpointError : ConfigError {
-  using ConfigError::ConfigError;
-};
 
 // When to write: every N steps ("500") or every duration ("30m"), and how many to keep.
 struct CheckpointPolicy {
@@ -69,19 +65,6 @@ struct ResumePoint {
 ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path& output_dir,
                                      const RunIdentity& now);
 
-// Loads a verified checkpoint into a freshly built trainer: weights by name, optimizer
-// moments, loss scaler, this rank's RNG states, step counter and data cursor. The next step the
-// trainer runs is the checkpoint's step + 1, bit for bit what the uninterrupted run computed
-// (on CPU; docs/checkpoints.md). CheckpointError when names, shapes or dtypes differ. Load it
-// after everything else that draws random numbers at start-up (detector preflights), so the
-// next step draws exactly what it drew in the uninterrupted run.
-void load_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
-
-// This rank's whole training state as a checkpoint of its own in `dir` (replaced if there; no
-// manifest, never resumed): the replay check saves one and reloads it with load_checkpoint, so
-// what it measures after the reload is what the real loader leaves behind.
-void save_private_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
-
 // The findings `rank` had made in the checkpoint's training steps (step >= 1), for the resumed
 // run's report; its own preflight finds the step-0 ones again. Empty for a checkpoint written
 // before findings were kept. CheckpointError when the file is malformed.
@@ -91,16 +74,16 @@ std::vector<Finding> checkpoint_findings(const std::filesystem::path& dir, int r
 // request at the end or on a stop signal. Every rank calls it at the same steps.
 class Checkpointer final : public StepHooks {
  public:
-  Checkpointer(Trainer& trainer, const FindingLog& findings, CheckpointPolicy policy, std::filesystem::path output_dir,
+  Checkpointer(LoopAccess& loop, const FindingLog& findings, CheckpointPolicy policy, std::filesystem::path output_dir,
                RunIdentity identity);
 
   void between_steps(int64_t step) override;
-  // Writes one for the trainer's current step unless that step already has one. `reason`:
+  // Writes one for the loop's current step unless that step already has one. `reason`:
   // "interval", "final", "signal". Returns the checkpoint directory.
   std::filesystem::path save(const std::string& reason);
 
  private:
-  Trainer& trainer_;
+  LoopAccess& loop_;
   const FindingLog& findings_;
   CheckpointPolicy policy_;
   std::filesystem::path root_;

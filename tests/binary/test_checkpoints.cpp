@@ -21,6 +21,7 @@
 #include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/loop/training_state.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 
 namespace rcl {
@@ -513,10 +514,10 @@ TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
   RunContext ctx;
   ctx.cfg = json::parse(read_text(ckpt / "state.json")).at("training").get<TrainingConfig>();
   Trainer trainer(ctx);
-  load_checkpoint(trainer, ckpt);
+  load_training_state(trainer, ckpt);
   trainer.model()->eval();
   torch::NoGradGuard no_grad;
-  const auto& cfg = trainer.ctx().cfg;  // vocab_size resolved from the data
+  const auto& cfg = static_cast<const LoopAccess&>(trainer).ctx().cfg;  // vocab_size resolved from the data
   const auto tokens = ((torch::arange(cfg.seq_len, torch::kLong) * 7 + 3) % cfg.vocab_size).unsqueeze(0);
   const auto logits = trainer.model()->forward(tokens);
   write_safetensors(dir / "parity.safetensors", {{"tokens", tokens}, {"logits", logits.contiguous()}});

@@ -154,7 +154,7 @@ std::vector<Finding> run_smoke(const std::string& inject) {
   FindingLog log;
   const FaultPlan faults = FaultPlan::parse(inject);
   FaultInjector injector(faults, 0, trainer.model(), ctx.device);
-  auto detectors = make_detectors(DetectorContext{.diag = ctx.diag, .log = log, .trainer = &trainer, .faults = &faults});
+  auto detectors = make_detectors(DetectorContext{.diag = ctx.diag, .log = log, .loop = &trainer, .faults = &faults});
   RunWiring wiring;
   for (auto& d : detectors) wiring.add(part::detectors, d.get());
   wiring.add(part::fault_injector, &injector);

@@ -66,6 +66,25 @@ TEST(Watchdog, StallInACollectiveIsAttributedToRccl) {
   EXPECT_NE(f.message.find("grad_sync"), std::string::npos);
 }
 
+// As the loop tells it: the optimizer phase brings the step's all-reduces, the watchdog names
+// the last one, and later phases without collectives keep it.
+TEST(Watchdog, NamesTheLastCollectiveTheLoopReported) {
+  FindingLog log;
+  std::promise<Finding> fired;
+  Watchdog dog(kTimeout, 0, log, [&](const Finding& f) { fired.set_value(f); });
+  dog.heartbeat(4);
+  const std::vector<CollectiveSample> collectives = {{.op = "allreduce", .bytes = 1024, .sequence = 11},
+                                                     {.op = "allreduce", .bytes = 4096, .sequence = 12}};
+  dog.on_phase(phase::optimizer, 5, collectives);
+  dog.on_phase(phase::checksum, 5, {});
+  auto future = fired.get_future();
+  ASSERT_EQ(future.wait_for(3s), std::future_status::ready);
+  const Finding f = future.get();
+  EXPECT_EQ(f.evidence["phase"], "checksum");
+  EXPECT_EQ(f.evidence["last_collective"], "allreduce of 4096 bytes (sequence 12)");
+  EXPECT_NE(f.message.find("; last collective: allreduce of 4096 bytes (sequence 12)"), std::string::npos) << f.message;
+}
+
 TEST(Watchdog, SilentWhileHeartbeatsFlow) {
   FindingLog log;
   bool fired = false;
