@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/platform/memory_sample.hpp"
 #include "rocm_conformance_llm/transport/collective_sample.hpp"
 
 namespace rcl {

@@ -69,6 +69,8 @@ class Trainer final : public LoopAccess {
 
   GPT& model() override { return model_; }
   const DataSource& data() const { return *data_; }
+  // The model's configuration as built: cfg.vocab_size resolved from the data.
+  const TrainingConfig& model_config() const { return ctx_.cfg; }
   int64_t steps_done() const { return step_; }
   // Memory after the model was built and after it moved to the device (--memory-profile).
   const std::vector<std::pair<std::string, MemorySample>>& setup_memory() const { return setup_memory_; }

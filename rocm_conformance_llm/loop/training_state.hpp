@@ -22,12 +22,6 @@
 
 namespace rcl {
 
-// A checkpoint that cannot be resumed by this run (another model, config or world size; a
-// truncated, corrupted or edited file): one line, exit 2, nothing run.
-struct CheckpointError : ConfigError {
-  using ConfigError::ConfigError;
-};
-
 inline constexpr const char* kCheckpointFormat = "rocm-conformance-llm checkpoint";
 inline constexpr int kCheckpointVersion = 1;
 inline constexpr const char* kStateFile = "state.json";

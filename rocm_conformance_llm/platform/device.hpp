@@ -9,18 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/platform/memory_sample.hpp"
+
 namespace rcl {
-
-// Memory in use. Device allocator figures when the libtorch version exposes them, otherwise
-// the process's resident set: `source` says which, so no number is ever faked.
-struct MemorySample {
-  int64_t allocated_bytes = -1;  // -1: not available from this source
-  int64_t reserved_bytes = -1;
-  int64_t peak_allocated_bytes = -1;
-  int64_t rss_bytes = -1;        // process resident set, always read
-  std::string source;            // "accelerator" | "hip" | "rss"
-};
-
 
 bool gpu_available();  // torch::cuda::is_available(): the HIP device on ROCm builds
 // "auto" -> GPU when present else CPU; "gpu" without one is a ConfigError. Makes the chosen GPU

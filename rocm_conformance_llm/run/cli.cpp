@@ -353,4 +353,19 @@ std::string help_config_text(bool markdown) {
          training + "\n" + stress + "\n" + diagnostics + "\n" + rocm;
 }
 
+CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep) {
+  if (keep < 1) throw ConfigError(fmt::format("invalid --keep-checkpoints '{}': must be an integer >= 1", keep));
+  CheckpointPolicy p;
+  p.keep = keep;
+  if (interval.empty()) return p;
+  if (const auto steps = parse_number<int64_t>(interval)) {
+    if (*steps < 1)
+      throw ConfigError(fmt::format("invalid --checkpoint-interval '{}': a step count must be >= 1", interval));
+    p.every_steps = *steps;
+  } else {
+    p.every_s = parse_duration_s("--checkpoint-interval", interval);
+  }
+  return p;
+}
+
 }  // namespace rcl

@@ -2,7 +2,6 @@
 // then --set overrides and dedicated flags, then stress modes), validated before anything runs.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,10 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/base/errors.hpp"
-#include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/reports/compare.hpp"
-#include "rocm_conformance_llm/run/run_checkpoint.hpp"
-#include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/run/run_config.hpp"
 
 namespace rcl {
 
@@ -48,25 +45,6 @@ struct CliOptions {
   bool doctor_json = false;
   std::string doctor_cmdline = "/proc/cmdline";
   std::string doctor_kfd_topology = "/sys/class/kfd/kfd/topology/nodes";
-};
-
-struct RunConfig {
-  std::string preset;
-  std::vector<std::string> stress_modes;  // canonical order
-  TrainingConfig base;                    // before stress modes
-  TrainingConfig training;                // after stress modes: what runs
-  StressProfile stress_profile;           // every registered intensity
-  Capabilities capabilities;              // what stress modes may require of this run
-  std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
-  DiagnosticsConfig diagnostics;
-  RocmConfig rocm;
-  int level = 0;                          // 0: no --level
-  std::string inject;
-  std::string baseline_dir;
-  std::string output_dir;
-  std::string checkpoint_interval;  // as given; `checkpoint` is what it means
-  CheckpointPolicy checkpoint;
-  std::string resume;  // as given; resolved and verified when the run starts
 };
 
 // Parses argv. Returns std::nullopt after printing help or a usage error; `exit_code` says which.

@@ -35,6 +35,7 @@
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 #include "rocm_conformance_llm/run/signals.hpp"
 #include "rocm_conformance_llm/run/wiring.hpp"
@@ -400,7 +401,7 @@ class Job {
                  s_.device.str(), TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(),
                  s_.launch.world_size, s_.launch.launcher);
     spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
-    const TrainingConfig& model = trainer_->ctx().cfg;  // vocab_size resolved from the data
+    const TrainingConfig& model = trainer_->model_config();
     spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),
                  flops_per_token(model), trainer_->data().describe());
     spdlog::info("ROCm environment: {}", s_.environment.at("env").dump());

@@ -3,7 +3,7 @@
 // always ends with a verdict and the reports, also when the run crashed or hung.
 #pragma once
 
-#include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/run/run_config.hpp"
 
 namespace rcl {
 

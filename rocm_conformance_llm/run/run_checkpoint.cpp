@@ -8,6 +8,7 @@
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
 
 namespace rcl {
@@ -101,21 +102,6 @@ void replace_directory(const fs::path& from, const fs::path& to) {
 }
 
 }  // namespace
-
-CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep) {
-  if (keep < 1) throw ConfigError(fmt::format("invalid --keep-checkpoints '{}': must be an integer >= 1", keep));
-  CheckpointPolicy p;
-  p.keep = keep;
-  if (interval.empty()) return p;
-  if (const auto steps = parse_number<int64_t>(interval)) {
-    if (*steps < 1)
-      throw ConfigError(fmt::format("invalid --checkpoint-interval '{}': a step count must be >= 1", interval));
-    p.every_steps = *steps;
-  } else {
-    p.every_s = parse_duration_s("--checkpoint-interval", interval);
-  }
-  return p;
-}
 
 ResumePoint resolve_resume(const std::string& spec, const fs::path& output_dir, const RunIdentity& now) {
   fs::path dir;

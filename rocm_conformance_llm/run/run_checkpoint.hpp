@@ -28,21 +28,12 @@
 
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
-#include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/loop/step_hooks.hpp"
-#include "rocm_conformance_llm/loop/training_state.hpp"  // CheckpointError
+#include "rocm_conformance_llm/run/run_config.hpp"
 
 namespace rcl {
 
-// When to write: every N steps ("500") or every duration ("30m"), and how many to keep.
-struct CheckpointPolicy {
-  int64_t every_steps = 0;  // 0: not by steps
-  double every_s = 0;       // 0: not by time
-  int64_t keep = 2;
-  bool periodic() const { return every_steps > 0 || every_s > 0; }
-};
-// `--checkpoint-interval` text: a step count, or a duration (parse_duration_s). ConfigError.
-CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep);
+class LoopAccess;
 
 // What a checkpoint must agree with to be resumed: the resolved training config (apart from
 // kResumeMayDiffer), the stress modes and the world size.

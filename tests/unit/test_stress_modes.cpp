@@ -206,7 +206,7 @@ void expect_order_independent(const Preset& preset, const TrainingConfig& base, 
   }
 }
 
-// A sixth mode, for tests only: one rule on a field no other mode writes, one intensity.
+// A throwaway mode, for tests only: one rule on a field no other mode writes, one intensity.
 StressMode canary_mode(CapabilityRequirement requirement) {
   return {.name = "canary",
           .targets = "HIP runtime (test only)",
@@ -247,7 +247,7 @@ TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesF
   EXPECT_EQ(registry_problems(), std::vector<std::string>{});  // the guards removed them
 }
 
-TEST(StressRegistry, AThrowawaySixthModeIsPickedUpEverywhere) {
+TEST(StressRegistry, AThrowawayModeIsPickedUpEverywhere) {
   const auto guard = register_stress_mode(canary_mode({.torch_major = 99}));
   const auto names = stress_mode_names();
   ASSERT_EQ(names.back(), "canary");

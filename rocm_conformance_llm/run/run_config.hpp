@@ -1,0 +1,44 @@
+// A run as resolved from the command line (run/cli.hpp does the resolving): the configuration
+// every later stage of the run reads, and nothing of how it was parsed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
+
+namespace rcl {
+
+// When to write: every N steps ("500") or every duration ("30m"), and how many to keep.
+struct CheckpointPolicy {
+  int64_t every_steps = 0;  // 0: not by steps
+  double every_s = 0;       // 0: not by time
+  int64_t keep = 2;
+  bool periodic() const { return every_steps > 0 || every_s > 0; }
+};
+// `--checkpoint-interval` text: a step count, or a duration (parse_duration_s). ConfigError.
+CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep);
+
+struct RunConfig {
+  std::string preset;
+  std::vector<std::string> stress_modes;  // canonical order
+  TrainingConfig base;                    // before stress modes
+  TrainingConfig training;                // after stress modes: what runs
+  StressProfile stress_profile;           // every registered intensity
+  Capabilities capabilities;              // what stress modes may require of this run
+  std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
+  DiagnosticsConfig diagnostics;
+  RocmConfig rocm;
+  int level = 0;                          // 0: no --level
+  std::string inject;
+  std::string baseline_dir;
+  std::string output_dir;
+  std::string checkpoint_interval;  // as given; `checkpoint` is what it means
+  CheckpointPolicy checkpoint;
+  std::string resume;  // as given; resolved and verified when the run starts
+};
+
+}  // namespace rcl
