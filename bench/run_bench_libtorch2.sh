@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU benchmark in the libtorch 2.x lane (issue 11's CPU 2.x targets: C++ >= 1.2x the Python
+# The CPU benchmark in the libtorch 2.x lane (its targets: C++ >= 1.2x the Python
 # peer on smoke fp32, >= 1.0x on cpu-medium bf16, same machine, same run). The Python peer needs
 # python3-torch, which only the sid root has: this builds the binary there (build-libtorch2/,
 # as scripts/test_libtorch2.sh does) and runs bench/run_bench.py inside the root against that

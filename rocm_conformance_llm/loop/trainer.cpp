@@ -34,10 +34,10 @@ torch::Tensor zero_scalar(const torch::Device& device) {
 bool device_step_timing_available() { return DeviceInterval::available(); }
 
 // A step's time. On a GPU the host's clock stops when the last kernel is queued, not when it
-// has run (review item 4, shared/notes/gpu-path-review.md: tokens/s came out 1.6-3% high on an
-// H100), so where c10::Event can time, a DeviceInterval brackets the step on the device's
-// stream and is read when the step is published, by which time the deferred scalars (queued
-// after its end) have landed. On the CPU the host clock is the device's.
+// has run (tokens/s came out 1.6-3% high on an H100 timed that way), so where c10::Event can
+// time, a DeviceInterval brackets the step on the device's stream and is read when the step is
+// published, by which time the deferred scalars (queued after its end) have landed. On the CPU
+// the host clock is the device's.
 class Trainer::StepClock {
  public:
   explicit StepClock(const torch::Device& device) : start_(Clock::now()) {

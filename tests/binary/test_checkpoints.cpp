@@ -1,10 +1,9 @@
-// Checkpoints and resume (also on a full disk): the safetensors writer against
-// an independent reader written here from the format's spec, refusal of damaged files, and
-// through the real binary: N steps straight equal N/2 + resume N/2 bit for bit (losses, gradient
-// norms, final weights and optimizer state), a checkpoint on a stop signal, keep-last-K, refusal
-// of a checkpoint of another config or a damaged one (exit 2, one line), and a write that fails
+// Checkpoints and resume through the real binary (also on a full disk): N steps straight equal
+// N/2 + resume N/2 bit for bit (losses, gradient norms, final weights and optimizer state), a
+// checkpoint on a stop signal, keep-last-K, the Hugging Face layouts, refusal of a checkpoint of
+// another config or a damaged one (exit 2, one line, nothing written), and a write that fails
 // (RLIMIT_FSIZE: what a full disk does to a write) ending in a crashed report with the earlier
-// checkpoint intact.
+// checkpoint intact. The files' building blocks in-process: tests/unit/test_checkpoint_files.cpp.
 #include <signal.h>
 
 #include <cstring>
@@ -17,8 +16,8 @@
 
 #include "support/cli_runner.hpp"
 #include "support/cpu_fp16.hpp"
+#include "support/safetensors_spec.hpp"
 #include "rocm_conformance_llm/base/safetensors.hpp"
-#include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
@@ -30,137 +29,15 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using rcl::testing::BackgroundRun;
+using rcl::testing::bytes_of;
+using rcl::testing::fresh_dir;
+using rcl::testing::spec_read;
 using rcl::testing::read_text;
 using rcl::testing::run_cli;
 using rcl::testing::wait_until;
 using namespace std::chrono_literals;
 
-fs::path fresh_dir(const std::string& name) { return rcl::testing::fresh_dir("ckpt", name); }
-
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// --- an independent safetensors reader, from the spec: u64 LE header size, JSON, raw bytes ---
-struct SpecTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-std::map<std::string, SpecTensor> spec_read(const fs::path& path) {
-  const std::string file = bytes_of(path);
-  EXPECT_GE(file.size(), 8u);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
-  const json header = json::parse(file.substr(8, n));
-  std::map<std::string, SpecTensor> out;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    const uint64_t begin = info["data_offsets"][0], end = info["data_offsets"][1];
-    out[name] = {info["dtype"], info["shape"].get<std::vector<int64_t>>(), file.substr(8 + n + begin, end - begin)};
-  }
-  return out;
-}
-
-TEST(Sha256, MatchesFips180Vectors) {
-  const auto digest = [](std::string_view s) {
-    Sha256 sha;
-    sha.update(s);
-    return sha.hex_digest();
-  };
-  EXPECT_EQ(digest(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(digest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(digest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  Sha256 million;  // one million 'a', fed in pieces of 7 that straddle the 64-byte blocks
-  const std::string piece(7, 'a');
-  for (int i = 0; i < 142857; ++i) million.update(piece);
-  million.update("a");
-  EXPECT_EQ(million.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
-TEST(Safetensors, WhatWeWriteTheSpecReaderReadsByteForByte) {
-  const fs::path dir = fresh_dir("st");
-  fs::create_directories(dir);
-  const auto f32 = torch::randn({3, 5});
-  const auto bf16 = torch::randn({7}).to(torch::kBFloat16);
-  const auto u8 = torch::arange(0, 13, torch::kLong).to(torch::kByte);
-  const auto transposed = torch::randn({4, 2}).t();  // not contiguous: written in logical order
-  write_safetensors(dir / "t.safetensors", {{"w", f32}, {"b", bf16}, {"r", u8}, {"t", transposed}}, {{"format", "pt"}});
-  const auto spec = spec_read(dir / "t.safetensors");
-  ASSERT_EQ(spec.size(), 4u);
-  EXPECT_EQ(spec.at("w").dtype, "F32");
-  EXPECT_EQ(spec.at("w").shape, (std::vector<int64_t>{3, 5}));
-  EXPECT_EQ(spec.at("w").bytes, std::string(static_cast<const char*>(f32.data_ptr()), 15 * 4));
-  EXPECT_EQ(spec.at("b").dtype, "BF16");
-  EXPECT_EQ(spec.at("r").dtype, "U8");
-  const auto t = transposed.contiguous();
-  EXPECT_EQ(spec.at("t").bytes, std::string(static_cast<const char*>(t.data_ptr()), 8 * 4));
-  const auto back = read_safetensors(dir / "t.safetensors");
-  EXPECT_TRUE(torch::equal(back.tensors.at("w"), f32));
-  EXPECT_TRUE(torch::equal(back.tensors.at("b"), bf16));
-  EXPECT_TRUE(torch::equal(back.tensors.at("t"), transposed));
-  EXPECT_EQ(back.metadata.at("format"), "pt");
-  fs::remove_all(dir);
-}
-
-TEST(Safetensors, DamagedFilesAreRefusedNamingTheProblem) {
-  const fs::path dir = fresh_dir("st-bad");
-  fs::create_directories(dir);
-  write_safetensors(dir / "ok.safetensors", {{"a", torch::ones({4})}, {"b", torch::zeros({2, 2})}});
-  const std::string good = bytes_of(dir / "ok.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, good.data(), 8);
-  const std::string header = good.substr(8, n);
-  const auto with_header = [&](std::string h) {
-    h.append((8 - h.size() % 8) % 8, ' ');
-    std::string out(8, '\0');
-    const uint64_t size = h.size();
-    std::memcpy(out.data(), &size, 8);
-    return out + h + good.substr(8 + n);
-  };
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", "shorter than"},
-      {good.substr(0, 5), "shorter than"},
-      {good.substr(0, good.size() - 3), "data"},
-      {std::string("\xff\xff\xff\xff\xff\xff\x00\x00", 8) + good.substr(8), "header length"},
-      {with_header("{not json"), "not JSON"},
-      {with_header(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}})"), "overlap"},
-      {with_header(R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"), "unsupported dtype"},
-      {with_header(R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"), "data_offsets"},
-      {with_header(R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})"), "bad shape"},
-      {with_header(R"([1,2])"), "not a JSON object"},
-  };
-  for (const auto& [content, expected] : cases) {
-    std::ofstream(dir / "bad.safetensors", std::ios::binary | std::ios::trunc) << content;
-    try {
-      read_safetensors(dir / "bad.safetensors");
-      ADD_FAILURE() << "accepted a damaged file, expected: " << expected;
-    } catch (const SafetensorsError& e) {
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-    }
-  }
-  fs::remove_all(dir);
-}
-
-TEST(Durations, UnitsAndRefusals) {
-  EXPECT_EQ(parse_duration_s("--duration", "90s"), 90);
-  EXPECT_EQ(parse_duration_s("--duration", "30m"), 1800);
-  EXPECT_EQ(parse_duration_s("--duration", "8h"), 8 * 3600);
-  EXPECT_EQ(parse_duration_s("--duration", "1.5h"), 5400);
-  EXPECT_EQ(parse_duration_s("--duration", "2d"), 2 * 86400);
-  EXPECT_EQ(parse_duration_s("--duration", "45"), 45);
-  for (const char* bad : {"", "0", "0s", "-5m", "5x", "m", "inf", "nan", "1e999h", "5 m", "30min"})
-    EXPECT_THROW(parse_duration_s("--duration", bad), ConfigError) << bad;
-  EXPECT_EQ(parse_checkpoint_policy("25", 2).every_steps, 25);
-  EXPECT_EQ(parse_checkpoint_policy("30m", 3).every_s, 1800);
-  EXPECT_THROW(parse_checkpoint_policy("0", 2), ConfigError);
-  EXPECT_THROW(parse_checkpoint_policy("10", 0), ConfigError);
-}
-
 // --- through the binary ---
-
 // The smoke preset on one CPU thread; dropout on so resuming must restore the RNG too.
 const std::string kSmoke = "--preset smoke --device cpu --set num_threads=1 --set dropout=0.1 --set eval_interval=0 ";
 
@@ -200,14 +77,54 @@ struct ResumeCase {
 
 class ResumeIsBitExact : public ::testing::TestWithParam<ResumeCase> {};
 
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ResumeIsBitExact,
+    ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
+                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
+                      // The loss scaler (scale, clean streak, skipped steps) must come back too.
+                      ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// (signature, step) of every finding in a report, in order.
+std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
+  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
+  return out;
+}
+
+// The flags that give the smoke model a layout Hugging Face has (run/run_checkpoint.cpp's Layout).
+const std::string kGpt2Layout = "--set position=learned ";
+
+const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+
+// A one-line refusal, exit 2, naming `expected`.
+void expect_refused(const testing::CliResult& r, const std::string& expected) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in
+// the libtorch 2.x lane's root) loads a trained checkpoint as GPT2LMHeadModel / LlamaForCausalLM
+// with every weight used and none missing, and computes the logits our model computes for the
+// same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
+// and config keys all show in the logits.
+class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const std::string*>> {};
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
+                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
+                         [](const auto& info) { return std::string(info.param.first); });
+#endif
+
 TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
   const auto& c = GetParam();
   if (c.fp16) {
     RCL_REQUIRE_FP16_MATMUL();
   }
   const std::string args = kSmoke + c.args + " --steps 8 ";
-  const fs::path straight = fresh_dir(std::string(c.name) + "-straight");
-  const fs::path resumed = fresh_dir(std::string(c.name) + "-resumed");
+  const fs::path straight = fresh_dir("ckpt", std::string(c.name) + "-straight");
+  const fs::path resumed = fresh_dir("ckpt", std::string(c.name) + "-resumed");
   // The straight run writes checkpoints at 4 and 8 (writing one must not change the run).
   const auto a = run_cli(args + "--checkpoint-interval 4 --output-dir " + straight.string());
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -228,28 +145,12 @@ TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
   fs::remove_all(resumed);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ResumeIsBitExact,
-    ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
-                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
-                      // The loss scaler (scale, clean streak, skipped steps) must come back too.
-                      ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
-    [](const auto& info) { return std::string(info.param.name); });
-
-// (signature, step) of every finding in a report, in order.
-std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
-  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
-  return out;
-}
-
 // Findings so far travel in the checkpoint: a run resumed at step 4 reports the findings of
 // steps 1-4 (restored, once each) and then its own, exactly the uninterrupted run's list.
 TEST(Checkpoints, FindingsSoFarAreRestoredOnceOnResume) {
   const std::string args = kSmoke + "--steps 8 --checkpoint-interval 4 --keep-checkpoints 3 --inject nan@step=3 ";
-  const fs::path straight = fresh_dir("findings-straight");
-  const fs::path resumed = fresh_dir("findings-resumed");
+  const fs::path straight = fresh_dir("ckpt", "findings-straight");
+  const fs::path resumed = fresh_dir("ckpt", "findings-resumed");
   const auto a = run_cli(args + "--output-dir " + straight.string());
   ASSERT_EQ(a.exit_code, 1) << a.err;  // the NaN step fails the run
   const auto b = run_cli(args + "--resume " + checkpoint(straight, 4).string() + " --output-dir " + resumed.string());
@@ -264,8 +165,8 @@ TEST(Checkpoints, FindingsSoFarAreRestoredOnceOnResume) {
 }
 
 TEST(Checkpoints, WritingThemDoesNotChangeTheRun) {
-  const fs::path plain = fresh_dir("plain");
-  const fs::path with = fresh_dir("with");
+  const fs::path plain = fresh_dir("ckpt", "plain");
+  const fs::path with = fresh_dir("ckpt", "with");
   ASSERT_EQ(run_cli(kSmoke + "--steps 6 --output-dir " + plain.string()).exit_code, 0);
   ASSERT_EQ(run_cli(kSmoke + "--steps 6 --checkpoint-interval 2 --output-dir " + with.string()).exit_code, 0);
   expect_same_steps(metrics(plain), metrics(with), 1, 6);
@@ -274,7 +175,7 @@ TEST(Checkpoints, WritingThemDoesNotChangeTheRun) {
 }
 
 TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
-  const fs::path dir = fresh_dir("keep");
+  const fs::path dir = fresh_dir("ckpt", "keep");
   const auto r = run_cli(kSmoke + "--steps 7 --checkpoint-interval 2 --keep-checkpoints 2 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> names;
@@ -290,12 +191,8 @@ TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
   fs::remove_all(dir);
 }
 
-// The flags that give the smoke model a layout Hugging Face has (run/run_checkpoint.cpp's Layout).
-const std::string kGpt2Layout = "--set position=learned ";
-const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
-
 TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
-  const fs::path dir = fresh_dir("gpt2");
+  const fs::path dir = fresh_dir("ckpt", "gpt2");
   const auto r = run_cli(kSmoke + kGpt2Layout + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
@@ -314,7 +211,7 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_EQ(t.at("transformer.ln_f.weight").shape, (std::vector<int64_t>{c}));
   EXPECT_EQ(t.size(), 2u + 2u + 12u * size_t(hf["n_layer"].get<int64_t>()));
   // And it resumes through the same names.
-  const fs::path next = fresh_dir("gpt2-next");
+  const fs::path next = fresh_dir("ckpt", "gpt2-next");
   const auto resumed = run_cli(kSmoke + kGpt2Layout + "--steps 2 --resume " + dir.string() +
                                " --output-dir " + next.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
@@ -322,18 +219,11 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   fs::remove_all(next);
 }
 
-// A one-line refusal, exit 2, naming `expected`.
-void expect_refused(const testing::CliResult& r, const std::string& expected) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
-
 // Llama's layout (rotary, RMSNorm, SwiGLU): LlamaForCausalLM's names and config; Q, K, V and
 // SwiGLU's gate and up stored as separate tensors, biases as attention_bias / mlp_bias load them.
 TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
   const std::string llama = kSmoke + kLlamaLayout;
-  const fs::path dir = fresh_dir("llama");
+  const fs::path dir = fresh_dir("ckpt", "llama");
   const auto r = run_cli(llama + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
@@ -372,7 +262,7 @@ TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
   // Q, K and V are distinct blocks of the fused projection (not one block three times).
   EXPECT_NE(t.at("model.layers.0.self_attn.q_proj.weight").bytes, t.at("model.layers.0.self_attn.k_proj.weight").bytes);
   // And it resumes through the same names, bit for bit.
-  const fs::path next = fresh_dir("llama-next");
+  const fs::path next = fresh_dir("ckpt", "llama-next");
   const auto resumed = run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() +
                                " --output-dir " + next.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
@@ -382,10 +272,10 @@ TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
 }
 
 TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {
-  const fs::path dir = fresh_dir("refuse");
+  const fs::path dir = fresh_dir("ckpt", "refuse");
   ASSERT_EQ(run_cli(kSmoke + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string()).exit_code, 0);
   const fs::path ckpt = checkpoint(dir, 2);
-  const fs::path out = fresh_dir("refuse-out");
+  const fs::path out = fresh_dir("ckpt", "refuse-out");
   const auto resume = [&](const std::string& extra) {
     return run_cli(kSmoke + "--steps 2 " + extra + " --resume " + ckpt.string() + " --output-dir " + out.string());
   };
@@ -398,7 +288,7 @@ TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {
   EXPECT_FALSE(fs::exists(out));  // a refused run writes nothing, not even its directory
 
   // A flipped byte, a truncated file: the manifest's SHA-256 says so.
-  const fs::path copy = fresh_dir("refuse-copy");
+  const fs::path copy = fresh_dir("ckpt", "refuse-copy");
   const auto damaged = [&](const std::function<void(const fs::path&)>& damage) {
     fs::remove_all(copy);
     fs::copy(ckpt, copy, fs::copy_options::recursive);
@@ -438,8 +328,8 @@ TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {
 // SIGTERM mid-run: a checkpoint of the stop step, an interrupted report; `--resume latest` in the
 // same directory finishes the run, and every step equals an uninterrupted run's.
 TEST(Resume, AfterSigtermInPlaceMatchesAnUninterruptedRun) {
-  const fs::path dir = fresh_dir("sigterm");
-  const fs::path straight = fresh_dir("sigterm-straight");
+  const fs::path dir = fresh_dir("ckpt", "sigterm");
+  const fs::path straight = fresh_dir("ckpt", "sigterm-straight");
   const std::string args = kSmoke + "--steps 150 --checkpoint-interval 1000 --output-dir " + dir.string();
   {
     BackgroundRun run(args, dir.string() + ".log");
@@ -473,7 +363,7 @@ TEST(Resume, AfterSigtermInPlaceMatchesAnUninterruptedRun) {
 // with ENOSPC): the run ends crashed (exit 3) with a report that says why, and the checkpoints
 // written before are untouched; the same resume succeeds once the files fit.
 TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
-  const fs::path dir = fresh_dir("fsize");
+  const fs::path dir = fresh_dir("ckpt", "fsize");
   const std::string args = kSmoke + "--steps 4 --checkpoint-interval 2 --output-dir " + dir.string();
   ASSERT_EQ(run_cli(args).exit_code, 0);
   const std::string at2 = bytes_of(checkpoint(dir, 2) / "model.safetensors");
@@ -496,16 +386,10 @@ TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
 }
 
 #ifdef RCL_PYTHON_TRANSFORMERS
-// The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in
-// the libtorch 2.x lane's root) loads a trained checkpoint as GPT2LMHeadModel / LlamaForCausalLM
-// with every weight used and none missing, and computes the logits our model computes for the
-// same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
-// and config keys all show in the logits.
-class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const std::string*>> {};
 
 TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
   const auto [name, layout] = GetParam();
-  const fs::path dir = fresh_dir(std::string("hf-") + name);
+  const fs::path dir = fresh_dir("ckpt", std::string("hf-") + name);
   const auto r = run_cli(kSmoke + *layout + "--steps 3 --checkpoint-interval 3 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path ckpt = checkpoint(dir, 3);
@@ -530,11 +414,6 @@ TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
   std::cout << name << ": " << read_text(log);
   if (!HasFailure()) fs::remove_all(dir);
 }
-
-INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
-                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
-                         [](const auto& info) { return std::string(info.param.first); });
-#endif
 
 }  // namespace
 }  // namespace rcl
