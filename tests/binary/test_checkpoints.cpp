@@ -18,6 +18,8 @@
 #include "support/cpu_fp16.hpp"
 #include "support/safetensors_spec.hpp"
 #include "rocm_conformance_llm/base/safetensors.hpp"
+#include "rocm_conformance_llm/base/sha256.hpp"
+#include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
@@ -31,13 +33,12 @@ using json = nlohmann::json;
 using rcl::testing::BackgroundRun;
 using rcl::testing::bytes_of;
 using rcl::testing::fresh_dir;
-using rcl::testing::spec_read;
 using rcl::testing::read_text;
+using rcl::testing::spec_read;
 using rcl::testing::run_cli;
 using rcl::testing::wait_until;
 using namespace std::chrono_literals;
 
-// --- through the binary ---
 // The smoke preset on one CPU thread; dropout on so resuming must restore the RNG too.
 const std::string kSmoke = "--preset smoke --device cpu --set num_threads=1 --set dropout=0.1 --set eval_interval=0 ";
 
@@ -77,46 +78,6 @@ struct ResumeCase {
 
 class ResumeIsBitExact : public ::testing::TestWithParam<ResumeCase> {};
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ResumeIsBitExact,
-    ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
-                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
-                      // The loss scaler (scale, clean streak, skipped steps) must come back too.
-                      ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
-    [](const auto& info) { return std::string(info.param.name); });
-
-// (signature, step) of every finding in a report, in order.
-std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
-  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
-  return out;
-}
-
-// The flags that give the smoke model a layout Hugging Face has (run/run_checkpoint.cpp's Layout).
-const std::string kGpt2Layout = "--set position=learned ";
-
-const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
-
-// A one-line refusal, exit 2, naming `expected`.
-void expect_refused(const testing::CliResult& r, const std::string& expected) {
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
-
-// The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in
-// the libtorch 2.x lane's root) loads a trained checkpoint as GPT2LMHeadModel / LlamaForCausalLM
-// with every weight used and none missing, and computes the logits our model computes for the
-// same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
-// and config keys all show in the logits.
-class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const std::string*>> {};
-
-INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
-                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
-                         [](const auto& info) { return std::string(info.param.first); });
-#endif
-
 TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
   const auto& c = GetParam();
   if (c.fp16) {
@@ -143,6 +104,22 @@ TEST_P(ResumeIsBitExact, HalfThenResumeEqualsStraight) {
   EXPECT_EQ(report.at("resume").at("step"), 4);
   fs::remove_all(straight);
   fs::remove_all(resumed);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ResumeIsBitExact,
+    ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
+                      ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
+                      // The loss scaler (scale, clean streak, skipped steps) must come back too.
+                      ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// (signature, step) of every finding in a report, in order.
+std::vector<std::pair<std::string, int64_t>> findings_of(const fs::path& dir) {
+  const json report = json::parse(read_text(dir / "report.json"));  // outlives the loop
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& f : report.at("findings")) out.emplace_back(f.at("signature"), f.at("step"));
+  return out;
 }
 
 // Findings so far travel in the checkpoint: a run resumed at step 4 reports the findings of
@@ -191,6 +168,10 @@ TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
   fs::remove_all(dir);
 }
 
+// The flags that give the smoke model a layout Hugging Face has (run/run_checkpoint.cpp's Layout).
+const std::string kGpt2Layout = "--set position=learned ";
+const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+
 TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   const fs::path dir = fresh_dir("ckpt", "gpt2");
   const auto r = run_cli(kSmoke + kGpt2Layout + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string());
@@ -217,6 +198,13 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   fs::remove_all(dir);
   fs::remove_all(next);
+}
+
+// A one-line refusal, exit 2, naming `expected`.
+void expect_refused(const testing::CliResult& r, const std::string& expected) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 // Llama's layout (rotary, RMSNorm, SwiGLU): LlamaForCausalLM's names and config; Q, K, V and
@@ -386,6 +374,12 @@ TEST(Checkpoints, AFailedWriteEndsCrashedAndKeepsTheEarlierCheckpoints) {
 }
 
 #ifdef RCL_PYTHON_TRANSFORMERS
+// The Hugging Face layouts mean what Hugging Face means: transformers (python3-transformers, in
+// the libtorch 2.x lane's root) loads a trained checkpoint as GPT2LMHeadModel / LlamaForCausalLM
+// with every weight used and none missing, and computes the logits our model computes for the
+// same tokens (tests/transformers_parity.py). Names, transposes, norms, activations, rotary form
+// and config keys all show in the logits.
+class TransformersLoads : public ::testing::TestWithParam<std::pair<const char*, const std::string*>> {};
 
 TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
   const auto [name, layout] = GetParam();
@@ -414,6 +408,11 @@ TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
   std::cout << name << ": " << read_text(log);
   if (!HasFailure()) fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
+                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
+                         [](const auto& info) { return std::string(info.param.first); });
+#endif
 
 }  // namespace
 }  // namespace rcl
