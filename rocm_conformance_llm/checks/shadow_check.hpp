@@ -17,7 +17,8 @@
 // in an ordinary step). On a mismatch the check runs the op again on copies of its inputs: a
 // second wrong result means reproducible.
 //
-// The bound, its derivation and what it catches: checks/shadow_bound.hpp.
+// The bound, its derivation and what it catches: checks/shadow_bound.hpp; the verdict on one op,
+// on the device or in the host pass: checks/shadow_verdict.hpp.
 #pragma once
 
 #include <array>
@@ -32,25 +33,13 @@
 #include "rocm_conformance_llm/base/deferred_scalars.hpp"
 #include "rocm_conformance_llm/checks/detector.hpp"
 #include "rocm_conformance_llm/checks/rerun.hpp"
+#include "rocm_conformance_llm/checks/shadow_verdict.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/workload/op_tap.hpp"
 
 namespace rcl {
 
 class LoopAccess;
-
-// The verdict of one op: float64 [worst ratio of error to bound (NaN for a NaN result), relative
-// error, 1 if every row was judged]. `output` defaults to op.output. Rows whose inputs hold
-// NaN/Inf, or whose true result may exceed the dtype's range (||a_i|| max_j ||b_j|| > its largest
-// finite value: an fp16 overflow), are not judged: the non-finite detectors own those. On the
-// CPU it is decided by host_verdict, elsewhere by ATen ops on the op's device.
-torch::Tensor shadow_verdict(const TappedOp& op, const torch::Tensor& output = {});
-// The same verdict by ATen ops, whatever the device (on the CPU: to prove host_verdict equal to it).
-torch::Tensor shadow_verdict_aten(const TappedOp& op, const torch::Tensor& output = {});
-// The same verdict in one pass of plain loops over CPU tensors, no ATen op (float64 sums).
-std::array<double, 3> host_verdict(const TappedOp& op, const torch::Tensor& output = {});
-// Whether a verdict's worst ratio says wrong result (above 1, or NaN).
-bool shadow_mismatch(double worst_error_over_bound);
 
 // Loop-side: see the top of this file. Findings: gemm_shadow_mismatch (fail).
 class ShadowCheck final : public Detector, private OpObserver {
