@@ -395,7 +395,7 @@ TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
   load_training_state(trainer, ckpt);
   trainer.model()->eval();
   torch::NoGradGuard no_grad;
-  const auto& cfg = static_cast<const LoopAccess&>(trainer).ctx().cfg;  // vocab_size resolved from the data
+  const auto& cfg = trainer.model_config();  // vocab_size resolved from the data
   const auto tokens = ((torch::arange(cfg.seq_len, torch::kLong) * 7 + 3) % cfg.vocab_size).unsqueeze(0);
   const auto logits = trainer.model()->forward(tokens);
   write_safetensors(dir / "parity.safetensors", {{"tokens", tokens}, {"logits", logits.contiguous()}});

@@ -2,13 +2,13 @@
 // libraries' environment (tests/fakes/), and a crafted KFD topology for `doctor`.
 #pragma once
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "support/cli_runner.hpp"
 
 namespace rcl::testing {
 
@@ -16,8 +16,7 @@ inline const std::filesystem::path kRecordedLog = std::filesystem::path(RCL_SOUR
 
 // An empty scratch directory for one node test.
 inline std::filesystem::path node_dir(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("rcl-node-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
+  const auto dir = fresh_dir("node", name);
   std::filesystem::create_directories(dir);
   return dir;
 }

@@ -97,7 +97,7 @@ TEST(Training, SmokePresetLearnsTheCorpusAndAttentionLearnsTheCopies) {
                "copied-token loss {:.3f}, other {:.3f}",
                summary.steps_done, train_s, summary.mean_tokens_per_s, summary.losses.front(), summary.losses.back(),
                *summary.final_val_loss, floor, intact.copied, intact.other);
-  const TrainingConfig& cfg = static_cast<const LoopAccess&>(trainer).ctx().cfg;  // vocab_size resolved
+  const TrainingConfig& cfg = trainer.model_config();  // vocab_size resolved
   EXPECT_EQ(summary.steps_done, cfg.steps);
   EXPECT_NEAR(summary.losses.front(), std::log(double(cfg.vocab_size)), 0.3);  // uniform at init
   // Measured over seeds 1, 2, 3, 1234: val - floor = 0.033..0.043, copied-token loss ~0.01.
@@ -476,7 +476,7 @@ TEST(Training, ObserversGetEveryStepInOrderWithItsRecord) {
     EXPECT_EQ(r.step, i + 1);
     EXPECT_EQ(r.loss, summary.losses[i]);
     EXPECT_EQ(r.loss, second.records[i].loss);
-    EXPECT_DOUBLE_EQ(r.lr, learning_rate_at(static_cast<const LoopAccess&>(trainer).ctx().cfg, i + 1));
+    EXPECT_DOUBLE_EQ(r.lr, learning_rate_at(trainer.model_config(), i + 1));
     EXPECT_EQ(r.tokens, 2 * 4 * 32);
     EXPECT_GT(r.grad_norm, 0.0);
     EXPECT_GT(r.step_time_s, 0.0);
