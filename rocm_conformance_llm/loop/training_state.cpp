@@ -8,6 +8,7 @@
 
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/base/safetensors.hpp"
+#include "rocm_conformance_llm/data.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;
@@ -118,6 +119,14 @@ nlohmann::json hf_config(const TrainingConfig& c, Layout layout) {
           {"qkv_conv_kernel", c.qkv_conv_kernel}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
 }
 
+// The data layer's special tokens, so transformers neither warns about nor generates with its
+// architecture's defaults (GPT-2's 50256 lies outside a byte vocabulary): the byte tokenizer's
+// for a text file, none for the synthetic corpus.
+nlohmann::json special_token_ids(const TrainingConfig& c) {
+  if (c.data_path.empty()) return {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
+  return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
+}
+
 torch::Tensor require(const SafetensorsFile& file, const std::string& name, const fs::path& path,
                       c10::ScalarType dtype, std::optional<std::vector<int64_t>> shape = std::nullopt) {
   const auto it = file.tensors.find(name);
@@ -162,7 +171,9 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   }
   write_safetensors(dir / kWeightsFile, weights, {{"format", "pt"}});
   write_safetensors(dir / kOptimizerFile, {{"exp_avg", snap.optimizer.exp_avg}, {"exp_avg_sq", snap.optimizer.exp_avg_sq}});
-  write_file_synced(dir / kHfConfigFile, {hf_config(cfg, layout).dump(2) + "\n"});
+  auto model_config = hf_config(cfg, layout);
+  model_config.update(special_token_ids(cfg));
+  write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
   nlohmann::json scaler = nullptr;
   if (snap.scaler) {
     const auto s = snap.scaler->state();

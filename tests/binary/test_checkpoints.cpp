@@ -191,6 +191,8 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_EQ(t.at("transformer.h.0.ln_1.bias").shape, (std::vector<int64_t>{c}));
   EXPECT_EQ(t.at("transformer.ln_f.weight").shape, (std::vector<int64_t>{c}));
   EXPECT_EQ(t.size(), 2u + 2u + 12u * size_t(hf["n_layer"].get<int64_t>()));
+  // The synthetic corpus has no special tokens: none named, so GPT-2's 50256 is not implied.
+  EXPECT_TRUE(hf["eos_token_id"].is_null()) << hf.dump();
   // And it resumes through the same names.
   const fs::path next = fresh_dir("ckpt", "gpt2-next");
   const auto resumed = run_cli(kSmoke + kGpt2Layout + "--steps 2 --resume " + dir.string() +
@@ -198,6 +200,24 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   fs::remove_all(dir);
   fs::remove_all(next);
+}
+
+// Trained on a text file, the model's config names the byte tokenizer's BOS/EOS/pad (data.hpp),
+// inside its vocabulary, so transformers generates and pads with the tokens it was trained on.
+TEST(Checkpoints, TextDataExportsTheByteTokenizersSpecialTokens) {
+  const fs::path dir = fresh_dir("ckpt", "byte-tokens");
+  const fs::path text = dir.parent_path() / "byte-tokens.txt";
+  std::ofstream(text) << std::string(4000, 'a') + " some text, repeated to fill the windows\n";
+  const auto r = run_cli(kSmoke + kGpt2Layout + "--steps 1 --checkpoint-interval 1 --data " + text.string() +
+                         " --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json hf = json::parse(read_text(checkpoint(dir, 1) / "config.json"));
+  EXPECT_EQ(hf["bos_token_id"], 256);
+  EXPECT_EQ(hf["eos_token_id"], 257);
+  EXPECT_EQ(hf["pad_token_id"], 258);
+  EXPECT_LT(hf["eos_token_id"].get<int64_t>(), hf["vocab_size"].get<int64_t>());
+  fs::remove_all(dir);
+  fs::remove(text);
 }
 
 // A one-line refusal, exit 2, naming `expected`.

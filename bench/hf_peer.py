@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""The specification's own stack as the peer: Hugging Face Transformers, Accelerate and Datasets.
+
+Trains the model a rocm-conformance-llm checkpoint holds (its exported `config.json` picks the
+class, `GPT2LMHeadModel` or `LlamaForCausalLM`; `from_pretrained` loads its weights: bench/hf_bench.py
+hands it the C++ trainer's initial weights, so both sides start from the same point) with the C++
+run's hyper-parameters (the run's `config.json`), through Accelerate (mixed precision, gradient
+accumulation, gradient clipping) on a Datasets pipeline that reads the same text/JSONL file into
+the same token windows in the same order as the C++ data layer (docs/data.md: byte tokens,
+BOS/EOS per document, SplitMix64 window shuffles).
+
+    hf_peer.py --checkpoint DIR --run-config RUN/config.json --data FILE --threads 2
+               [--steps S] [--warmup W] [--device cpu|cuda]
+
+Prints one JSON object: median tokens/s over the steps after warm-up, per-step losses and
+wall times, parameter count and the library versions. Needs a Python with torch, transformers,
+accelerate and datasets (the wheel lane's environment, scripts/wheel_env.sh).
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import accelerate
+import datasets
+import torch
+import torch.nn.functional as F
+import transformers
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+BOS, EOS, BYTE_VOCAB = 256, 257, 259        # data.hpp byte_tokens
+WINDOW_SPLIT, EPOCH_ORDER = 4, 5            # data.cpp Stream: window_split, epoch_order
+ADAM_BETAS, ADAM_EPS = (0.9, 0.95), 1e-8    # loop/trainer.cpp
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """data.cpp mix64 (SplitMix64's finaliser), in 64-bit unsigned arithmetic."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def stream_seed(seed, stream, index):
+    return mix64(mix64(mix64(seed) ^ stream) ^ index)
+
+
+def shuffled(items, seed):
+    """data.cpp shuffle with a SplitMix seeded by `seed` (Fisher-Yates from the back)."""
+    items, state = list(items), seed
+    for i in range(len(items) - 1, 0, -1):
+        j = mix64(state) % (i + 1)
+        state = (state + 1) & MASK64
+        items[i], items[j] = items[j], items[i]
+    return items
+
+
+def token_stream(path):
+    """The file as data.cpp tokenize_file reads it, through Datasets: BOS, the bytes, EOS per
+    document (a JSONL line's "text", or the whole file)."""
+    if path.endswith(".jsonl"):
+        docs = datasets.load_dataset("json", data_files=path, split="train")
+    else:
+        with open(path, "rb") as f:
+            docs = datasets.Dataset.from_dict({"text": [f.read().decode("utf-8", "surrogateescape")]})
+    encoded = docs.map(lambda d: {"ids": [BOS, *d["text"].encode("utf-8", "surrogateescape"), EOS]},
+                       remove_columns=docs.column_names)
+    return [t for ids in encoded["ids"] for t in ids]
+
+
+def training_windows(tokens, training, micro_batches):
+    """The windows the C++ trainer reads, micro-batch by micro-batch (data.cpp TokenFile):
+    windows of seq_len + 1 overlapping by one, the validation share split off by a seeded
+    shuffle, the rest reshuffled every epoch; micro-batch i holds samples i*B .. i*B+B-1."""
+    seq, seed = training["seq_len"], training["seed"]
+    windows = (len(tokens) - 1) // seq
+    val_fraction = training["val_fraction"]
+    val_count = max(1, math.floor(val_fraction * windows + 0.5)) if val_fraction > 0 else 0  # llround
+    starts = shuffled([w * seq for w in range(windows)], stream_seed(seed, WINDOW_SPLIT, 0))
+    train = starts[val_count:]
+    order, epoch_cache = [], {}
+    for sample in range(micro_batches * training["batch_size"]):
+        epoch = sample // len(train)
+        if epoch not in epoch_cache:
+            epoch_cache[epoch] = shuffled(train, stream_seed(seed, EPOCH_ORDER, epoch))
+        start = epoch_cache[epoch][sample % len(train)]
+        order.append(tokens[start:start + seq + 1])
+    return datasets.Dataset.from_dict({"window": order}).with_format("torch")
+
+
+def learning_rate_at(training, step):
+    """loop/trainer.cpp learning_rate_at: linear warm-up, cosine decay to lr * min_lr_ratio."""
+    lr, warmup = training["learning_rate"], training["warmup_steps"]
+    if step <= warmup:
+        return lr * step / warmup
+    min_lr = lr * training["min_lr_ratio"]
+    progress = min(1.0, (step - warmup) / max(1, training["steps"] - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def decay_groups(model, weight_decay):
+    """The C++ trainer's AdamW groups: decay on matrices, not on embeddings, norms or biases."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        embedding = any(part in name for part in ("wte", "wpe", "embed_tokens"))
+        (decay if p.dim() == 2 and not embedding else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint directory: the weights to start from")
+    parser.add_argument("--run-config", required=True, help="the C++ run's config.json")
+    parser.add_argument("--data", required=True, help="the text or JSONL file the C++ run trained on")
+    parser.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
+    parser.add_argument("--steps", type=int, default=0, help="optimizer steps (0: the run's)")
+    parser.add_argument("--warmup", type=int, default=3, help="leading steps left out of the median")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (the HIP device on ROCm)")
+    args = parser.parse_args()
+
+    training = json.load(open(args.run_config))["training"]
+    if training["mixed_precision"] not in ("fp32", "bf16", "fp16") or training["dropout"] or training["drop_path"]:
+        sys.exit("hf_peer: only dropout-free runs are replicated (their losses are comparable step by step)")
+    steps = args.steps or training["steps"]
+    accum, batch, seq = training["grad_accum_steps"], training["batch_size"], training["seq_len"]
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(training["seed"])
+
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[training["mixed_precision"]]
+    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=accum,
+                              cpu=args.device == "cpu")
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(decay_groups(model, training["weight_decay"]), lr=training["learning_rate"],
+                                  betas=ADAM_BETAS, eps=ADAM_EPS)
+    # LambdaLR's factor for its n-th step is that of the C++ trainer's step n + 1 (1-based).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda n: learning_rate_at(training, n + 1) / training["learning_rate"])
+    windows = training_windows(token_stream(args.data), training, steps * accum)
+    loader = DataLoader(windows, batch_size=batch, shuffle=False)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    model.train()
+
+    step_times, losses = [], []
+    micro, loss_sum, start = 0, torch.zeros(()), time.perf_counter()
+    for window in loader:
+        window = window["window"]
+        with accelerator.accumulate(model):
+            logits = model(window[:, :seq]).logits
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1))
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), training["grad_clip"])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        loss_sum = loss_sum.to(loss.device) + loss.detach()
+        micro += 1
+        if micro % accum == 0:
+            # One read per optimizer step, as a training loop that logs its loss does; on a GPU it
+            # also makes the step's wall time the device's.
+            losses.append(loss_sum.item() / accum)
+            step_times.append(time.perf_counter() - start)
+            loss_sum, start = torch.zeros(()), time.perf_counter()
+    if len(step_times) <= args.warmup:
+        sys.exit("hf_peer: --steps must exceed --warmup")
+    tokens = accum * batch * seq
+    timed = step_times[args.warmup:]
+    print(json.dumps({
+        "impl": "hf", "model": type(accelerator.unwrap_model(model)).__name__, "device": args.device,
+        "precision": training["mixed_precision"], "threads": torch.get_num_threads(),
+        "parameters": sum(p.numel() for p in model.parameters()), "tokens_per_step": tokens,
+        "steps": len(step_times), "timed_steps": len(timed), "tokens_per_s": statistics.median(tokens / t for t in timed),
+        "losses": losses, "step_times_s": step_times,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "accelerate": accelerate.__version__, "datasets": datasets.__version__},
+    }))
+
+
+if __name__ == "__main__":
+    main()
