@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Inside a Slurm allocation (called by scripts/slurm/*.sbatch): one rank per allocated GPU on
 # every node of the allocation, each through scripts/launch_rank.sh. Node and GPU counts come
-# from the allocation, never from a file. Arguments go to rocm-conformance-llm.
+# from the allocation, never from a file. Arguments go to rocm-conformance-llm, and win over the
+# template's own --stress, --device and --output-dir (each is passed only when the user's are not).
 #   RCL_STRESS   stress modes (default: all)
 #   RCL_RUNS_DIR where runs/<job name>-<job id>/ goes (default: <repo>/runs; every node must see it)
 set -euo pipefail
@@ -19,11 +20,22 @@ nodes="${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}"
 cpus_per_rank=$(( ${SLURM_CPUS_ON_NODE:-$gpus} / gpus ))
 (( cpus_per_rank >= 1 )) || cpus_per_rank=1
 
-echo "launch_slurm.sh: $nodes node(s) x $gpus GPU(s) = $(( nodes * gpus )) ranks, $cpus_per_rank CPUs each; results in $output_dir"
 # Every rank sees every GPU of its node and picks its own by local rank (SLURM_LOCALID). srun
 # is left to let the surviving ranks report when one dies: their next collective times out
 # after collective_timeout_s with a finding that names it.
+# The binary refuses an option given twice, so a default the user overrides is left out.
+user_gave() {
+  local flag=$1 arg
+  shift
+  for arg in "$@"; do [[ $arg == "$flag" || $arg == "$flag="* ]] && return 0; done
+  return 1
+}
+defaults=()
+user_gave --stress "$@" || defaults+=(--stress "${RCL_STRESS:-all}")
+user_gave --device "$@" || defaults+=(--device gpu)
+user_gave --output-dir "$@" || defaults+=(--output-dir "$output_dir")
+user_gave --output-dir "$@" && output_dir="the --output-dir given"
+echo "launch_slurm.sh: $nodes node(s) x $gpus GPU(s) = $(( nodes * gpus )) ranks, $cpus_per_rank CPUs each; results in $output_dir"
 exec srun --nodes="$nodes" --ntasks="$(( nodes * gpus ))" --ntasks-per-node="$gpus" \
   --cpus-per-task="$cpus_per_rank" \
-  "$repo/scripts/launch_rank.sh" \
-  --stress "${RCL_STRESS:-all}" --device gpu --output-dir "$output_dir" "$@"
+  "$repo/scripts/launch_rank.sh" "${defaults[@]}" "$@"

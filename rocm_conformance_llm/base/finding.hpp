@@ -43,6 +43,9 @@ inline constexpr const char* hip_runtime = "HIP runtime";
 // The fused SDPA kernels (AOTriton flash / memory-efficient, CK flash on ROCm).
 inline constexpr const char* attention = "AOTriton/CK attention";
 inline constexpr const char* all[] = {rocblas, rocrand, rccl, allocator, miopen, hip_runtime, attention};
+// Not a ROCm component: the machine the run shares with other processes. A finding about it
+// explains an anomaly that is no component's fault, and changes no component's status.
+inline constexpr const char* host = "host";
 }  // namespace component
 
 struct Finding {

@@ -25,6 +25,13 @@ namespace rcl {
 //     times >= step_time_cv_warn.
 //   slow_first_step (MIOpen; at finish): first step / post-warm-up median >= first_step_ratio_warn
 //     (warn), or >= a fifth of it (info: a noticeable but tolerable Find / compile cost).
+//   host_contention (host, info; at finish): a cliff or late slowdown whose steps were mostly
+//     host-contended, or a variance the uncontended steps do not show, is the host's: it is
+//     reported here, with the contention as evidence, instead of against rocBLAS or MIOpen.
+//
+// A host-contended step: its training thread waited >= 20% of the step for a core (the
+// scheduler's run queue; other processes on the run's cores), or, where the kernel keeps no
+// run-queue wait, other processes used >= 25% of the machine (platform/host_load.hpp).
 //
 // Every step time is judged without the time in collectives (RCCL's, and on several ranks the
 // slowest peer's: clean 2-rank runs on a loaded host had a step-time CV above 1 with them).
@@ -39,8 +46,13 @@ class StepTimeDetector final : public Detector {
 
   std::optional<double> first_step_s_;
   int64_t first_step_ = 0;
+  // What the host's contention explains: the ROCm finding it replaced and its figures.
+  void explained_by_host(const std::string& signature, int64_t step, nlohmann::json figures);
+
   std::vector<double> steady_s_;  // post-warm-up step times, in order
   std::vector<int64_t> steady_steps_;
+  std::vector<HostLoadSample> steady_host_;
+  nlohmann::json explained_by_host_ = nlohmann::json::array();
   std::optional<double> reference_median_;
   int64_t slow_run_start_ = 0;  // first step of the current run of slow steps (0: none)
   int64_t slow_run_length_ = 0;

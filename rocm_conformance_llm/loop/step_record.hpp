@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "rocm_conformance_llm/platform/host_load.hpp"
 #include "rocm_conformance_llm/platform/memory_sample.hpp"
 #include "rocm_conformance_llm/transport/collective_sample.hpp"
 
@@ -28,6 +29,7 @@ struct StepRecord {
   std::string step_time_clock = "host";  // "device": timed by device events (loop/trainer.cpp StepClock)
   double tokens_per_s = 0.0;      // this rank's tokens / step time
   MemorySample memory;
+  HostLoadSample host;            // what other processes took from the host during the step
   std::map<std::string, double> phase_s;  // data/forward/backward/grad_sync/optimizer when timed
   std::vector<CollectiveSample> collectives;
   std::optional<double> val_loss;

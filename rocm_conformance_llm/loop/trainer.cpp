@@ -44,6 +44,7 @@ class Trainer::StepClock {
     if (!device.is_cpu() && DeviceInterval::available()) on_device_.emplace(device);
   }
   double host_seconds() const { return seconds_since(start_); }
+  HostLoadSample host_load() const { return host_load_.sample(); }
   void stop() {
     if (on_device_) on_device_->stop();
     stopped_ = true;
@@ -56,6 +57,7 @@ class Trainer::StepClock {
 
  private:
   Clock::time_point start_;
+  HostLoadMeter host_load_;  // from the same start: was the step slow because the host was busy?
   std::optional<DeviceInterval> on_device_;
   bool stopped_ = false;
 };
@@ -222,6 +224,7 @@ void Trainer::finish_step(StepRecord& rec, StepClock& clock) {
   hooks_.before_step_time(rec, clock.host_seconds());
   clock.stop();
   rec.step_time_s = clock.host_seconds();
+  rec.host = clock.host_load();
   rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
   hooks_.after_step_time(rec);
   rec.memory = sample_memory(ctx_.device);

@@ -29,6 +29,7 @@ nlohmann::json to_json(const StepRecord& r) {
         {"peak_allocated_bytes", r.memory.peak_allocated_bytes},
         {"rss_bytes", r.memory.rss_bytes},
         {"source", r.memory.source}}},
+      {"host", {{"others_cpu_share", r.host.others_cpu_share}, {"run_queue_wait_s", r.host.run_queue_wait_s}}},
   };
   if (!r.phase_s.empty()) j["phase_s"] = r.phase_s;
   if (r.host_reads) j["host_reads"] = *r.host_reads;

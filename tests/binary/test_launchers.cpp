@@ -288,5 +288,36 @@ TEST_F(LauncherTest, Mpirun) {
   expect_two_rank_run(run, "mpirun");
 }
 
+// The Slurm templates pass their own --stress, --device and --output-dir; a user's flag of the
+// same name must win (the binary refuses an option given twice: "--device: At Most 1 required
+// but received 2" was a template's `--device gpu` ahead of the user's `--device cpu`). srun is a
+// stub here that records its arguments and runs the task once, as one rank.
+TEST_F(LauncherTest, SlurmTemplateLetsTheUsersFlagsWin) {
+  const fs::path dir = fresh_run_dir("slurm-template");
+  {
+    std::ofstream srun(dir / "srun");
+    srun << "#!/usr/bin/env bash\n"
+            "printf '%s\\n' \"$@\" > \"$(dirname \"$0\")/srun.args\"\n"
+            "while [[ $1 == --* ]]; do shift; done\n"
+            "SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=1 exec \"$@\"\n";
+  }
+  fs::permissions(dir / "srun", fs::perms::owner_all);
+  const std::string command =
+      "cd " + dir.string() + " && PATH=" + dir.string() + ":$PATH SLURM_JOB_ID=77 SLURM_JOB_NAME=rcl-test " +
+      "SLURM_GPUS_ON_NODE=2 SLURM_JOB_NUM_NODES=1 RCL_REPO=" + RCL_SOURCE_DIR + " RCL_BINARY=" + RCL_BINARY +
+      " RCL_RUNS_DIR=" + (dir / "runs").string() + " RCL_STRESS=rng timeout -k 5 " + std::to_string(kLimitS) +
+      " bash " + RCL_SOURCE_DIR + "/scripts/slurm/one_node.sbatch --device cpu --preset smoke --steps 3 "
+      "--set num_threads=1 --set eval_interval=0 >launcher.log 2>&1";
+  const int status = std::system(command.c_str());
+  ASSERT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << read_text(dir / "launcher.log");
+  const std::string args = read_text(dir / "srun.args");
+  EXPECT_NE(args.find("--stress\nrng\n"), std::string::npos) << args;  // the template's, not given by the user
+  EXPECT_NE(args.find("--device\ncpu\n"), std::string::npos) << args;
+  EXPECT_EQ(args.find("--device\ngpu\n"), std::string::npos) << args;
+  const json config = json::parse(read_text(dir / "runs" / "rcl-test-77" / "config.json"));
+  EXPECT_EQ(config.at("launcher"), "slurm");
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rcl

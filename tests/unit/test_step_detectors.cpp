@@ -231,6 +231,86 @@ TEST(StepTimeDetector, JitteryStepTimesWarnAboutVariance) {
   EXPECT_GE(cv[0].evidence["cv"].get<double>(), 0.5);
 }
 
+// The host's scheduler as platform/host_load.hpp reports it: the training thread waited
+// `wait_share` of the step for a core.
+void host_waited(StepRecord& r, double wait_share) {
+  r.host.wall_s = r.step_time_s;
+  r.host.run_queue_wait_s = wait_share * r.step_time_s;
+  r.host.others_cpu_share = wait_share;
+}
+
+std::vector<StepRecord> measured_quiet_host(std::vector<StepRecord> stream) {
+  for (auto& r : stream) host_waited(r, 0.01);
+  return stream;
+}
+
+TEST(StepTimeDetector, SlowdownWhileTheHostIsBusyIsTheHosts) {
+  // A process joins at step 30 and stays: every later step waits 60% of its time for a core.
+  auto stream = measured_quiet_host(clean_stream());
+  for (size_t i = 29; i < stream.size(); ++i) {
+    stream[i].step_time_s *= 3.0;
+    host_waited(stream[i], 0.6);
+  }
+  auto findings = run_detectors(stream);
+  EXPECT_TRUE(with_signature(findings, "step_time_cliff").empty()) << describe(findings);
+  EXPECT_TRUE(with_signature(findings, "late_slowdown").empty()) << describe(findings);
+  auto host = with_signature(findings, "host_contention");
+  ASSERT_EQ(host.size(), 1u) << describe(findings);
+  EXPECT_EQ(host[0].component, component::host);
+  EXPECT_EQ(host[0].severity, Severity::info);
+  EXPECT_EQ(host[0].step, 30);
+  EXPECT_EQ(host[0].evidence["explained"][0]["instead_of"], "step_time_cliff");
+  EXPECT_EQ(host[0].evidence["whole_run"]["contended_steps"], 31);
+
+  // The same cliff on a quiet host, with the busy steps elsewhere (before it), stays rocBLAS's.
+  stream = measured_quiet_host(clean_stream());
+  for (size_t i = 29; i < stream.size(); ++i) stream[i].step_time_s *= 3.0;
+  for (size_t i = 20; i < 26; ++i) host_waited(stream[i], 0.6);
+  findings = run_detectors(stream);
+  const auto cliff = with_signature(findings, "step_time_cliff");
+  ASSERT_EQ(cliff.size(), 1u) << describe(findings);
+  EXPECT_EQ(cliff[0].component, component::rocblas);
+  EXPECT_TRUE(with_signature(findings, "host_contention").empty()) << describe(findings);
+}
+
+TEST(StepTimeDetector, DriftWhileTheHostIsBusyIsTheHosts) {
+  auto stream = measured_quiet_host(clean_stream());
+  for (size_t i = 15; i < stream.size(); ++i) {
+    stream[i].step_time_s *= 1.0 + 1.5 * static_cast<double>(i - 15) / 44.0;
+    if (i >= 45) host_waited(stream[i], 0.5);
+  }
+  const auto findings = run_detectors(stream);
+  EXPECT_TRUE(with_signature(findings, "late_slowdown").empty()) << describe(findings);
+  const auto host = with_signature(findings, "host_contention");
+  ASSERT_EQ(host.size(), 1u) << describe(findings);
+  EXPECT_EQ(host[0].evidence["explained"][0]["instead_of"], "late_slowdown");
+}
+
+TEST(StepTimeDetector, JitterOfBusyStepsIsTheHostsJitterOfQuietStepsIsMIOpens) {
+  // The slow steps are the ones that waited for a core: the quiet steps are steady.
+  auto stream = measured_quiet_host(clean_stream());
+  for (size_t i = 5; i < stream.size(); i += 2) {
+    stream[i].step_time_s *= 4.0;
+    host_waited(stream[i], 0.7);
+  }
+  auto findings = run_detectors(stream);
+  EXPECT_TRUE(with_signature(findings, "step_time_variance").empty()) << describe(findings);
+  auto host = with_signature(findings, "host_contention");
+  ASSERT_EQ(host.size(), 1u) << describe(findings);
+  EXPECT_EQ(host[0].evidence["explained"][0]["instead_of"], "step_time_variance");
+
+  // Slow steps on a quiet host, while other steps waited: the jitter is not the host's.
+  stream = measured_quiet_host(clean_stream());
+  for (size_t i = 5; i < stream.size(); i += 2) stream[i].step_time_s *= 4.0;
+  for (size_t i = 6; i < 20; i += 2) host_waited(stream[i], 0.7);
+  findings = run_detectors(stream);
+  const auto cv = with_signature(findings, "step_time_variance");
+  ASSERT_EQ(cv.size(), 1u) << describe(findings);
+  EXPECT_EQ(cv[0].component, component::miopen);
+  EXPECT_EQ(cv[0].evidence["host_contended_steps_left_out"], 7);
+  EXPECT_TRUE(with_signature(findings, "host_contention").empty()) << describe(findings);
+}
+
 TEST(StepTimeDetector, SlowFirstStepIsInfoThenWarn) {
   auto stream = clean_stream();
   stream[0].step_time_s = 1.5;  // 15x: above 50/5, below 50
