@@ -182,7 +182,7 @@ constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training",
 constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
                                              "output_dir",     "world_size",    "launcher",       "environment",
                                              "checkpoint",     "level",         "doctor",
-                                             "rocm_knobs",     "fit"};
+                                             "rocm_knobs",     "fit",           "sizing"};
 
 // The sections a config file, a level and --set overlay onto a preset.
 constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
@@ -245,6 +245,12 @@ std::optional<DeviceDescription> device_to_fit(const CliOptions& o, const RunCon
   const auto capacity = gpu_memory_bytes(detect_launch().local_rank);
   if (!capacity) return std::nullopt;
   return DeviceDescription{.name = "the GPU's memory", .capacity_bytes = *capacity, .peak_flops = peak_flops};
+}
+
+// What the sizing model assumes where no device was fitted: the host (no allocator slack), or a
+// GPU whose capacity could not be read.
+DeviceDescription host_device(const RunConfig& run) {
+  return {.name = run.capabilities.gpu ? "a GPU of unknown memory" : "the host", .accelerator = run.capabilities.gpu};
 }
 
 RunConfig resolve(const CliOptions& o, bool gpu_present) {
@@ -362,7 +368,8 @@ nlohmann::json to_json(const RunConfig& run) {
           {"baseline", run.baseline_dir},
           {"output_dir", run.output_dir},
           {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}},
-          {"fit", run.fit ? run.fit->to_json() : nlohmann::json(nullptr)}};
+          {"fit", run.fit ? run.fit->to_json() : nlohmann::json(nullptr)},
+          {"sizing", predict_step(run.training, run.fit ? run.fit->device : host_device(run)).to_json()}};
 }
 
 std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : "";

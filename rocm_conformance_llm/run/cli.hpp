@@ -70,7 +70,8 @@ RocmConfig resolve_rocm_config(const CliOptions& options);
 
 // {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
 //  "stress_profile", "diagnostics", "rocm", "level", "inject", "baseline", "output_dir", "checkpoint",
-//  "fit"} ("fit": null where no device was fitted, docs/sizing.md)
+//  "fit", "sizing"} ("fit": null where no device was fitted; "sizing": the predicted peak and FLOPs
+//  of the config that runs, docs/sizing.md)
 nlohmann::json to_json(const RunConfig& run);
 
 // Console text for --explain-stress.

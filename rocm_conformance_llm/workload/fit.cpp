@@ -57,7 +57,7 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
                                    gib_text(fit.available_bytes));
     return fit;
   }
-  const SizingPrediction smallest = predict_step(with_micro_batch(composed, rule, 1), device);
+  const SizingPrediction& smallest = fit.fitted = predict_step(with_micro_batch(composed, rule, 1), device);
   fit.reason = fmt::format(
       "the configuration does not fit the device: predicted peak {} bytes ({}) even at {} 1 > available {} bytes "
       "({} of {} bytes, {}); lower what the stress modes raised (e.g. --set stress_profile.memory.min_seq_len=...) "

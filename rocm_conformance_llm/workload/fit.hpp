@@ -29,7 +29,7 @@ struct DeviceFit {
   DeviceDescription device;
   int64_t available_bytes = 0;  // usable_fraction x capacity
   SizingPrediction composed;    // the prediction before the fit
-  SizingPrediction fitted;      // after it (== composed when nothing changed or nothing fits)
+  SizingPrediction fitted;      // after it (nothing fits: at a micro-batch of 1, the best it could do)
   TrainingConfig training;      // the fitted configuration
   nlohmann::json changes = nlohmann::json::object();  // {field: [before, after]}
   bool fits = false;

@@ -119,5 +119,49 @@ TEST_P(SizingVsMeasured, PredictedPeakWithin15PercentOfTheMeasuredOne) {
 
 INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 7));
 
+int64_t term(const std::vector<MemoryTerm>& terms, const std::string& name) {
+  for (const auto& t : terms)
+    if (t.name == name) return t.bytes;
+  return -1;
+}
+
+TEST(Sizing, TermsFollowTheirFormulas) {
+  const DeviceDescription gpu{.name = "posed", .capacity_bytes = 80'000'000'000, .peak_flops = 1e15};
+  TrainingConfig cfg = find_preset("small").training;
+  cfg.vocab_size = 50257;
+  const auto p = predict_step(cfg, gpu);
+  EXPECT_EQ(p.parameters, parameter_count(cfg));
+  EXPECT_EQ(term(p.resident, "parameters"), 4 * p.parameters);
+  EXPECT_EQ(term(p.resident, "optimizer_state"), 8 * p.parameters);
+  EXPECT_EQ(term(p.step, "logits_and_loss"), 12 * cfg.batch_size * cfg.seq_len * cfg.vocab_size);
+  int64_t resident = 0, step = 0;
+  for (const auto& t : p.resident) resident += t.bytes;
+  for (const auto& t : p.step) step += t.bytes;
+  EXPECT_EQ(p.allocated_peak_bytes, resident + std::max(step, term(p.optimizer, "update_temporaries")));
+  EXPECT_EQ(p.allocator_slack_bytes, std::llround(kAllocatorSlackFraction * double(p.allocated_peak_bytes)));
+  EXPECT_EQ(predict_step(cfg, kHost).allocator_slack_bytes, 0) << "the host's malloc keeps no tensor cache";
+  EXPECT_DOUBLE_EQ(p.model_flops_per_step, flops_per_token(cfg) * double(cfg.batch_size * cfg.seq_len * cfg.grad_accum_steps));
+  EXPECT_DOUBLE_EQ(p.ideal_step_s, p.hardware_flops_per_step / 1e15);
+
+  // Math attention holds L x B H T^2 scores; fused attention none, but a padding mask per layer.
+  const int64_t scores = cfg.num_layers * cfg.batch_size * cfg.num_heads * cfg.seq_len * cfg.seq_len;
+  EXPECT_GE(term(p.step, "attention_scores"), scores * (4 + 2));
+  TrainingConfig fused = cfg;
+  fused.attention_backend = "sdpa";
+  EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"), -1);
+  fused.attention_pad_fraction = 0.25;
+  EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"),
+            cfg.num_layers * cfg.batch_size * cfg.seq_len * cfg.seq_len * 2);
+
+  // Checkpointing keeps one input per block, and costs a recomputed forward in hardware FLOPs.
+  TrainingConfig checkpointed = fused;
+  checkpointed.activation_checkpointing = true;
+  const auto c = predict_step(checkpointed, gpu);
+  EXPECT_EQ(c.checkpointed_activation_bytes_per_layer, cfg.batch_size * cfg.seq_len * cfg.hidden_size * 4);
+  EXPECT_LT(c.allocated_peak_bytes, predict_step(fused, gpu).allocated_peak_bytes);
+  EXPECT_GT(c.hardware_flops_per_step, c.model_flops_per_step);
+  EXPECT_EQ(gib_text(int64_t{3} << 29), "1.5 GiB");
+}
+
 }  // namespace
 }  // namespace rcl
