@@ -372,8 +372,7 @@ nlohmann::json to_json(const RunConfig& run) {
           {"sizing", predict_step(run.training, run.fit ? run.fit->device : host_device(run)).to_json()}};
 }
 
-std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : "";
-}
+std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }
 
 std::string explain_text(const RunConfig& run) {
   std::string out = fmt::format("preset {}; stress modes: {}\n", run.preset,
