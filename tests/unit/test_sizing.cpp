@@ -41,6 +41,7 @@ int64_t measured_peak(TrainingConfig cfg, int64_t steps = 2) {
     reset << "5";  // VmHWM := VmRSS
   }
   const int64_t before = status_kib("VmRSS");
+  if (status_kib("VmHWM") > before + 1024) return -1;  // the peak was not reset: no measurement
   {
     RunContext ctx;
     ctx.cfg = cfg;
@@ -95,6 +96,7 @@ std::vector<Case> cases() {
   TrainingConfig bf16 = smoke_at(16, 256);
   bf16.mixed_precision = "bf16";
   return {
+      {"smoke preset", find_preset("smoke").training},
       {"smoke at batch 16, seq 256 (math attention)", smoke_at(16, 256)},
       {"the same, checkpointed", checkpointed},
       {"smoke, vocab 8192 (logits and loss)", wide_vocab},
@@ -110,14 +112,15 @@ TEST_P(SizingVsMeasured, PredictedPeakWithin15PercentOfTheMeasuredOne) {
   const Case c = cases().at(size_t(GetParam()));
   const auto predicted = predict_step(c.cfg, kHost);
   const int64_t measured = measured_peak(c.cfg);
+  if (measured < 0) GTEST_SKIP() << "this kernel does not reset VmHWM through /proc/self/clear_refs";
   const double error = double(predicted.allocated_peak_bytes - measured) / double(measured);
-  std::cout << fmt::format("{}: predicted {:.1f} MiB ({}), measured {:.1f} MiB, {:+.1f}%\n", c.label,
-                           double(predicted.allocated_peak_bytes) / (1 << 20), predicted.to_json().dump(),
+  std::cout << fmt::format("{}: predicted {:.1f} MiB (peak in {}), measured {:.1f} MiB, {:+.1f}%\n", c.label,
+                           double(predicted.allocated_peak_bytes) / (1 << 20), predicted.peak_phase,
                            double(measured) / (1 << 20), 100 * error);
   EXPECT_LT(std::abs(error), 0.15) << c.label;
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 7));
+INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 8));
 
 int64_t term(const std::vector<MemoryTerm>& terms, const std::string& name) {
   for (const auto& t : terms)
