@@ -324,4 +324,9 @@ std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank
                                      world_size, device);
 }
 
+int64_t resolved_vocab_size(const TrainingConfig& cfg) {
+  if (cfg.vocab_size > 0) return cfg.vocab_size;
+  return cfg.data_path.empty() ? SyntheticSpec{}.vocab_size : byte_tokens::vocab_size;
+}
+
 }  // namespace rcl

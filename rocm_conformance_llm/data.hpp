@@ -144,5 +144,8 @@ class TokenFile final : public DataSource {
 // ConfigErrors.
 std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
                                              torch::Device device);
+// The vocabulary the model of `cfg` will have, without opening the data: cfg.vocab_size when
+// set, else the synthetic corpus's or the byte tokenizer's (what the trainer resolves it to).
+int64_t resolved_vocab_size(const TrainingConfig& cfg);
 
 }  // namespace rcl

@@ -55,12 +55,13 @@ int main(int argc, char** argv) {
     const RunConfig run = resolve_run_config(*options, gpu_available());
     for (const auto& [mode, reason] : run.stress_skipped)
       std::cerr << "note: stress mode " << mode << " skipped: " << reason << "\n";
-    if (options->print_config) {
-      std::cout << to_json(run).dump(2) << "\n";
-      return kExitClean;
-    }
-    if (options->explain_stress) {
-      std::cout << explain_text(run);
+    if (options->print_config || options->explain_stress) {
+      std::cout << (options->print_config ? to_json(run).dump(2) + "\n" : explain_text(run));
+      // A composition the device cannot hold is shown, then refused as a run would be.
+      if (const std::string refused = refusal(run); !refused.empty()) {
+        std::cerr << "error: " << refused << "\n";
+        return kExitUsage;
+      }
       return kExitClean;
     }
     if (probe) return run_attention_probe(run);

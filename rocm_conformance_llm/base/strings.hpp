@@ -49,6 +49,11 @@ T parse_integer(std::string_view flag, std::string_view text) {
 // Returns seconds (> 0); ConfigError "invalid FLAG 'TEXT': ..." naming what is allowed.
 double parse_duration_s(std::string_view flag, std::string_view text);
 
+// A memory size as a vendor writes it: "80GB", "192GB", "79.2GiB", "512MiB", bare bytes ("1000").
+// Decimal units (KB, MB, GB, TB = 10^3..10^12, as datasheets quote device memory) and binary ones
+// (KiB..TiB). Returns bytes (>= 1); ConfigError "invalid FLAG 'TEXT': ..." naming what is allowed.
+int64_t parse_byte_size(std::string_view flag, std::string_view text);
+
 using SteadyClock = std::chrono::steady_clock;
 inline double seconds_since(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();

@@ -20,6 +20,10 @@
 #define RCL_HAVE_ACCELERATOR_STATS 1
 #include <ATen/DeviceAccelerator.h>
 #endif
+// at::accelerator::getMemoryInfo(index) -> {free, total}: in the 2.11 and 2.14 headers.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+#define RCL_HAVE_ACCELERATOR_MEMORY_INFO 1
+#endif
 
 namespace rcl {
 
@@ -92,6 +96,19 @@ MemorySample sample_memory(const torch::Device& device) {
   }
 #endif
   return m;
+}
+
+std::optional<int64_t> gpu_memory_bytes(int local_rank) {
+  if (!gpu_available()) return std::nullopt;
+#ifdef RCL_HAVE_ACCELERATOR_MEMORY_INFO
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  const auto info = at::accelerator::getMemoryInfo(static_cast<c10::DeviceIndex>(local_rank % count));
+  return static_cast<int64_t>(info.second);
+#else
+  (void)local_rank;
+  if (const auto info = hip_mem_info()) return info->total_bytes;
+  return std::nullopt;
+#endif
 }
 
 std::string active_blas() {

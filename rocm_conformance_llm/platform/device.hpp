@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,10 @@ std::string prepare_gemm_environment(bool deterministic);
 
 // Device allocator figures where exposed, else process RSS (MemorySample::source says which).
 MemorySample sample_memory(const torch::Device& device);
+// Total memory of the GPU `local_rank` uses (local_rank modulo the visible GPUs): libtorch's
+// accelerator API where it has one (>= 2.11), else the HIP runtime's current device through
+// dlopen; nullopt when neither can tell (then no fit is made, docs/sizing.md).
+std::optional<int64_t> gpu_memory_bytes(int local_rank);
 int64_t process_rss_bytes();
 
 // libtorch version and build kind, device name, BLAS in use, thread counts, ROCm env vars.

@@ -1,6 +1,7 @@
 #include "rocm_conformance_llm/run/cli.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -14,7 +15,9 @@
 #endif
 
 #include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/transport/launch.hpp"
 
 namespace rcl {
 
@@ -45,7 +48,7 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   CliOptions o;
   CLI::App app{"rocm-conformance-llm: validate a ROCm software stack by training a real decoder "
                "Transformer under composable stress modes"};
-  std::string stress;
+  std::string stress, peak_tflops;
   auto* stress_flag = app.add_option(
       "--stress", stress, "Stress modes: comma list of " + join(stress_mode_names(), ",") + " or 'all'");
   app.add_option("--preset", o.preset, "Scale preset: smoke, cpu-medium, small, large (default: smoke on "
@@ -84,6 +87,13 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   auto* level_flag = app.add_option("--level", level, "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
                                                       "4 soak; explicit flags and keys win (docs/levels.md)")
                          ->type_name("1|2|3|4");
+  app.add_option("--device-memory", o.device_memory,
+                 "Fit the stressed config to a device of this memory, e.g. 80GB, 192GB (default: the GPU's own; "
+                 "no fit on the CPU)")
+      ->type_name("SIZE");
+  auto* peak_flag = app.add_option("--device-peak-tflops", peak_tflops,
+                                   "The device's measured dense peak, for the predicted ideal step time")
+                        ->type_name("TFLOPS");
   app.add_flag("--memory-profile", o.memory_profile, "Memory after model creation, on the device, after step 1 "
                                                      "and at peak, in report.json");
   auto* doctor = app.add_subcommand("doctor", "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
@@ -102,6 +112,13 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
     if (steps_flag->count() > 0) o.steps = parse_integer<int64_t>("--steps", steps);
     if (seed_flag->count() > 0) o.seed = parse_integer<uint64_t>("--seed", seed);
     if (keep_flag->count() > 0) o.keep_checkpoints = parse_integer<int64_t>("--keep-checkpoints", keep);
+    if (peak_flag->count() > 0) {
+      const auto tflops = parse_number<double>(peak_tflops);
+      if (!tflops || !std::isfinite(*tflops) || *tflops <= 0)
+        throw ConfigError("invalid --device-peak-tflops '" + peak_tflops + "': must be a number > 0 (TFLOP/s)");
+      o.device_peak_tflops = *tflops;
+    }
+    if (!o.device_memory.empty()) parse_byte_size("--device-memory", o.device_memory);
   });
   return parsed ? std::optional(o) : std::nullopt;
 }
@@ -165,7 +182,7 @@ constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training",
 constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
                                              "output_dir",     "world_size",    "launcher",       "environment",
                                              "checkpoint",     "level",         "doctor",
-                                             "rocm_knobs"};
+                                             "rocm_knobs",     "fit",           "sizing"};
 
 // The sections a config file, a level and --set overlay onto a preset.
 constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
@@ -213,6 +230,27 @@ RocmConfig rocm_of(const nlohmann::json& doc) {
   auto rocm = doc.at("rocm").get<RocmConfig>();
   validate(rocm);
   return rocm;
+}
+
+// The device a run's config is fitted to: the one --device-memory poses, else the GPU's own
+// memory; none for a CPU run (the host's memory is shared with everything else it runs, and
+// swaps rather than failing) or where the capacity cannot be read.
+std::optional<DeviceDescription> device_to_fit(const CliOptions& o, const RunConfig& run) {
+  const double peak_flops = o.device_peak_tflops.value_or(0.0) * 1e12;
+  if (!o.device_memory.empty())
+    return DeviceDescription{.name = "--device-memory " + o.device_memory,
+                             .capacity_bytes = parse_byte_size("--device-memory", o.device_memory),
+                             .peak_flops = peak_flops};
+  if (!run.capabilities.gpu) return std::nullopt;
+  const auto capacity = gpu_memory_bytes(detect_launch().local_rank);
+  if (!capacity) return std::nullopt;
+  return DeviceDescription{.name = "the GPU's memory", .capacity_bytes = *capacity, .peak_flops = peak_flops};
+}
+
+// What the sizing model assumes where no device was fitted: the host (no allocator slack), or a
+// GPU whose capacity could not be read.
+DeviceDescription host_device(const RunConfig& run) {
+  return {.name = run.capabilities.gpu ? "a GPU of unknown memory" : "the host", .accelerator = run.capabilities.gpu};
 }
 
 RunConfig resolve(const CliOptions& o, bool gpu_present) {
@@ -263,7 +301,8 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   } else if (level && !level->stress_modes.empty()) {
     run.stress_modes = parse_stress_list(level->stress_modes);
   }
-  run.capabilities = Capabilities::of_this_build(!cpu_only);
+  // A device posed by --device-memory is a GPU: the modes compose for it as they would there.
+  run.capabilities = Capabilities::of_this_build(!cpu_only || !o.device_memory.empty());
   auto composed = compose_stress_modes(run.base, run.stress_modes, run.stress_profile, run.capabilities);
   run.training = composed.training;
   run.stress_skipped = std::move(composed.skipped);
@@ -273,6 +312,14 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
     // Composition preserves validity by construction (and tests prove it); reaching here
     // means a profile intensity combined badly with the base.
     throw ConfigError(std::string("stress modes produced an invalid config: ") + e.what());
+  }
+
+  // 5. The composed config fitted to the device (docs/sizing.md).
+  if (const auto device = device_to_fit(o, run)) {
+    run.fit = fit_to_device(run.training, *device);
+    run.training = run.fit->training;
+    validate(run.training);
+    if (!run.fit->fits && !o.print_config && !o.explain_stress) throw ConfigError(run.fit->reason);
   }
 
   run.inject = !o.inject.empty() ? o.inject : file.value("inject", std::string());
@@ -320,8 +367,12 @@ nlohmann::json to_json(const RunConfig& run) {
           {"inject", run.inject},
           {"baseline", run.baseline_dir},
           {"output_dir", run.output_dir},
-          {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}}};
+          {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}},
+          {"fit", run.fit ? run.fit->to_json() : nlohmann::json(nullptr)},
+          {"sizing", predict_step(run.training, run.fit ? run.fit->device : host_device(run)).to_json()}};
 }
+
+std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }
 
 std::string explain_text(const RunConfig& run) {
   std::string out = fmt::format("preset {}; stress modes: {}\n", run.preset,
@@ -337,7 +388,12 @@ std::string explain_text(const RunConfig& run) {
     for (const auto& [field, change] : fields.items())
       out += fmt::format("  {:<7} {:<26} {} -> {}\n", mode, field, change[0].dump(), change[1].dump());
   }
-  return out;
+  if (!run.fit) return out + "  fit: none (no device to fit: a CPU run; --device-memory poses one)\n";
+  for (const auto& [field, change] : run.fit->changes.items())
+    out += fmt::format("  {:<7} {:<26} {} -> {}\n", "fit", field, change[0].dump(), change[1].dump());
+  if (!run.fit->fits) return out + "  fit: " + run.fit->reason + "\n";
+  return out + fmt::format("  fit: {} ({} bytes, {})\n", run.fit->reason, run.fit->device.capacity_bytes,
+                           run.fit->device.name);
 }
 
 std::string help_config_text(bool markdown) {

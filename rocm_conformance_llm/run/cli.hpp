@@ -40,6 +40,8 @@ struct CliOptions {
   bool overwrite = false;
   std::optional<int> level;   // --level 1..4
   bool memory_profile = false;
+  std::string device_memory;                  // --device-memory: pose a device of this capacity
+  std::optional<double> device_peak_tflops;   // --device-peak-tflops: its measured peak
   // `rocm-conformance-llm doctor`
   bool doctor = false;
   bool doctor_json = false;
@@ -54,15 +56,22 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
 // printing help or a usage error; `exit_code` says which.
 std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code);
 
-// Applies the resolution order; throws ConfigError on any invalid input.
+// Applies the resolution order; throws ConfigError on any invalid input, and on a composition
+// the device cannot hold (the fit's one-line reason) unless the options only print the config
+// or explain the stress (those show the refusal; `refusal` then gives the line).
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
+
+// The fit's refusal when the resolved run does not fit its device, else "".
+std::string refusal(const RunConfig& run);
 
 // The `rocm` section alone, which no preset or device changes: main applies these knobs before
 // the first HIP call (asking whether a GPU is present is one). Same errors as resolve_run_config.
 RocmConfig resolve_rocm_config(const CliOptions& options);
 
 // {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
-//  "stress_profile", "diagnostics", "rocm", "level", "inject", "baseline", "output_dir", "checkpoint"}
+//  "stress_profile", "diagnostics", "rocm", "level", "inject", "baseline", "output_dir", "checkpoint",
+//  "fit", "sizing"} ("fit": null where no device was fitted; "sizing": the predicted peak and FLOPs
+//  of the config that runs, docs/sizing.md)
 nlohmann::json to_json(const RunConfig& run);
 
 // Console text for --explain-stress.

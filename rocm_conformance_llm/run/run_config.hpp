@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/workload/fit.hpp"
 
 namespace rcl {
 
@@ -30,6 +32,8 @@ struct RunConfig {
   StressProfile stress_profile;           // every registered intensity
   Capabilities capabilities;              // what stress modes may require of this run
   std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
+  std::optional<DeviceFit> fit;           // the composed config fitted to the device; `training`
+                                          // is its result. None on the CPU unless a device is posed
   DiagnosticsConfig diagnostics;
   RocmConfig rocm;
   int level = 0;                          // 0: no --level

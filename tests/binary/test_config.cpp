@@ -78,6 +78,30 @@ TEST(Cli, ListAndExplainStress) {
   EXPECT_NE(explain.out.find("memory  seq_len"), std::string::npos) << explain.out;
 }
 
+// A composition the posed device cannot hold: refused before anything runs, one line with the
+// predicted and available bytes, no output directory; --print-config shows the fit and refuses.
+TEST(Cli, ACompositionThatDoesNotFitTheDeviceIsRefusedBeforeAnythingIsWritten) {
+  const auto dir = rcl::testing::fresh_dir("config", "unfit");
+  std::filesystem::remove_all(dir);
+  const std::string unfit = "--preset small --stress gemm,memory,fusion --device-memory 8GB";
+  const auto r = run_cli(unfit + " --steps 1 --output-dir " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("does not fit the device: predicted peak "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("> available 7200000000 bytes"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  const auto shown = run_cli(unfit + " --print-config");
+  EXPECT_EQ(shown.exit_code, 2);
+  const auto doc = nlohmann::json::parse(shown.out);
+  EXPECT_FALSE(doc.at("fit").at("fits").get<bool>());
+  EXPECT_GT(doc.at("fit").at("predicted").at("peak_bytes").get<int64_t>(), 7200000000);
+  // The same composition on a posed 80 GB device fits once the micro-batch is smaller.
+  const auto fitted = run_cli("--preset small --stress gemm,memory,fusion --device-memory 80GB --explain-stress");
+  EXPECT_EQ(fitted.exit_code, 0) << fitted.err;
+  EXPECT_NE(fitted.out.find("fit     batch_size"), std::string::npos) << fitted.out;
+  EXPECT_NE(run_cli("--device-memory 80XB --print-config").err.find("invalid --device-memory '80XB'"), std::string::npos);
+}
+
 TEST(Cli, HelpConfigListsEveryKeyWithTypeDefaultAllowedAndMeaning) {
   const auto r = run_cli("--help-config");
   ASSERT_EQ(r.exit_code, 0) << r.err;

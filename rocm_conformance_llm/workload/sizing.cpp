@@ -1,0 +1,203 @@
+#include "rocm_conformance_llm/workload/sizing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/data.hpp"
+#include "rocm_conformance_llm/model.hpp"
+
+namespace rcl {
+namespace {
+
+// The shapes and element sizes every formula reads (docs/sizing.md names them the same way).
+struct Shape {
+  int64_t B, T, BT, C, H, F, F_up, L, V;
+  int64_t a;     // bytes of an activation: the autocast dtype (2 for bf16/fp16), else 4
+  int64_t r;     // bytes of the residual stream and of the parameters: float32
+  int64_t drop;  // bytes per element a dropout keeps for backward: a bool mask on an accelerator
+                 // (native_dropout), the scaled noise in the input's dtype on the CPU
+  bool autocast, math_scores, padded, dropout, rotary, qk_norm, conv, sandwich, strided_v, swiglu;
+};
+
+Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
+  Shape s{};
+  s.B = cfg.batch_size;
+  s.T = cfg.seq_len;
+  s.BT = s.B * s.T;
+  s.C = cfg.hidden_size;
+  s.H = cfg.num_heads;
+  s.F = ffn_hidden_size(cfg);
+  s.swiglu = cfg.activation == "swiglu";
+  s.F_up = s.swiglu ? 2 * s.F : s.F;
+  s.L = cfg.num_layers;
+  s.V = cfg.vocab_size;
+  s.autocast = cfg.mixed_precision != "fp32";
+  s.a = s.autocast ? 2 : 4;
+  s.r = 4;
+  s.drop = device.accelerator ? 1 : s.a;
+  // The explicit path and SDPA's math fallback materialise B x H x T x T scores; the fused
+  // kernels keep a log-sum-exp per query instead.
+  s.math_scores = cfg.attention_backend == "math" || cfg.attention_backend == "sdpa_math";
+  s.padded = cfg.attention_pad_fraction > 0;
+  s.dropout = cfg.dropout > 0;
+  s.rotary = cfg.position == "rotary";
+  s.qk_norm = cfg.qk_norm;
+  s.conv = cfg.qkv_conv_kernel > 0;
+  s.sandwich = cfg.norm_layout == "sandwich";
+  s.strided_v = cfg.attention_noncontiguous_v;
+  return s;
+}
+
+// One block's tensors autograd keeps for backward, in bytes per token, in forward order: up to
+// the attention kernel, then from the output projection on (backward frees these first).
+int64_t attention_bytes_per_token(const Shape& s) {
+  int64_t b = 0;
+  b += s.r * s.C;                                     // block input (LayerNorm 1 keeps it)
+  b += s.a * s.C;                                     // LayerNorm 1 output as the QKV GEMM reads it
+  b += 3 * s.a * s.C;                                 // QKV output (Q, K, V are views of it)
+  if (s.conv) b += 3 * s.a * s.C;                     // the left-padded copy the convolution keeps
+  if (s.qk_norm && s.autocast) b += 2 * 4 * s.C;      // float32 copies of Q and K the norms keep
+  if (s.qk_norm || s.rotary) b += 2 * s.a * s.C;      // new Q and K (normed and/or rotated)
+  if (!s.math_scores) b += s.a * s.C + 4 * s.H;       // fused attention output and log-sum-exp
+  if (s.strided_v) b += s.a * (s.C + 8 * s.H);        // V padded by 8 per row (strided view)
+  return b;
+}
+
+int64_t projection_and_mlp_bytes_per_token(const Shape& s) {
+  int64_t b = 0;
+  b += s.a * s.C;                                     // attention output, heads merged (proj input)
+  if (s.sandwich) b += 2 * 4 * s.C;                   // float32 inputs of the two post-norms
+  if (s.dropout) b += 2 * s.drop * s.C;               // residual-branch dropout masks
+  b += s.r * s.C;                                     // residual after attention (LayerNorm 2 keeps it)
+  b += s.a * s.C;                                     // LayerNorm 2 output as the MLP reads it
+  b += s.a * s.F_up;                                  // MLP up projection output
+  b += s.a * s.F * (s.swiglu ? 2 : 1);                // activation output (SwiGLU: silu and product)
+  return b;
+}
+
+int64_t block_bytes_per_token(const Shape& s) {
+  return attention_bytes_per_token(s) + projection_and_mlp_bytes_per_token(s);
+}
+
+// One block's attention tensors that grow with T^2 rather than with tokens, in bytes.
+int64_t block_score_bytes(const Shape& s) {
+  const int64_t scores = s.B * s.H * s.T * s.T;
+  const int64_t mask = (s.padded ? s.B : 1) * s.T * s.T;  // a bool per (query, key), made per layer
+  if (s.math_scores) {
+    // softmax output (float32) and what the AV GEMM reads: its bf16 copy, or the dropout's
+    // mask and output.
+    const int64_t per_score = 4 + (s.dropout ? s.drop + s.a : (s.autocast ? s.a : 0));
+    return scores * per_score + mask;
+  }
+  // SDPA turns a boolean mask into an additive one in the query's dtype and keeps it.
+  return s.padded ? s.B * s.T * s.T * s.a : 0;
+}
+
+// What backward holds beside the saved tensors while it differentiates one block: the MLP's
+// gradients, or on the math path two float32 score gradients (of the probabilities and of the
+// scores), by when the block's projection and MLP tensors are already freed.
+int64_t block_backward_workspace(const Shape& s) {
+  const int64_t mlp = s.BT * (s.a * s.F_up + s.a * s.F + 2 * s.r * s.C);
+  const int64_t scores =
+      s.math_scores ? s.B * s.H * s.T * s.T * 8 - s.BT * projection_and_mlp_bytes_per_token(s) : 0;
+  return std::max(mlp, scores);
+}
+
+int64_t sum(const std::vector<MemoryTerm>& terms) {
+  return std::accumulate(terms.begin(), terms.end(), int64_t{0},
+                         [](int64_t total, const MemoryTerm& t) { return total + t.bytes; });
+}
+
+nlohmann::json terms_json(const std::vector<MemoryTerm>& terms) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& t : terms) out[t.name] = t.bytes;
+  return out;
+}
+
+}  // namespace
+
+SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescription& device) {
+  TrainingConfig cfg = composed;
+  cfg.vocab_size = resolved_vocab_size(cfg);
+  const Shape s = shape_of(cfg, device);
+  SizingPrediction p;
+  p.parameters = parameter_count(cfg);
+  p.vocab_size = s.V;
+  const int64_t P = p.parameters;
+  // Every parameter takes part in a GEMM but the learned position table (a lookup).
+  const int64_t gemm_parameters = P - (cfg.position == "learned" ? cfg.seq_len * cfg.hidden_size : 0);
+
+  p.resident = {
+      {"parameters", 4 * P, "4 P (float32)"},
+      {"gradients", 4 * P, "4 P (FlatAdamW's flat float32 gradient)"},
+      {"optimizer_state", 8 * P, "8 P (AdamW: exp_avg and exp_avg_sq in float32)"},
+  };
+  if (cfg.memory_pressure_bytes > 0)
+    p.resident.push_back({"ballast", cfg.memory_pressure_bytes, "memory_pressure_bytes"});
+
+  p.activation_bytes_per_layer = s.BT * block_bytes_per_token(s) + block_score_bytes(s);
+  p.checkpointed_activation_bytes_per_layer = s.BT * s.r * s.C;
+  const int64_t around_blocks =
+      s.BT * ((s.dropout ? s.drop * s.C : 0) + s.r * s.C + s.a * s.C);  // embedding dropout, final norm in/out
+  const int64_t logits = s.BT * 12 * s.V;
+  const int64_t workspace = block_backward_workspace(s);
+  if (s.autocast)
+    p.step.push_back({"autocast_weights", s.a * gemm_parameters, "a N_gemm (weights cast for the GEMMs, kept for backward)"});
+  if (cfg.activation_checkpointing) {
+    // Backward starts with the loss (logits alive), then recomputes one block at a time.
+    const int64_t recompute = p.activation_bytes_per_layer + workspace;
+    p.step.push_back({"activations", s.L * p.checkpointed_activation_bytes_per_layer + around_blocks,
+                      "L B T r C + B T (r + a) C (checkpointed: each block keeps its input)"});
+    if (logits >= recompute)
+      p.step.push_back({"logits_and_loss", logits, "12 B T V"});
+    else
+      p.step.push_back({"recomputed_block", recompute, "one block's activations, scores and backward workspace"});
+  } else {
+    p.step.push_back({"activations", s.L * s.BT * block_bytes_per_token(s) + around_blocks,
+                      "L B T (per-block bytes per token) + B T (r + a) C"});
+    if (const int64_t scores = s.L * block_score_bytes(s); scores > 0)
+      p.step.push_back({"attention_scores", scores, s.math_scores ? "L (B H T^2 (4 + a) + mask)" : "L B T^2 a (mask)"});
+    p.step.push_back(logits >= workspace ? MemoryTerm{"logits_and_loss", logits, "12 B T V"}
+                                         : MemoryTerm{"backward_workspace", workspace, "one block's gradients"});
+  }
+  p.optimizer = {{"update_temporaries", 8 * P, "8 P (sqrt(v) and its quotient, float32)"}};
+
+  const int64_t resident = sum(p.resident), step = sum(p.step), update = sum(p.optimizer);
+  p.peak_phase = step >= update ? "backward" : "optimizer";
+  p.allocated_peak_bytes = resident + std::max(step, update);
+  p.allocator_slack_bytes =
+      device.accelerator ? int64_t(std::llround(kAllocatorSlackFraction * double(p.allocated_peak_bytes))) : 0;
+  p.peak_bytes = p.allocated_peak_bytes + p.allocator_slack_bytes;
+
+  p.tokens_per_step = s.BT * cfg.grad_accum_steps;
+  p.model_flops_per_step = flops_per_token(cfg) * double(p.tokens_per_step);
+  p.hardware_flops_per_step =
+      p.model_flops_per_step + (cfg.activation_checkpointing ? 2.0 * double(gemm_parameters) * double(p.tokens_per_step) : 0.0);
+  p.ideal_step_s = device.peak_flops > 0 ? p.hardware_flops_per_step / device.peak_flops : 0.0;
+  return p;
+}
+
+nlohmann::json SizingPrediction::to_json() const {
+  return {{"parameters", parameters},
+          {"vocab_size", vocab_size},
+          {"resident_bytes", terms_json(resident)},
+          {"step_bytes", terms_json(step)},
+          {"optimizer_bytes", terms_json(optimizer)},
+          {"activation_bytes_per_layer", activation_bytes_per_layer},
+          {"checkpointed_activation_bytes_per_layer", checkpointed_activation_bytes_per_layer},
+          {"peak_phase", peak_phase},
+          {"allocated_peak_bytes", allocated_peak_bytes},
+          {"allocator_slack_bytes", allocator_slack_bytes},
+          {"peak_bytes", peak_bytes},
+          {"tokens_per_step", tokens_per_step},
+          {"model_flops_per_step", model_flops_per_step},
+          {"hardware_flops_per_step", hardware_flops_per_step},
+          {"ideal_step_s", ideal_step_s}};
+}
+
+std::string gib_text(int64_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(int64_t{1} << 30)); }
+
+}  // namespace rcl

@@ -1,0 +1,175 @@
+// Fit after composing, with posed devices: a composition the device cannot hold is refused with
+// its numbers, one that fits after the fit rule is shown changed, compose + fit is
+// order-independent, and the fit never undoes what a mode asked for. The prediction itself is
+// checked against measured peaks in test_sizing.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
+
+#include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/workload/fit.hpp"
+
+namespace rcl {
+namespace {
+
+constexpr int64_t GB = 1'000'000'000;
+
+DeviceDescription posed(int64_t bytes) { return {.name = "posed", .capacity_bytes = bytes}; }
+
+RunConfig resolve_args(std::vector<std::string> args) {
+  args.insert(args.begin(), "rocm-conformance-llm");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  int code = 0;
+  auto options = parse_cli(static_cast<int>(argv.size()), argv.data(), code);
+  if (!options) throw std::runtime_error("parse failed");
+  return resolve_run_config(*options, /*gpu_present=*/false);
+}
+
+// Every non-empty subset of the registered modes, in canonical order.
+std::vector<std::vector<std::string>> every_composition() {
+  const auto names = stress_mode_names();
+  std::vector<std::vector<std::string>> out;
+  for (size_t mask = 1; mask < (size_t{1} << names.size()); ++mask) {
+    std::vector<std::string> modes;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (mask & (size_t{1} << i)) modes.push_back(names[i]);
+    out.push_back(modes);
+  }
+  return out;
+}
+
+TrainingConfig compose(const std::string& preset, const std::vector<std::string>& modes) {
+  const Preset& p = find_preset(preset);
+  return compose_stress_modes(p.training, modes, complete_stress_profile(p.stress),
+                              Capabilities::of_this_build(/*gpu=*/true))
+      .training;
+}
+
+TEST(DeviceFit, ACompositionThatCannotFitIsRefusedWithItsPredictedAndAvailableBytes) {
+  const std::vector<std::string> args = {"--preset", "small", "--stress", "gemm,memory,fusion", "--device-memory", "8GB"};
+  const TrainingConfig composed = compose("small", {"gemm", "memory", "fusion"});
+  TrainingConfig one_sequence = composed;
+  one_sequence.grad_accum_steps *= one_sequence.batch_size;
+  one_sequence.batch_size = 1;
+  const int64_t predicted = predict_step(one_sequence, posed(8 * GB)).peak_bytes;
+  const auto available = int64_t(device_fit_rule().usable_fraction * double(8 * GB));
+  ASSERT_GT(predicted, available) << "the posed device must be too small for this test";
+  try {
+    resolve_args(args);
+    FAIL() << "a composition predicted at " << predicted << " bytes ran on " << available;
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(fmt::format("predicted peak {} bytes", predicted)), std::string::npos) << message;
+    EXPECT_NE(message.find(fmt::format("available {} bytes", available)), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  // --print-config and --explain-stress show it, and say it is refused.
+  std::vector<std::string> explain = args;
+  explain.push_back("--explain-stress");
+  const RunConfig shown = resolve_args(explain);
+  ASSERT_TRUE(shown.fit.has_value());
+  EXPECT_FALSE(shown.fit->fits);
+  EXPECT_EQ(refusal(shown), shown.fit->reason);
+  EXPECT_EQ(shown.training, composed) << "a refused fit changes nothing";
+}
+
+TEST(DeviceFit, ACompositionThatFitsAfterTheRuleIsShownChanged) {
+  const RunConfig run =
+      resolve_args({"--preset", "small", "--stress", "gemm,memory,fusion", "--device-memory", "80GB"});
+  const TrainingConfig composed = compose("small", {"gemm", "memory", "fusion"});
+  ASSERT_TRUE(run.fit.has_value());
+  ASSERT_TRUE(run.fit->fits) << run.fit->reason;
+  ASSERT_GT(run.fit->composed.peak_bytes, run.fit->available_bytes) << "pose a device the composition overflows";
+  EXPECT_LE(run.fit->fitted.peak_bytes, run.fit->available_bytes);
+  EXPECT_LT(run.training.batch_size, composed.batch_size);
+  EXPECT_EQ(run.training.batch_size * run.training.grad_accum_steps, composed.batch_size * composed.grad_accum_steps)
+      << "the same tokens per optimizer step";
+  // The largest micro-batch that fits: the next larger divisor does not.
+  for (int64_t larger = run.training.batch_size + 1; larger <= composed.batch_size; ++larger) {
+    if (composed.batch_size % larger != 0) continue;
+    TrainingConfig bigger = run.training;
+    bigger.batch_size = larger;
+    EXPECT_GT(predict_step(bigger, run.fit->device).peak_bytes, run.fit->available_bytes) << larger;
+    break;
+  }
+  // Only the rule's fields changed, and the record says so in config.json and --explain-stress.
+  EXPECT_EQ(config_diff(composed, run.training), run.fit->changes);
+  EXPECT_EQ(run.fit->changes.size(), 2u) << run.fit->changes.dump();
+  const auto doc = to_json(run);
+  EXPECT_EQ(doc.at("fit").at("changes").at("batch_size"),
+            nlohmann::json({composed.batch_size, run.training.batch_size}));
+  EXPECT_EQ(doc.at("training").at("batch_size"), run.training.batch_size);
+  const std::string explained = explain_text(run);
+  EXPECT_NE(explained.find(fmt::format("fit     batch_size                 {} -> {}", composed.batch_size,
+                                       run.training.batch_size)),
+            std::string::npos)
+      << explained;
+  EXPECT_TRUE(refusal(run).empty());
+}
+
+TEST(DeviceFit, NoDeviceNoFitOnTheCpuAndTheCpuPresetsAreUnchanged) {
+  for (const char* stress : {"all", "memory", "gemm,rng"}) {
+    const RunConfig run = resolve_args({"--stress", stress});
+    EXPECT_FALSE(run.fit.has_value()) << stress;
+    EXPECT_TRUE(to_json(run).at("fit").is_null());
+  }
+  // A roomy posed device fits every smoke composition as composed.
+  for (const auto& modes : every_composition()) {
+    const auto fit = fit_to_device(compose("smoke", modes), posed(8 * GB));
+    EXPECT_TRUE(fit.fits && fit.changes.empty()) << fmt::format("{}", fmt::join(modes, ","));
+  }
+}
+
+TEST(DeviceFit, ComposeAndFitAreOrderIndependent) {
+  std::mt19937 rng(7);
+  for (const auto& [preset, device] : {std::pair{"smoke", posed(40 << 20)}, std::pair{"small", posed(80 * GB)},
+                                       std::pair{"large", posed(192 * GB)}}) {
+    for (auto modes : every_composition()) {
+      const auto reference = fit_to_device(compose(preset, modes), device);
+      for (int shuffle = 0; shuffle < 3; ++shuffle) {
+        std::shuffle(modes.begin(), modes.end(), rng);
+        const auto again = fit_to_device(compose(preset, modes), device);
+        EXPECT_EQ(again.training, reference.training) << preset << " " << fmt::format("{}", fmt::join(modes, ","));
+        EXPECT_EQ(again.fits, reference.fits);
+      }
+    }
+  }
+}
+
+TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
+  const DeviceFitRule& rule = device_fit_rule();
+  // The registry: no mode raises what the fit lowers, nor lowers or sets what it raises.
+  for (const auto& mode : stress_mode_registry())
+    for (const auto& r : mode.rules) {
+      EXPECT_FALSE(r.field == rule.lowers && r.op != StressOp::kAtMost) << mode.name << " guards " << r.field;
+      EXPECT_FALSE(r.field == rule.keeps_tokens_with && r.op != StressOp::kAtLeast) << mode.name << " guards " << r.field;
+    }
+  // Every composition, fitted to devices that make the rule act: applying its modes again to the
+  // fitted config changes nothing (every floor and ceiling still holds).
+  const auto profile_of = [](const std::string& preset) { return complete_stress_profile(find_preset(preset).stress); };
+  int changed = 0;
+  for (const auto& [preset, device] : {std::pair{"smoke", posed(40 << 20)}, std::pair{"small", posed(80 * GB)},
+                                       std::pair{"large", posed(192 * GB)}}) {
+    for (const auto& modes : every_composition()) {
+      const auto fit = fit_to_device(compose(preset, modes), device);
+      if (!fit.fits) continue;
+      changed += !fit.changes.empty();
+      const auto reapplied =
+          compose_stress_modes(fit.training, modes, profile_of(preset), Capabilities::of_this_build(true)).training;
+      EXPECT_EQ(reapplied, fit.training) << preset << " " << fmt::format("{}", fmt::join(modes, ","));
+      EXPECT_NO_THROW(validate(fit.training));
+    }
+  }
+  EXPECT_GT(changed, 0) << "no composition made the fit act: the check above proved nothing";
+}
+
+}  // namespace
+}  // namespace rcl

@@ -1,0 +1,170 @@
+// The sizing model against the memory a CPU training run really takes: the process's peak
+// resident set (VmHWM, reset through /proc/self/clear_refs) over what it held before the
+// trainer was built. On the CPU libtorch's allocator hands freed tensors straight back to
+// malloc, so that peak is what tensors held at once, plus malloc's own overhead: the bound
+// here is 15%, the GPU target (docs/sizing.md). Also: the terms follow their formulas.
+#include <gtest/gtest.h>
+
+#include <malloc.h>
+
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/loop/trainer.hpp"
+#include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/workload/memory_ballast.hpp"
+#include "rocm_conformance_llm/workload/sizing.hpp"
+
+namespace rcl {
+namespace {
+
+const DeviceDescription kHost{.name = "host", .capacity_bytes = int64_t{1} << 40, .accelerator = false};
+
+int64_t status_kib(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  return -1;
+}
+
+// Peak bytes the trainer of `cfg` added to the process over `steps` steps (VmHWM - VmRSS before).
+int64_t measured_peak(TrainingConfig cfg, int64_t steps = 2) {
+  cfg.steps = steps;
+  cfg.eval_interval = 0;
+  cfg.device = "cpu";
+  malloc_trim(0);  // what earlier runs freed goes back to the OS, not into this run's tensors
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";  // VmHWM := VmRSS
+  }
+  const int64_t before = status_kib("VmRSS");
+  if (status_kib("VmHWM") > before + 1024) return -1;  // the peak was not reset: no measurement
+  {
+    RunContext ctx;
+    ctx.cfg = cfg;
+    Trainer trainer(ctx);
+    const MemoryBallast ballast(cfg.memory_pressure_bytes, torch::kCPU);  // as the run holds it
+    trainer.run();
+  }
+  return (status_kib("VmHWM") - before) * 1024;
+}
+
+// Thread pools, BLAS buffers and malloc arenas come with the first step of a process, not with
+// the configuration: one small run first, so the measured runs see only their own tensors.
+// Every tensor of more than 64 KiB gets its own mapping, returned when freed (a fixed threshold
+// also stops glibc from raising it after frees): the resident set follows live tensors.
+void warm_up_once() {
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 64 << 10);
+    mallopt(M_TRIM_THRESHOLD, 0);
+    TrainingConfig tiny;
+    tiny.hidden_size = 32, tiny.num_heads = 2, tiny.num_layers = 1, tiny.seq_len = 16, tiny.batch_size = 2;
+    measured_peak(tiny, 1);
+    return true;
+  }();
+  (void)done;
+}
+
+TrainingConfig smoke_at(int64_t batch, int64_t seq) {
+  TrainingConfig cfg = find_preset("smoke").training;
+  cfg.batch_size = batch;
+  cfg.seq_len = seq;
+  return cfg;
+}
+
+TrainingConfig composed(TrainingConfig base, const std::string& modes) {
+  return compose_stress_modes(base, parse_stress_list(modes), complete_stress_profile(find_preset("smoke").stress),
+                              Capabilities::of_this_build(false))
+      .training;
+}
+
+struct Case {
+  std::string label;
+  TrainingConfig cfg;
+};
+
+class SizingVsMeasured : public ::testing::TestWithParam<int> {};
+
+std::vector<Case> cases() {
+  TrainingConfig checkpointed = smoke_at(16, 256);
+  checkpointed.activation_checkpointing = true;
+  TrainingConfig wide_vocab = smoke_at(8, 128);
+  wide_vocab.vocab_size = 8192;
+  TrainingConfig bf16 = smoke_at(16, 256);
+  bf16.mixed_precision = "bf16";
+  return {
+      {"smoke preset", find_preset("smoke").training},
+      {"smoke at batch 16, seq 256 (math attention)", smoke_at(16, 256)},
+      {"the same, checkpointed", checkpointed},
+      {"smoke, vocab 8192 (logits and loss)", wide_vocab},
+      {"smoke, bf16 autocast", bf16},
+      {"smoke + fusion,rng", composed(smoke_at(8, 256), "fusion,rng")},
+      {"cpu-medium preset", find_preset("cpu-medium").training},
+      {"smoke + memory,gemm (checkpointed, bf16, ballast)", composed(smoke_at(8, 64), "memory,gemm")},
+  };
+}
+
+TEST_P(SizingVsMeasured, PredictedPeakWithin15PercentOfTheMeasuredOne) {
+  warm_up_once();
+  const Case c = cases().at(size_t(GetParam()));
+  const auto predicted = predict_step(c.cfg, kHost);
+  const int64_t measured = measured_peak(c.cfg);
+  if (measured < 0) GTEST_SKIP() << "this kernel does not reset VmHWM through /proc/self/clear_refs";
+  const double error = double(predicted.allocated_peak_bytes - measured) / double(measured);
+  std::cout << fmt::format("{}: predicted {:.1f} MiB (peak in {}), measured {:.1f} MiB, {:+.1f}%\n", c.label,
+                           double(predicted.allocated_peak_bytes) / (1 << 20), predicted.peak_phase,
+                           double(measured) / (1 << 20), 100 * error);
+  EXPECT_LT(std::abs(error), 0.15) << c.label;
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 8));
+
+int64_t term(const std::vector<MemoryTerm>& terms, const std::string& name) {
+  for (const auto& t : terms)
+    if (t.name == name) return t.bytes;
+  return -1;
+}
+
+TEST(Sizing, TermsFollowTheirFormulas) {
+  const DeviceDescription gpu{.name = "posed", .capacity_bytes = 80'000'000'000, .peak_flops = 1e15};
+  TrainingConfig cfg = find_preset("small").training;
+  cfg.vocab_size = 50257;
+  const auto p = predict_step(cfg, gpu);
+  EXPECT_EQ(p.parameters, parameter_count(cfg));
+  EXPECT_EQ(term(p.resident, "parameters"), 4 * p.parameters);
+  EXPECT_EQ(term(p.resident, "optimizer_state"), 8 * p.parameters);
+  EXPECT_EQ(term(p.step, "logits_and_loss"), 12 * cfg.batch_size * cfg.seq_len * cfg.vocab_size);
+  int64_t resident = 0, step = 0;
+  for (const auto& t : p.resident) resident += t.bytes;
+  for (const auto& t : p.step) step += t.bytes;
+  EXPECT_EQ(p.allocated_peak_bytes, resident + std::max(step, term(p.optimizer, "update_temporaries")));
+  EXPECT_EQ(p.allocator_slack_bytes, std::llround(kAllocatorSlackFraction * double(p.allocated_peak_bytes)));
+  EXPECT_EQ(predict_step(cfg, kHost).allocator_slack_bytes, 0) << "the host's malloc keeps no tensor cache";
+  EXPECT_DOUBLE_EQ(p.model_flops_per_step, flops_per_token(cfg) * double(cfg.batch_size * cfg.seq_len * cfg.grad_accum_steps));
+  EXPECT_DOUBLE_EQ(p.ideal_step_s, p.hardware_flops_per_step / 1e15);
+
+  // Math attention holds L x B H T^2 scores; fused attention none, but a padding mask per layer.
+  const int64_t scores = cfg.num_layers * cfg.batch_size * cfg.num_heads * cfg.seq_len * cfg.seq_len;
+  EXPECT_GE(term(p.step, "attention_scores"), scores * (4 + 2));
+  TrainingConfig fused = cfg;
+  fused.attention_backend = "sdpa";
+  EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"), -1);
+  fused.attention_pad_fraction = 0.25;
+  EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"),
+            cfg.num_layers * cfg.batch_size * cfg.seq_len * cfg.seq_len * 2);
+
+  // Checkpointing keeps one input per block, and costs a recomputed forward in hardware FLOPs.
+  TrainingConfig checkpointed = fused;
+  checkpointed.activation_checkpointing = true;
+  const auto c = predict_step(checkpointed, gpu);
+  EXPECT_EQ(c.checkpointed_activation_bytes_per_layer, cfg.batch_size * cfg.seq_len * cfg.hidden_size * 4);
+  EXPECT_LT(c.allocated_peak_bytes, predict_step(fused, gpu).allocated_peak_bytes);
+  EXPECT_GT(c.hardware_flops_per_step, c.model_flops_per_step);
+  EXPECT_EQ(gib_text(int64_t{3} << 29), "1.5 GiB");
+}
+
+}  // namespace
+}  // namespace rcl
