@@ -326,8 +326,11 @@ class Job {
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
     injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
     stage_ = stage::detectors;
+    RunCoverage coverage = run_coverage();
     detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .loop = trainer_.get(),
-                                                .faults = &s_.faults, .sync = sync_});
+                                                .faults = &s_.faults, .sync = sync_},
+                                &coverage);
+    report_.set_coverage(coverage);
     s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
     for (auto& d : detectors_) d->preflight();
     if (s_.resume_from) resume();
@@ -358,6 +361,7 @@ class Job {
     if (run_.diagnostics.enabled && s_.launch.local_rank == 0) {
       node_ = std::make_unique<NodeMonitor>(run_.diagnostics, findings_, run_.output_dir, s_.launch.rank);
       node_->start();
+      node_->record_coverage(coverage);
       wiring.add(part::node_monitor, node_.get());
       metrics_->read_telemetry_from(node_.get());
     }
@@ -370,6 +374,9 @@ class Job {
                                              std::_Exit(code);
                                            });
     wiring.add(part::watchdog, watchdog_.get());
+    coverage.record("watchdog", run_.diagnostics.watchdog_timeout_s > 0, "off (diagnostics.watchdog_timeout_s=0)");
+    coverage.record("baseline", s_.baseline.has_value(), "no --baseline");
+    report_.set_coverage(coverage);
     heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
     if (!run_.checkpoint_interval.empty()) {
       checkpointer_.emplace(*trainer_, findings_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
@@ -377,6 +384,21 @@ class Job {
     }
     wiring.attach_to(*trainer_);
     stage_ = stage::training;
+  }
+
+  // The device and transport the checks run on, the process group's collectives, the stress
+  // modes skipped; make_detectors and the runner's own checks add themselves.
+  RunCoverage run_coverage() const {
+    RunCoverage c;
+    c.device = c10::DeviceTypeName(s_.device.type(), /*lower_case=*/true);
+    c.gpu = !s_.device.is_cpu();
+    c.world_size = sync_->world_size();
+    if (c.world_size > 1) c.collective_backend = collective_backend(s_.device);
+    c.record("collectives", c.world_size > 1, "one rank: no process group");
+    for (const auto& [mode, reason] : run_.stress_skipped)
+      for (const auto& spec : stress_mode_registry())
+        if (spec.name == mode) c.skipped_modes.push_back({mode, spec.components, reason});
+    return c;
   }
 
   // After every detector's preflight: the load restores the RNG states the next step draws from.
