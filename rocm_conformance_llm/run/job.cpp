@@ -158,7 +158,10 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
   check_output_dir(run.output_dir);
-  if (!run.resume.empty()) {
+  if (run.resume == kResumeAuto) {
+    s.resume_from = resolve_resume_auto(run.output_dir, identity_of(run, s.launch.world_size));
+    s.resume_in_place = true;  // its own directory: a checkpoint of it, or an earlier attempt without one
+  } else if (!run.resume.empty()) {
     s.resume_from = resolve_resume(run.resume, run.output_dir, identity_of(run, s.launch.world_size));
     std::error_code ec;
     s.resume_in_place = fs::equivalent(s.resume_from->dir.parent_path().parent_path(), run.output_dir, ec);
@@ -336,9 +339,10 @@ class Job {
     if (s_.resume_from) resume();
 
     write_run_header();
+    if (run_.resume == kResumeAuto) report_.add_section("restarts", record_attempt(run_.output_dir, s_.launch.rank, s_.resume_from));
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
     metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
-                     s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
+                     s_.resume_in_place && s_.resume_from ? std::optional(s_.resume_from->step) : std::nullopt);
     prometheus_.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, findings_);
     console_.emplace(run_.stress_modes, cfg, run_.diagnostics.summary_interval_s, findings_,
                      s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);

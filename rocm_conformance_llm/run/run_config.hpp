@@ -22,6 +22,9 @@ struct CheckpointPolicy {
 // `--checkpoint-interval` text: a step count, or a duration (parse_duration_s). ConfigError.
 CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep);
 
+// `--resume auto`: the newest checkpoint under --output-dir if there is one, else a fresh start.
+inline constexpr const char* kResumeAuto = "auto";
+
 struct RunConfig {
   std::string preset;
   std::vector<std::string> stress_modes;  // canonical order
