@@ -236,6 +236,14 @@ const SignatureSpec* find_signature(std::string_view id) {
   return nullptr;
 }
 
+std::string detector_of_signature(std::string_view id) {
+  const auto held = registry().lock();
+  for (const auto& detector : registry().entries())
+    for (const auto& signature : detector.signatures)
+      if (signature.id == id) return detector.name;
+  return {};
+}
+
 namespace {
 // Why `spec.make` built nothing: the setting that switches it on, or the ranks it needs.
 std::string why_not_built(const DetectorSpec& spec) {

@@ -61,6 +61,8 @@ using DetectorRegistration = Registration<DetectorSpec>;
 
 // The registered spec of signature `id`; nullptr when no detector declares it.
 const SignatureSpec* find_signature(std::string_view id);
+// The name of the detector that declares signature `id`; empty when none does.
+std::string detector_of_signature(std::string_view id);
 
 // Every registered detector that applies to this run (none when diagnostics are disabled).
 // `coverage`, when given, records each one with `make` as built or not, and why.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <functional>
 #include <iterator>
@@ -18,6 +19,7 @@
 #include "rocm_conformance_llm/checks/error_classifier.hpp"
 #include "rocm_conformance_llm/checks/registry.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
+#include "rocm_conformance_llm/reports/ocp_output.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
@@ -121,14 +123,6 @@ std::string finding_line(const Finding& f) {
 }  // namespace
 
 namespace {
-// The registry entry that declares `signature`; empty when none does.
-std::string check_of(const std::string& signature) {
-  for (const auto& spec : detector_registry())
-    for (const auto& sig : spec.signatures)
-      if (sig.id == signature) return spec.name;
-  return {};
-}
-
 // One <testcase>: `findings` are its own; a <failure> for the fail ones, the rest in <system-out>,
 // else `skipped` (a reason) when not empty.
 std::string junit_case(const std::string& classname, const std::string& name, const std::vector<Finding>& findings,
@@ -169,7 +163,7 @@ std::string junit_xml(const std::vector<Finding>& findings, const std::vector<Co
   }
   for (const auto& check : checks_ran) {
     std::vector<Finding> own;
-    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own), [&](const Finding& f) { return check_of(f.signature) == check; });
+    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own), [&](const Finding& f) { return detector_of_signature(f.signature) == check; });
     failures += std::any_of(own.begin(), own.end(), [](const Finding& f) { return f.severity == Severity::fail; });
     cases += junit_case("rocm-conformance-llm.check", check, own, "FAIL", "");
   }
@@ -199,7 +193,7 @@ ReportWriter::ReportWriter(std::filesystem::path output_dir, int rank, nlohmann:
       junit_path_(per_rank(output_dir, "junit", ".xml", rank)),
       html_path_(per_rank(output_dir, "report", ".html", rank)),
       metrics_path_(per_rank(output_dir, "metrics", ".jsonl", rank)),
-      prom_path_(prom_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
+      prom_path_(prom_path(output_dir, rank)), ocp_path_(ocp_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
       rank_(rank), config_(std::move(config_snapshot)), environment_(std::move(environment)),
       findings_(findings), summary_(summary), warmup_steps_(warmup_steps),
       started_(std::chrono::steady_clock::now()), started_at_(std::chrono::system_clock::now()) {}
@@ -298,6 +292,16 @@ void ReportWriter::write_views(const nlohmann::json& report, const std::vector<F
   };
   write_view(html_path_, [&] { return report_html(report, metrics_path_); });
   write_view(prom_path_, [&] { return prometheus_text(prom); });
+  std::string ocp;
+  write_view(ocp_path_, [&] {
+    ocp = ocp_jsonl(ocp_artifacts(report, metrics_path_,
+                                  {this_command_line(), host_name(), started_at_, std::chrono::system_clock::now()}));
+    return ocp;
+  });
+  if (ocp_to_stdout_ && !ocp.empty()) {
+    std::fputs(ocp.c_str(), stdout);
+    std::fflush(stdout);
+  }
 }
 
 int ReportWriter::write_crash(std::string_view what, const std::string& phase) {

@@ -80,12 +80,14 @@ class ReportWriter {
 
   // Extra top-level sections, e.g. "baseline" (the --baseline comparison), "faults".
   void add_section(const std::string& key, nlohmann::json value);
+  // Also print ocp.jsonl's lines on stdout when the verdict is written (--ocp-stdout).
+  void print_ocp_to_stdout() { ocp_to_stdout_ = true; }
   // What the run exercised (the "coverage" section, each component's PASS or NOT_RUN); until
   // set, nothing was.
   void set_coverage(RunCoverage coverage);
 
   // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
-  // report.html and the final metrics.prom beside them, and logs the component table; returns
+  // report.html, the final metrics.prom and ocp.jsonl (reports/ocp_output.hpp) beside them, and logs the component table; returns
   // the exit code. Thread-safe and first-call-wins: once a
   // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
   // When the files cannot be written it logs why and returns kExitCrashOrHang.
@@ -98,12 +100,12 @@ class ReportWriter {
   const std::filesystem::path& report_path() const { return report_path_; }
 
  private:
-  // report.html and metrics.prom: views of the verdict; failing to write them is logged, the
-  // verdict stands.
+  // report.html, metrics.prom and ocp.jsonl: views of the verdict; failing to write them is
+  // logged, the verdict stands.
   void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict,
                    const std::vector<ComponentStatus>& statuses);
 
-  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_;
+  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_, ocp_path_;
   const std::string run_name_;
   const int rank_;
   const nlohmann::json config_, environment_;
@@ -115,6 +117,7 @@ class ReportWriter {
   std::mutex mutex_;
   nlohmann::json sections_ = nlohmann::json::object();
   RunCoverage coverage_;
+  bool ocp_to_stdout_ = false;
   std::optional<int> written_exit_code_;
 };
 

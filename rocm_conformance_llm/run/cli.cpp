@@ -86,6 +86,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   auto* level_flag = app.add_option("--level", level, "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
                                                       "4 soak; explicit flags and keys win (docs/levels.md)")
                          ->type_name("1|2|3|4");
+  app.add_flag("--ocp-stdout", o.ocp_stdout, "Also print ocp.jsonl (OCP Test and Validation output, "
+                                            "docs/outputs.md) on stdout when the run ends");
   app.add_flag("--memory-profile", o.memory_profile, "Memory after model creation, on the device, after step 1 "
                                                      "and at peak, in report.json");
   auto* doctor = app.add_subcommand("doctor", "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
@@ -283,6 +285,7 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   run.checkpoint_interval = o.checkpoint_interval;
   run.checkpoint = parse_checkpoint_policy(o.checkpoint_interval, o.keep_checkpoints.value_or(CheckpointPolicy{}.keep));
   run.resume = o.resume;
+  run.ocp_stdout = o.ocp_stdout;
   if ((run.resume == "latest" || run.resume == kResumeAuto) && o.output_dir.empty())
     throw ConfigError("--resume " + run.resume + " needs --output-dir (the run directory whose newest checkpoint to continue)");
   return run;

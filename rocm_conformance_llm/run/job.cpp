@@ -223,6 +223,7 @@ class Job {
         report_(run.output_dir, s_.launch.rank, config_doc_, s_.environment, findings_, summary_,
                 run.diagnostics.warmup_steps) {
     report_.add_section("faults", s_.faults.to_json());
+    if (run.ocp_stdout && s_.launch.rank == 0) report_.print_ocp_to_stdout();
   }
   ~Job() { signals::set_force_stop({}); }
 

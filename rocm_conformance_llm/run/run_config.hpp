@@ -42,6 +42,7 @@ struct RunConfig {
   std::string checkpoint_interval;  // as given; `checkpoint` is what it means
   CheckpointPolicy checkpoint;
   std::string resume;  // as given; resolved and verified when the run starts
+  bool ocp_stdout = false;  // --ocp-stdout: rank 0 prints ocp.jsonl on stdout at the end
 };
 
 }  // namespace rcl
