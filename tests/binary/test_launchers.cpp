@@ -41,7 +41,7 @@ const std::set<std::string> kExpectedFiles = {"config.json",          "metrics.j
                                               "report.json",          "report.rank1.json",   "junit.xml",
                                               "junit.rank1.xml",      "heartbeat.json",      "heartbeat.rank1.json",
                                               "report.html",          "report.rank1.html",   "metrics.prom",
-                                              "metrics.rank1.prom"};
+                                              "metrics.rank1.prom",   "ocp.jsonl",           "ocp.rank1.jsonl"};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
