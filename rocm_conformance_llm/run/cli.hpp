@@ -42,6 +42,7 @@ struct CliOptions {
   bool memory_profile = false;
   std::string device_memory;                  // --device-memory: pose a device of this capacity
   std::optional<double> device_peak_tflops;   // --device-peak-tflops: its measured peak
+  bool ocp_stdout = false;
   // `rocm-conformance-llm doctor`
   bool doctor = false;
   bool doctor_json = false;
