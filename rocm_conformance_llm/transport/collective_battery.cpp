@@ -188,7 +188,7 @@ std::vector<BatteryOutcome> run_battery(Communicator& comm, const std::vector<Ba
           std::this_thread::sleep_for(std::chrono::duration<double>(faults.slow_all_to_all_s));
         std::vector<CollectiveSample> samples;
         result = comm.all_to_all_uneven(on_device(values(me, 0, total), c.dtype), send, label, &samples);
-        out.seconds = samples.back().seconds;
+        out.seconds = samples[0].seconds + samples[1].seconds;  // the whole dispatch: counts, then rows
         expected = torch::cat(parts).to(torch::kDouble);
         source_by_segment = true;
         if (result.numel() != expected.numel()) {  // the counts' all-to-all itself went wrong

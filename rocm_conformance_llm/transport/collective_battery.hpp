@@ -41,7 +41,7 @@ struct BatteryFaults {
 struct BatteryOutcome {
   BatteryCase c;
   std::string route;          // route_collective's `how`
-  double seconds = 0.0;       // this rank's time in the collective (the all-to-all: counts excluded)
+  double seconds = 0.0;       // this rank's time in the collective (the all-to-all: its counts' all-to-all included)
   int64_t wrong_elements = 0;
   int64_t first_index = -1;   // of the output
   double got = 0.0, expected = 0.0;

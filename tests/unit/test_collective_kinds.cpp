@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "rocm_conformance_llm/checks/collective_check.hpp"
 #include "rocm_conformance_llm/transport/collective_battery.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
@@ -313,6 +314,91 @@ TEST(CollectiveBatteryTest, StallBeforeReduceScatterTimesOutNamingTheCollectiveG
     EXPECT_EQ(f.evidence["missing_ranks"], nlohmann::json({culprit})) << f.message;
     EXPECT_NE(f.message.find("(reduce_scatter in group 'world' of 3 ranks)"), std::string::npos) << f.message;
     EXPECT_NE(f.message.find("rank 1 never entered it"), std::string::npos) << f.message;
+  }
+}
+
+// The battery as the comm mode's check: before step 1 and every `interval` steps, through the
+// fault plan as a run wires it. Returns each rank's findings and report section.
+struct CheckedRun {
+  std::vector<std::vector<Finding>> findings;
+  std::vector<nlohmann::json> sections;
+};
+
+CheckedRun run_check(int world, int steps, const std::string& inject, uint64_t seed) {
+  CheckedRun run{std::vector<std::vector<Finding>>(world), std::vector<nlohmann::json>(world)};
+  const FaultPlan faults = FaultPlan::parse(inject);
+  DiagnosticsConfig diag;
+  TrainingConfig cfg;
+  cfg.collective_check_interval = 1;
+  cfg.collective_check_max_mb = 0.05;  // the 32 KiB size only: CPU-sized
+  cfg.seed = seed;
+  run_ranks(world, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
+    FindingLog log;
+    CollectiveCheck check(diag, log, sync, CollectiveCheckOptions::from(cfg, diag, /*shared_cores=*/true), &faults);
+    check.preflight();
+    for (int step = 1; step <= steps; ++step) {
+      sync->begin_step(step);
+      StepRecord record;
+      record.step = step;
+      record.rank = r;
+      check.on_step(record);
+    }
+    run.findings[r] = log.snapshot();
+    run.sections[r] = check.report_sections();
+  });
+  return run;
+}
+
+TEST(CollectiveCheckTest, CleanBatteriesStaySilentAndFillTheCollectivesTable) {
+  torch::set_num_threads(1);
+  for (const int world : {2, 4}) {
+    for (const uint64_t seed : {11u, 12u}) {
+      const CheckedRun run = run_check(world, 4, "", seed);
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(run.findings[r].empty()) << "world " << world << " seed " << seed << " rank " << r << ": "
+                                             << run.findings[r][0].message;
+        const auto& table = run.sections[r]["collectives"];
+        EXPECT_EQ(table["batteries"], 5);
+        ASSERT_EQ(table["cases"].size(), battery_cases({int64_t{32} << 10}).size());
+        for (const auto& row : table["cases"]) {
+          EXPECT_TRUE(row["verified"].get<bool>()) << row.dump();
+          EXPECT_EQ(row["runs"], 5);
+          EXPECT_GT(row["bus_bandwidth_gbps"].get<double>(), 0.0) << row.dump();
+          EXPECT_EQ(row["latency_history_s"].size(), 5u);
+        }
+      }
+    }
+  }
+}
+
+TEST(CollectiveCheckTest, SlowAllToAllFromOneRankIsNamedOnEveryRank) {
+  torch::set_num_threads(1);
+  const int world = 4;
+  const CheckedRun run = run_check(world, 4, "slow-all-to-all=0.5@step=4@rank=1", 21);
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(run.findings[r].size(), 1u) << "rank " << r;
+    const Finding& f = run.findings[r][0];
+    EXPECT_EQ(f.signature, "collective_slow");
+    EXPECT_EQ(f.component, component::rccl);
+    EXPECT_EQ(f.severity, Severity::warn);
+    EXPECT_EQ(f.step, 4);
+    ASSERT_EQ(f.evidence["slow"].size(), 3u) << f.message;  // the all-to-all in fp32, bf16 and int64
+    for (const auto& slow : f.evidence["slow"]) EXPECT_EQ(slow["kind"], "all_to_all") << f.message;
+  }
+}
+
+TEST(CollectiveCheckTest, CorruptShardThroughTheFaultPlanFailsTheTable) {
+  torch::set_num_threads(1);
+  const int world = 2;
+  const CheckedRun run = run_check(world, 2, "collective-corrupt@step=2@rank=1", 31);
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(run.findings[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(run.findings[r][0].signature, "collective_result_mismatch");
+    EXPECT_EQ(run.findings[r][0].step, 2);
+    for (const auto& row : run.sections[r]["collectives"]["cases"]) {
+      const bool planted = row["kind"] == "all_gather" || row["kind"] == "reduce_scatter";
+      EXPECT_EQ(row["verified"].get<bool>(), !planted) << row.dump();
+    }
   }
 }
 
