@@ -65,7 +65,10 @@ void CollectiveCheck::run_battery_at(int64_t step) {
   }
   CollectiveBatteryResult result = sync_->run_collective_battery(cases_, options_.seed + static_cast<uint64_t>(step), planted);
   ++batteries_;
-  for (auto& f : result.findings) report(std::move(f));
+  for (auto& f : result.findings) {
+    f.step = step;  // the battery's step: records are published while the next step runs
+    report(std::move(f));
+  }
 
   std::vector<std::string> slow;
   nlohmann::json slow_evidence = nlohmann::json::array();

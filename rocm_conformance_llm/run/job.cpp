@@ -449,7 +449,8 @@ class Job {
     stop_node_monitor();
     for (auto& d : detectors_) {
       d->finish();
-      for (const auto& [key, value] : d->report_sections().items()) report_.add_section(key, value);
+      const nlohmann::json sections = d->report_sections();
+      for (const auto& [key, value] : sections.items()) report_.add_section(key, value);
     }
     if (s_.baseline) {
       const RunRecord now{summary_.steps(), findings_.snapshot(), config_doc_};

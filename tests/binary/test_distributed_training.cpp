@@ -393,7 +393,9 @@ TEST(CommModeTest, RankStalledInReduceScatterIsNamedWithTheKindAndGroup) {
   EXPECT_EQ(timeout->at("evidence").at("kind"), "reduce_scatter") << timeout->dump(2);
   EXPECT_EQ(timeout->at("evidence").at("group"), "world");
   EXPECT_EQ(timeout->at("evidence").at("missing_ranks"), nlohmann::json({1})) << timeout->dump(2);
-  EXPECT_EQ(timeout->at("step"), 3);
+  EXPECT_NE(timeout->at("message").get<std::string>().find("'battery_reduce_scatter' (reduce_scatter in group 'world' of 2 ranks)"),
+            std::string::npos)
+      << timeout->dump(2);
   fs::remove_all(out);
 }
 
