@@ -73,7 +73,8 @@ std::vector<Preset> make_presets() {
       .stress = nlohmann::json{
           {"gemm", {{"min_hidden_size", 128}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
-          {"comm", {{"max_batch_size", 8}, {"max_checksum_interval", 10}}},
+          {"comm", {{"max_batch_size", 8}, {"max_checksum_interval", 10}, {"max_collective_check_interval", 50},
+                    {"min_collective_message_mb", 1.0}}},
           {"memory", {{"min_seq_len", 128}, {"min_grad_accum_steps", 2}, {"memory_pressure_bytes", 64 * MiB}}},
           {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
           {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 256}}}}};
@@ -99,7 +100,8 @@ std::vector<Preset> make_presets() {
       .stress = nlohmann::json{
           {"gemm", {{"min_hidden_size", 2048}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
-          {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 10}}},
+          {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 10}, {"max_collective_check_interval", 50},
+                    {"min_collective_message_mb", 16.0}}},
           {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
           {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
           {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 2048}}}}};

@@ -102,6 +102,9 @@ struct ConfigField {
   X(double, bucket_mb, 25.0, above(0), "gradient all-reduce bucket size (MB)")                           \
   X(double, collective_timeout_s, 120.0, above(0), "timeout of every collective (PyTorch's default is 600)") \
   X(int64_t, checksum_interval, 10, at_least(0), "steps between cross-rank parameter checksums (0 = off)") \
+  X(int64_t, collective_check_interval, 0, at_least(0),                                                  \
+    "steps between exact batteries of every collective kind, also run before step 1 (0 = off)")          \
+  X(double, collective_check_max_mb, 1.0, above(0), "largest battery message (MiB); sizes 0.03/1/3/12 up to it") \
   /* --- data --- */                                                                                    \
   X(std::string, data_path, "", unchecked(), "text or JSONL file (empty: the embedded synthetic corpus)") \
   X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")       \
@@ -131,6 +134,10 @@ struct ConfigField {
   X(double, collective_latency_zscore, 8.0, above(0), "robust z of a collective's latency")              \
   X(double, collective_latency_min_step_fraction, 0.25, above(0),                                        \
     "a latency spike's extra time, as a share of the median step time")                                  \
+  X(double, collective_slow_ratio, 4.0, above(1),                                                        \
+    "a battery collective this many times its own median latency (same kind, op, dtype, size) is slow")   \
+  X(double, collective_slow_min_extra_s, 0.01, above(0),                                                 \
+    "a slow battery collective also takes this much longer than its median (CPU ranks: at least 0.2)")   \
   X(double, watchdog_timeout_s, 300.0, above(0), "no step finished within this: hang")                   \
   X(int64_t, window_steps, 10, at_least(3), "steps in each timing/memory/latency baseline window")       \
   X(double, replay_rel_tolerance, 1e-4, within(0, 1, true),                                              \

@@ -45,16 +45,23 @@ std::vector<StressMode> builtin_modes() {
                  at_least_every("replay_check_interval", intensity("replay_check_interval"))}},
       // RCCL: small per-device batches make compute short relative to communication, and an
       // all-reduce after every micro-step multiplies the collectives per optimizer step;
-      // per-rank logs and frequent cross-rank checksums expose stragglers and desyncs.
+      // per-rank logs and frequent cross-rank checksums expose stragglers and desyncs. The
+      // collective battery verifies and times every kind training uses (all-reduce, all-gather,
+      // reduce-scatter, uneven all-to-all, broadcast) in fp32/bf16/int64 at sizes either side of
+      // RCCL's protocol thresholds, where its public wrong-result and hang reports cluster.
       {.name = "comm",
        .targets = "RCCL",
        .components = {component::rccl},
-       .summary = "smaller batches, gradient all-reduce every micro-step, per-rank logs",
+       .summary = "smaller batches, gradient all-reduce every micro-step, per-rank logs, every collective kind verified",
        .intensities = {{"max_batch_size", 4, at_least(1), "batch_size ceiling"},
-                       {"max_checksum_interval", 5, at_least(1), "cross-rank checksums at least every this many steps"}},
+                       {"max_checksum_interval", 5, at_least(1), "cross-rank checksums at least every this many steps"},
+                       {"max_collective_check_interval", 50, at_least(1), "collective batteries at least every this many steps"},
+                       {"min_collective_message_mb", 16.0, above(0), "collective_check_max_mb floor"}},
        .rules = {lower_to("batch_size", intensity("max_batch_size")), lower_to("grad_sync_interval", fixed(1)),
                  switch_on("log_per_rank"),
-                 at_least_every("checksum_interval", intensity("max_checksum_interval"))}},
+                 at_least_every("checksum_interval", intensity("max_checksum_interval")),
+                 at_least_every("collective_check_interval", intensity("max_collective_check_interval")),
+                 raise_to("collective_check_max_mb", intensity("min_collective_message_mb"))}},
       // ROCr allocator: long sequences make large, irregular activation allocations;
       // checkpointing frees and re-allocates them in backward; accumulation keeps gradients
       // alive across micro-steps; ballast shrinks the headroom the caching allocator has.

@@ -53,6 +53,9 @@ cases=(
   "2|rng-skew@step=10@rank=1|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_rank_mismatch|10|1"
   "2|hang@step=8@rank=1|--steps 20 --watchdog-timeout 3|RCCL|collective_hang|8|3"
   "2|slow-collective=3@step=30@rank=1|--stress comm --steps 31|RCCL|collective_latency_spike|30|0"
+  "2|collective-corrupt@step=10@rank=1|--stress comm --steps 10 --set collective_check_interval=5|RCCL|collective_result_mismatch|10|1"
+  "2|slow-all-to-all=1@step=15@rank=1|--stress comm --steps 15 --set collective_check_interval=5|RCCL|collective_slow|15|0"
+  "2|collective-hang@step=10@rank=1|--stress comm --steps 20 --set collective_check_interval=5 --set collective_timeout_s=3|RCCL|collective_timeout|10|3"
 )
 
 # Faults below libtorch: name | how | extra arguments | expected component | signature ("-": no

@@ -30,6 +30,8 @@ class Detector : public StepObserver, public StepHooks {
   virtual void preflight() {}
   // Whole-run checks (steady-state variance, late slowdown); called once after the last step.
   virtual void finish() {}
+  // Top-level report.json sections this detector measured (e.g. "collectives"), read after finish().
+  virtual nlohmann::json report_sections() const { return nlohmann::json::object(); }
 
  protected:
   // Into the run's FindingLog, which caps each signature (registry.cpp): a NaN that persists

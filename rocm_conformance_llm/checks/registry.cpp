@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "rocm_conformance_llm/checks/attention_probe.hpp"
+#include "rocm_conformance_llm/checks/collective_check.hpp"
 #include "rocm_conformance_llm/checks/collectives.hpp"
 #include "rocm_conformance_llm/checks/comm_monitor.hpp"
 #include "rocm_conformance_llm/checks/gemm_canary.hpp"
@@ -164,9 +165,24 @@ std::vector<DetectorSpec> builtin_detectors() {
                                               options, c.loop);
        }},
 
+      // Every collective kind (all-reduce, all-gather, reduce-scatter, uneven all-to-all,
+      // broadcast) in fp32/bf16/int64, exact and timed, at sizes either side of RCCL's protocols.
+      {"collective_check", "cross-rank",
+       {{"collective_result_mismatch", rccl, fail, kRepeated, "collective-corrupt", isolate_node},
+        {"collective_slow", rccl, warn, kRepeated, "slow-all-to-all", isolate_node}},
+       {"training.collective_check_interval", "training.collective_check_max_mb", "diagnostics.collective_slow_ratio",
+        "diagnostics.collective_slow_min_extra_s"},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync);
+         if (!group || !c.loop || c.loop->ctx().cfg.collective_check_interval <= 0) return nullptr;
+         return std::make_unique<CollectiveCheck>(
+             c.diag, c.log, std::move(group),
+             CollectiveCheckOptions::from(c.loop->ctx().cfg, c.diag, run_profile(c).shared_cores), c.faults, c.loop);
+       }},
+
       // --- owned by the runner and the process group ---
       {"collectives", "run",
-       {{"collective_timeout", rccl, fail, 1, "rank-stop", isolate_node},
+       {{"collective_timeout", rccl, fail, 1, "rank-stop|collective-hang", isolate_node},
         {"exchange_timeout", rccl, fail, 1, "test:CommChecksTest.VanishedRankZeroIsNamedThroughTheUnreachableStore", isolate_node},
         {"rendezvous_failed", rccl, fail, 1, "test:CommChecksTest.RendezvousNamesTheRankThatNeverJoined", check_config}},
        {"training.collective_timeout_s"},

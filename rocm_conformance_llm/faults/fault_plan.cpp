@@ -44,6 +44,9 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::slow_collective, "slow-collective", true, FaultValue::seconds},
     FaultTraits{FaultKind::gemm_corrupt_once, "gemm-corrupt-once", true, FaultValue::none},
     FaultTraits{FaultKind::rng_skew_once, "rng-skew-once", true, FaultValue::none},
+    FaultTraits{FaultKind::collective_corrupt, "collective-corrupt", false, FaultValue::none},
+    FaultTraits{FaultKind::collective_hang, "collective-hang", true, FaultValue::none},
+    FaultTraits{FaultKind::slow_all_to_all, "slow-all-to-all", false, FaultValue::seconds},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -181,7 +184,8 @@ std::string fault_syntax_help() {
          "grad-bitflip@step=30, loss-spike@step=25, slow-step@step=15=0.5, memory-leak=8MiB/step, "
          "rng-skew@rank=1, hang@step=40, gemm-corrupt, gemm-corrupt-once@step=5, attention-mask-corrupt, "
          "rank-stop@phase=grad_sync@rank=1, logits-nan-once@step=12, logits-nan@step=12, "
-         "slow-collective=3@step=30 (" + with_step + " need @step; rank-stop needs @phase)";
+         "slow-collective=3@step=30, collective-corrupt@rank=1, collective-hang@step=10@rank=1, "
+         "slow-all-to-all=0.5@rank=1 (" + with_step + " need @step; rank-stop needs @phase)";
 }
 
 std::string FaultSpec::to_string() const {

@@ -42,6 +42,14 @@
 //   slow-collective[=SECONDS]@step=N  the step's last gradient all-reduce completes SECONDS
 //                          late (default: ten times the step's own time), as behind a stalled
 //                          RCCL proxy thread: the rank waits and the collective's time includes it
+//   collective-corrupt[@step=N]  from step N, in every collective battery (seen at battery steps:
+//                          every training.collective_check_interval), one element of the rank's
+//                          all-gather shard and of each reduce-scatter chunk it sends is off by one:
+//                          a wrong shard from one rank
+//   collective-hang@step=N the rank stalls before the battery's first reduce-scatter at step N for
+//                          2.5x the collective timeout: its peers wait inside it and time out
+//   slow-all-to-all[=SECONDS][@step=N]  from step N, the rank enters each battery all-to-all
+//                          SECONDS late (default 0.5): every rank's all-to-all takes that much longer
 //   @rank=R                only rank R injects (default: every rank)
 #pragma once
 
@@ -71,6 +79,9 @@ enum class FaultKind : uint8_t {
   slow_collective,
   gemm_corrupt_once,
   rng_skew_once,
+  collective_corrupt,
+  collective_hang,
+  slow_all_to_all,
   count,  // not a fault: the number of kinds (faults/fault_plan.cpp checks its table against it)
 };
 

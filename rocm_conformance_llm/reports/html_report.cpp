@@ -393,6 +393,27 @@ std::string findings_section(const json& findings) {
   return s + "</table>\n";
 }
 
+// The collective battery's table (checks/collective_check.hpp): kind x size x dtype.
+std::string collectives_section(const json& collectives) {
+  const json cases = collectives.value("cases", json::array());
+  if (cases.empty()) return "";
+  std::string s = fmt::format("<h2>Collectives ({} ranks, {} batteries)</h2>\n<table id=\"collectives\"><tr><th>kind</th>"
+                              "<th>op</th><th>dtype</th><th>bytes</th><th>verified</th><th>bus bandwidth (GB/s)</th>"
+                              "<th>latency (ms)</th><th>runs</th><th>route</th></tr>\n",
+                              collectives.value("world_size", 0), collectives.value("batteries", 0));
+  for (const json& c : cases) {
+    const bool verified = c.value("verified", false);
+    s += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td>"
+                     "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+                     verified ? "" : "flagged", xml_escape(c.value("kind", "")), xml_escape(c.value("reduce_op", "")),
+                     xml_escape(c.value("dtype", "")), c.value("bytes", int64_t{0}),
+                     verified ? "yes" : fmt::format("no ({} wrong)", c.value("wrong_runs", 0)),
+                     num(number(c, "bus_bandwidth_gbps")), num(1e3 * number(c, "latency_s")), c.value("runs", 0),
+                     xml_escape(c.value("route", "")));
+  }
+  return s + "</table>\n";
+}
+
 std::string plots_section(const json& report, const std::filesystem::path& metrics_path) {
   SeriesTable table = read_series(metrics_path);
   const auto markers = finding_markers(report.value("findings", json::array()));
@@ -481,6 +502,7 @@ std::string report_html(const json& report, const std::filesystem::path& metrics
   body += findings_section(report.value("findings", json::array()));
   body += plots_section(report, metrics_path);
   body += "<h2>Summary</h2>\n" + key_value_table(report.value("summary", json::object()));
+  body += collectives_section(report.value("collectives", json::object()));
   for (const char* section : {"interruption", "baseline", "faults"})
     if (report.contains(section) && !report[section].empty())
       body += fmt::format("<h2>{}</h2>\n<pre>{}</pre>\n", section, xml_escape(report[section].dump(2)));

@@ -474,7 +474,11 @@ class Job {
   // Whole-run checks, the --baseline comparison, the verdict.
   int finish() {
     stop_node_monitor();
-    for (auto& d : detectors_) d->finish();
+    for (auto& d : detectors_) {
+      d->finish();
+      const nlohmann::json sections = d->report_sections();
+      for (const auto& [key, value] : sections.items()) report_.add_section(key, value);
+    }
     if (s_.baseline) {
       const RunRecord now{summary_.steps(), findings_.snapshot(), config_doc_};
       auto comparison = compare_with_baseline(now, *s_.baseline, run_.diagnostics, s_.launch.rank);

@@ -16,7 +16,8 @@ namespace rcl {
 
 // Since 2.0 ProcessGroupGloo and ProcessGroupNCCL derive from Backend (ProcessGroup became a
 // dispatcher over backends); in 1.13 they derive from ProcessGroup. The collectives we call
-// (allreduce, allgather, broadcast) have the same signatures on both.
+// (allreduce, allgather, _allgather_base, _reduce_scatter_base, alltoall_base, broadcast) have
+// the same signatures on both; which of them Gloo really has: route_collective (communicator.hpp).
 #if TORCH_VERSION_MAJOR >= 2
 using C10dGroup = c10d::Backend;
 #else

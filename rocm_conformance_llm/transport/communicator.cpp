@@ -100,10 +100,66 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+int64_t byte_size(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::avg: return c10d::ReduceOp::AVG;
+    case ReduceOp::min: return c10d::ReduceOp::MIN;
+    case ReduceOp::max: return c10d::ReduceOp::MAX;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// `t` as the route puts it on the wire: a view of its bits, a converted copy, or `t` itself.
+// A view writes through to `t`; a copy must be copied back (back_from_wire).
+torch::Tensor on_wire(const torch::Tensor& t, const CollectiveRoute& route) {
+  if (!route.carried_as) return t;
+  if (route.reinterpreted) {
+    TORCH_CHECK(t.is_contiguous(), "a tensor carried as its bits must be contiguous");
+    return t.view(*route.carried_as);
+  }
+  return t.to(*route.carried_as);
+}
+
+// After the collective: AVG emulated as SUM divides here (integers truncate, as RCCL's do), and
+// a converted copy goes back into `t`.
+void back_from_wire(torch::Tensor& wire, torch::Tensor& t, const CollectiveRoute& route, int world_size) {
+  if (route.sum_then_divide) {
+    if (c10::isIntegralType(wire.scalar_type(), /*includeBool=*/false))
+      wire.div_(world_size, "trunc");
+    else
+      wire.div_(world_size);
+  }
+  if (!wire.is_same(t) && !route.reinterpreted) t.copy_(wire.view_as(t));
+}
+
 }  // namespace
 
 CollectiveError::CollectiveError(Finding finding)
     : std::runtime_error(finding.message), finding_(std::move(finding)) {}
+
+std::string to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_to_all: return "all_to_all";
+    case CollectiveKind::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+  }
+  return "?";
+}
 
 double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, int world_size) {
   if (seconds <= 0 || world_size < 1) return 0.0;
@@ -111,10 +167,44 @@ double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, in
   const double n = world_size;
   switch (kind) {
     case CollectiveKind::all_reduce: return algbw * 2.0 * (n - 1) / n;
-    case CollectiveKind::all_gather: return algbw * (n - 1) / n;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_to_all: return algbw * (n - 1) / n;
     case CollectiveKind::broadcast: return algbw;
   }
   return 0.0;
+}
+
+CollectiveRoute route_collective(const std::string& backend, CollectiveKind kind, ReduceOp reduce,
+                                 torch::ScalarType dtype) {
+  CollectiveRoute route;
+  route.how = "native";
+  if (backend != "gloo") return route;  // RCCL / NCCL: every kind, op and dtype natively
+  constexpr bool gloo_has_bf16 = TORCH_VERSION_MAJOR >= 2;
+  constexpr bool gloo_has_allgather_base = TORCH_VERSION_MAJOR >= 2;
+  const bool reduces = kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter;
+  std::vector<std::string> steps;
+  if (dtype == torch::kBFloat16 && !gloo_has_bf16) {
+    route.carried_as = reduces ? torch::kFloat : torch::kHalf;
+    route.reinterpreted = !reduces;
+    steps.push_back(reduces ? "bf16 carried as fp32" : "bf16 carried as its 16 bits");
+  }
+  if (kind == CollectiveKind::all_gather && !gloo_has_allgather_base) {
+    route.native = false;
+    steps.push_back("all-gather into a list of views of the output");
+  }
+  if (kind == CollectiveKind::reduce_scatter) {
+    // 2.x's Gloo _reduce_scatter_base always sums: ours honours the op, on every version.
+    route.native = false;
+    steps.push_back("all-reduce of a copy of the input, then this rank's chunk");
+  }
+  if (reduces && reduce == ReduceOp::avg) {
+    route.native = false;
+    route.sum_then_divide = true;
+    steps.push_back("AVG as SUM then divided by the world size");
+  }
+  if (!steps.empty()) route.how = fmt::format("{}", fmt::join(steps, "; "));
+  return route;
 }
 
 std::function<void(CollectiveSample&)> settle_on_device_time(std::function<double()> device_seconds,
@@ -131,6 +221,8 @@ struct Communicator::Impl {
   int world_size = 1;
   torch::Device device = torch::kCPU;
   std::string backend;
+  // The process group's name in messages: the world's; subgroups (tensor / data parallel) name theirs.
+  std::string group_name = "world";
   std::chrono::milliseconds timeout{0};
   std::string store_address;  // "host:port", for messages
   std::string store_server;   // who serves it, for messages: "rank 0" or the launcher
@@ -148,6 +240,13 @@ struct Communicator::Impl {
 
   const c10::intrusive_ptr<C10dGroup>& group_for(const torch::Tensor& tensor) const {
     return tensor.is_cpu() ? host_group : group;
+  }
+  const std::string& backend_for(const torch::Tensor& tensor) const {
+    static const std::string gloo = "gloo";
+    return tensor.is_cpu() ? gloo : backend;
+  }
+  CollectiveRoute route(CollectiveKind kind, ReduceOp reduce, const torch::Tensor& tensor) const {
+    return route_collective(backend_for(tensor), kind, reduce, tensor.scalar_type());
   }
 
   Finding failure(const std::string& signature, std::string message, nlohmann::json evidence) const {
@@ -228,11 +327,15 @@ struct Communicator::Impl {
 
   // Why collective #`seq` failed: who never entered it, or that everyone did and the
   // transport itself stalled.
-  Finding diagnose(int64_t seq, const std::string& op, double elapsed_s, const std::string& error) const {
+  Finding diagnose(int64_t seq, const std::string& op, CollectiveKind kind, double elapsed_s,
+                   const std::string& error) const {
     const bool timed_out = elapsed_s >= 0.9 * timeout_s() || mentions_timeout(error);
-    nlohmann::json evidence = {{"op", op}, {"sequence", seq}, {"elapsed_s", elapsed_s}, {"error", error}};
-    std::string message = fmt::format("rank {}: collective #{} '{}' at step {} {} after {:.1f} s: {}", rank, seq,
-                                      op, step, timed_out ? "timed out" : "failed", elapsed_s,
+    nlohmann::json evidence = {{"op", op},       {"kind", to_string(kind)}, {"group", group_name},
+                               {"sequence", seq}, {"elapsed_s", elapsed_s}, {"error", error}};
+    std::string message = fmt::format("rank {}: collective #{} '{}' ({} in group '{}' of {} ranks) at step {} {} after "
+                                      "{:.1f} s: {}",
+                                      rank, seq, op, to_string(kind), group_name, world_size, step,
+                                      timed_out ? "timed out" : "failed", elapsed_s,
                                       absentees(seq, "entered it", evidence));
     if (!timed_out) message += " [" + first_line(error) + "]";
     return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
@@ -264,7 +367,7 @@ struct Communicator::Impl {
       auto work = start();
       work->wait(timeout);
     } catch (const std::exception& e) {
-      throw CollectiveError(diagnose(seq, op, seconds_since(started), e.what()));
+      throw CollectiveError(diagnose(seq, op, kind, seconds_since(started), e.what()));
     }
     const double seconds = seconds_since(started);
     CollectiveSample sample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
@@ -366,31 +469,120 @@ int64_t Communicator::step() const { return impl_->step; }
 void Communicator::set_step(int64_t step) { impl_->step = step; }
 
 CollectiveSample Communicator::all_reduce_sum(torch::Tensor& tensor, const std::string& op) {
-  std::vector<at::Tensor> tensors{tensor};
-  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
-  return impl_->run(op, CollectiveKind::all_reduce, bytes, !tensor.is_cpu(), [&] {
+  return all_reduce(tensor, ReduceOp::sum, op);
+}
+
+CollectiveSample Communicator::all_reduce(torch::Tensor& tensor, ReduceOp reduce, const std::string& op) {
+  const CollectiveRoute route = impl_->route(CollectiveKind::all_reduce, reduce, tensor);
+  std::vector<at::Tensor> tensors{on_wire(tensor, route)};
+  CollectiveSample sample = impl_->run(op, CollectiveKind::all_reduce, byte_size(tensor), !tensor.is_cpu(), [&] {
     c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;
+    options.reduceOp = to_c10d(route.sum_then_divide ? ReduceOp::sum : reduce);
     return impl_->group_for(tensor)->allreduce(tensors, options);
   });
+  back_from_wire(tensors[0], tensor, route, impl_->world_size);
+  return sample;
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::string& op,
                                        CollectiveSample* sample) {
-  std::vector<at::Tensor> inputs{tensor.contiguous()};
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
-  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size()) * impl_->world_size;
-  CollectiveSample done = impl_->run(op, CollectiveKind::all_gather, bytes, !tensor.is_cpu(),
-                                     [&] { return impl_->group_for(tensor)->allgather(outputs, inputs); });
+  const torch::Tensor in = tensor.contiguous();
+  std::vector<int64_t> shape{impl_->world_size};
+  shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
+  torch::Tensor out = torch::empty(shape, in.options());
+  CollectiveSample done = all_gather_into(out, in, op);
   if (sample) *sample = done;
-  return torch::stack(outputs[0]);
+  return out;
+}
+
+CollectiveSample Communicator::all_gather_into(torch::Tensor& out, const torch::Tensor& in, const std::string& op) {
+  const int64_t numel = in.numel();
+  TORCH_CHECK(out.is_contiguous() && out.numel() == numel * impl_->world_size && out.dtype() == in.dtype(),
+              "all_gather_into: the output must be contiguous, of the input's dtype, world_size x its size");
+  const CollectiveRoute route = impl_->route(CollectiveKind::all_gather, ReduceOp::sum, in);
+  std::vector<at::Tensor> inputs{on_wire(in.contiguous(), route).reshape(-1)};
+  torch::Tensor received = on_wire(out, route).view(-1);  // data movement only: a view, written through
+  return impl_->run(op, CollectiveKind::all_gather, byte_size(out), !in.is_cpu(), [&] {
+    if (route.native) return impl_->group_for(in)->_allgather_base(received, inputs[0]);
+    // Gloo 1.13: the list form, whose outputs are views of `out` (Gloo copies each rank's part in).
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(received.narrow(0, r * numel, numel));
+    return impl_->group_for(in)->allgather(outputs, inputs);
+  });
+}
+
+CollectiveSample Communicator::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp reduce,
+                                              const std::string& op) {
+  const int64_t numel = out.numel();
+  TORCH_CHECK(out.is_contiguous() && in.numel() == numel * impl_->world_size && out.dtype() == in.dtype(),
+              "reduce_scatter: the output must be contiguous, of the input's dtype, 1/world_size of its size");
+  const CollectiveRoute route = impl_->route(CollectiveKind::reduce_scatter, reduce, in);
+  if (route.native) {
+    torch::Tensor input = in.contiguous().view(-1);
+    torch::Tensor output = out.view(-1);
+    return impl_->run(op, CollectiveKind::reduce_scatter, byte_size(in), !in.is_cpu(), [&] {
+      c10d::ReduceScatterOptions options;
+      options.reduceOp = to_c10d(reduce);
+      return impl_->group_for(in)->_reduce_scatter_base(output, input, options);
+    });
+  }
+  // Emulated: the whole input all-reduced (a copy: the caller's input stays as it was), then
+  // this rank's chunk. Moves world_size x the data of a real reduce-scatter; the sample's bus
+  // bandwidth is still counted on reduce-scatter's bytes, so Gloo's figure reads low.
+  std::vector<at::Tensor> whole{route.carried_as ? in.to(*route.carried_as).reshape(-1)
+                                                 : in.reshape(-1).clone(at::MemoryFormat::Contiguous)};
+  CollectiveSample sample = impl_->run(op, CollectiveKind::reduce_scatter, byte_size(in), !in.is_cpu(), [&] {
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(route.sum_then_divide ? ReduceOp::sum : reduce);
+    return impl_->group_for(in)->allreduce(whole, options);
+  });
+  torch::Tensor mine = whole[0].narrow(0, impl_->rank * numel, numel);
+  CollectiveRoute copied_back = route;
+  copied_back.reinterpreted = false;  // `mine` is always a separate buffer: copy it into `out`
+  back_from_wire(mine, out, copied_back, impl_->world_size);
+  return sample;
+}
+
+CollectiveSample Communicator::all_to_all(torch::Tensor& out, const torch::Tensor& in,
+                                          const std::vector<int64_t>& out_splits,
+                                          const std::vector<int64_t>& in_splits, const std::string& op) {
+  TORCH_CHECK(out.is_contiguous(), "all_to_all: the output must be contiguous");
+  const CollectiveRoute route = impl_->route(CollectiveKind::all_to_all, ReduceOp::sum, in);
+  torch::Tensor input = on_wire(in.contiguous(), route);
+  torch::Tensor output = on_wire(out, route);  // data movement only: a view, written through
+  std::vector<int64_t> send = in_splits, receive = out_splits;
+  return impl_->run(op, CollectiveKind::all_to_all, byte_size(in), !in.is_cpu(), [&] {
+    return impl_->group_for(in)->alltoall_base(output, input, receive, send, c10d::AllToAllOptions());
+  });
+}
+
+torch::Tensor Communicator::all_to_all_uneven(const torch::Tensor& in, const std::vector<int64_t>& in_splits,
+                                              const std::string& op, std::vector<CollectiveSample>* samples) {
+  const int world = impl_->world_size;
+  TORCH_CHECK(static_cast<int>(in_splits.size()) == world, "all_to_all_uneven: one split per rank");
+  // The counts first, as MoE dispatch does: each rank learns how many rows every peer sends it.
+  torch::Tensor counts = torch::tensor(in_splits, torch::kLong).to(in.device());
+  torch::Tensor received_counts = torch::empty_like(counts);
+  const std::vector<int64_t> ones(world, 1);
+  CollectiveSample counted = all_to_all(received_counts, counts, ones, ones, op + "_counts");
+  const torch::Tensor host_counts = received_counts.cpu();
+  const std::vector<int64_t> out_splits(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + world);
+  std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+  shape[0] = 0;
+  for (const int64_t rows : out_splits) shape[0] += rows;
+  torch::Tensor out = torch::empty(shape, in.options());
+  CollectiveSample moved = all_to_all(out, in, out_splits, in_splits, op);
+  if (samples) {
+    samples->push_back(std::move(counted));
+    samples->push_back(std::move(moved));
+  }
+  return out;
 }
 
 CollectiveSample Communicator::broadcast(torch::Tensor& tensor, int root, const std::string& op) {
-  std::vector<at::Tensor> tensors{tensor};
-  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
-  return impl_->run(op, CollectiveKind::broadcast, bytes, !tensor.is_cpu(), [&] {
+  const CollectiveRoute route = impl_->route(CollectiveKind::broadcast, ReduceOp::sum, tensor);
+  std::vector<at::Tensor> tensors{on_wire(tensor, route)};  // data movement only: a view, written through
+  return impl_->run(op, CollectiveKind::broadcast, byte_size(tensor), !tensor.is_cpu(), [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     return impl_->group_for(tensor)->broadcast(tensors, options);

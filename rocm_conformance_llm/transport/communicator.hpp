@@ -41,11 +41,38 @@ struct RankHeartbeat {
   std::string op;
 };
 
+// The collective kinds real training issues: DDP's all-reduce, FSDP/ZeRO's all-gather into one
+// tensor and reduce-scatter, MoE's all-to-all, and broadcast.
+enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast };
+std::string to_string(CollectiveKind kind);  // "all_reduce", "all_gather", ...
+
 // nccl-tests' bus bandwidth in GB/s: algbw (bytes / s) scaled by the share of data each rank
-// must move, 2(n-1)/n for all-reduce and (n-1)/n for all-gather (bytes = gathered total),
+// must move, 2(n-1)/n for all-reduce, (n-1)/n for all-gather (bytes = gathered total),
+// reduce-scatter (bytes = the whole input) and all-to-all (bytes = what this rank sends),
 // 1 for broadcast. Comparable across world sizes, so a slow link stands out.
-enum class CollectiveKind { all_reduce, all_gather, broadcast };
 double bus_bandwidth_gbps(CollectiveKind kind, int64_t bytes, double seconds, int world_size);
+
+enum class ReduceOp { sum, avg, min, max };
+std::string to_string(ReduceOp op);  // "sum", "avg", "min", "max"
+
+// How a backend carries one collective: the one place that chooses between the backend's own
+// operation and an emulation through what it has (docs/distributed.md, "Collective kinds").
+// libtorch's Gloo lacks, in 1.13, `_allgather_base`, reduce-scatter of any form, AVG and
+// bfloat16 ("Invalid scalar type"); in 2.x it has bf16 and an `_allgather_base` of its own, but
+// its `_reduce_scatter_base` is an all-reduce that ignores the reduce op, and AVG still throws.
+// RCCL (ProcessGroupNCCL on ROCm; NCCL on CUDA builds) has every operation natively.
+struct CollectiveRoute {
+  bool native = true;             // the backend's own operation for this kind
+  bool sum_then_divide = false;   // AVG as SUM, then divided by the world size
+  // Wire dtype where the backend lacks the tensor's: bf16 travels as fp32 through reductions
+  // (exact for values whose result bf16 holds: one rounding instead of one per step) and as its
+  // 16 bits (viewed as fp16, never computed on) through data movement. Undefined: as is.
+  std::optional<torch::ScalarType> carried_as;
+  bool reinterpreted = false;     // carried_as is a same-width view of the bits, not a conversion
+  std::string how;                // "native", or what the emulation does, for reports and logs
+};
+CollectiveRoute route_collective(const std::string& backend, CollectiveKind kind, ReduceOp reduce,
+                                 torch::ScalarType dtype);
 
 // The CollectiveSample::settle of a collective timed on the device's stream: its seconds become
 // `device_seconds()` plus whatever was added to them after it was sampled at `sampled_seconds`
@@ -78,6 +105,23 @@ class Communicator {
 
   // In place, SUM across ranks. `op` labels the sample, the heartbeat and any error.
   CollectiveSample all_reduce_sum(torch::Tensor& tensor, const std::string& op);
+  // In place, `reduce` across ranks (route_collective says how this backend does it).
+  CollectiveSample all_reduce(torch::Tensor& tensor, ReduceOp reduce, const std::string& op);
+  // all_gather_into_tensor: `out` (world_size x in.numel() elements, contiguous) holds rank r's
+  // `in` at elements [r * in.numel(), (r + 1) * in.numel()).
+  CollectiveSample all_gather_into(torch::Tensor& out, const torch::Tensor& in, const std::string& op);
+  // reduce_scatter_tensor: `in` holds world_size chunks of out.numel() elements; `out` (
+  // contiguous) becomes the reduction over ranks of chunk `rank()`.
+  CollectiveSample reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp reduce,
+                                  const std::string& op);
+  // all_to_all_single: rows (dim 0) of `in` go in_splits[r] to rank r, in rank order; `out`
+  // receives out_splits[r] rows from rank r, in rank order. Splits may be uneven.
+  CollectiveSample all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                              const std::vector<int64_t>& in_splits, const std::string& op);
+  // MoE token dispatch: an all-to-all of the row counts (`op` + "_counts"), then the uneven
+  // all-to-all of the rows; returns the rows received, in rank order. Both samples go to `samples`.
+  torch::Tensor all_to_all_uneven(const torch::Tensor& in, const std::vector<int64_t>& in_splits,
+                                  const std::string& op, std::vector<CollectiveSample>* samples = nullptr);
   // Every rank's `tensor` (same shape everywhere) stacked along a new leading dimension.
   torch::Tensor all_gather(const torch::Tensor& tensor, const std::string& op,
                            CollectiveSample* sample = nullptr);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 #if __has_include(<fmt/ranges.h>)
@@ -188,6 +189,55 @@ std::vector<Finding> ProcessGroupSync::run_canary() {
     findings.push_back(finding("allreduce_canary_mismatch", Severity::fail, message, evidence));
   }
   return findings;
+}
+
+CollectiveBatteryResult ProcessGroupSync::run_collective_battery(const std::vector<BatteryCase>& cases, uint64_t seed,
+                                                                 const BatteryFaults& faults) {
+  const std::vector<BatteryOutcome> mine = run_battery(*comm_, cases, seed, faults);
+  constexpr size_t kFields = 6;  // wrong elements, first index, got, expected, source rank, seconds
+  std::vector<double> packed;
+  for (const auto& o : mine) {
+    packed.insert(packed.end(), {static_cast<double>(o.wrong_elements), static_cast<double>(o.first_index), o.got,
+                                 o.expected, static_cast<double>(o.source_rank), o.seconds});
+  }
+  const auto all = all_gather_values(packed, "battery_verdict");
+  CollectiveBatteryResult result;
+  std::vector<std::string> wrong_cases;
+  nlohmann::json wrong_evidence = nlohmann::json::array();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    CollectiveCheckRow row{mine[i].c, mine[i].route};
+    std::optional<int> first_wrong;
+    for (int r = 0; r < world_size(); ++r) {
+      row.seconds = std::max(row.seconds, all[r][kFields * i + 5]);
+      if (all[r][kFields * i] > 0) {
+        row.wrong_ranks.push_back(r);
+        if (!first_wrong) first_wrong = r;
+      }
+    }
+    row.bus_bandwidth_gbps = bus_bandwidth_gbps(row.c.kind, row.c.bytes, row.seconds, world_size());
+    if (first_wrong) {
+      const auto& w = all[*first_wrong];
+      const int source = static_cast<int>(w[kFields * i + 4]);
+      wrong_cases.push_back(fmt::format("{} on rank{} {}{}", row.c.name(), row.wrong_ranks.size() > 1 ? "s" : "",
+                                        fmt::join(row.wrong_ranks, ","),
+                                        source >= 0 ? fmt::format(" (rank {}'s data came back wrong)", source) : ""));
+      wrong_evidence.push_back({{"case", row.c.name()}, {"kind", to_string(row.c.kind)},
+                                {"reduce_op", to_string(row.c.reduce)}, {"dtype", c10::toString(row.c.dtype)},
+                                {"bytes", row.c.bytes}, {"route", row.route}, {"wrong_ranks", row.wrong_ranks},
+                                {"source_rank", source}, {"first_index", w[kFields * i + 1]},
+                                {"got", w[kFields * i + 2]}, {"expected", w[kFields * i + 3]},
+                                {"first_wrong_rank", *first_wrong}});
+    }
+    result.rows.push_back(std::move(row));
+  }
+  if (!wrong_cases.empty()) {
+    result.findings.push_back(finding(
+        "collective_result_mismatch", Severity::fail,
+        fmt::format("{} of {} exact collective cases wrong (seed {}): {}", wrong_cases.size(), mine.size(), seed,
+                    fmt::join(wrong_cases, "; ")),
+        {{"seed", seed}, {"cases", mine.size()}, {"wrong", wrong_evidence}}));
+  }
+  return result;
 }
 
 std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torch::Tensor>& params) {

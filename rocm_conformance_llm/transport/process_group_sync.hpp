@@ -8,6 +8,7 @@
 
 #include "rocm_conformance_llm/base/finding.hpp"
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/transport/collective_battery.hpp"
 #include "rocm_conformance_llm/transport/comm_checks.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
@@ -19,6 +20,20 @@ namespace rcl {
 struct RankStepTimes {
   std::vector<double> step_s;
   std::vector<double> busy_s;
+};
+
+// One collective battery case as every rank agrees on it.
+struct CollectiveCheckRow {
+  BatteryCase c;
+  std::string route;               // how this backend carried it (route_collective)
+  double seconds = 0.0;            // the slowest rank's: a collective ends when its last rank does
+  double bus_bandwidth_gbps = 0.0; // from `seconds`
+  std::vector<int> wrong_ranks;    // ranks whose output was not the exact expected one
+};
+
+struct CollectiveBatteryResult {
+  std::vector<CollectiveCheckRow> rows;
+  std::vector<Finding> findings;  // collective_result_mismatch, at most one per battery
 };
 
 class ProcessGroupSync final : public GradientSync {
@@ -47,6 +62,11 @@ class ProcessGroupSync final : public GradientSync {
   // messages, LL128, Simple for large); every rank's mismatch count is gathered so a wrong
   // result on any rank is reported by all of them.
   std::vector<Finding> run_canary();
+  // Every collective kind, op and dtype of the battery (collective_battery.hpp), then every
+  // rank's verdict and time gathered, so all ranks report the same rows and findings: the
+  // ranks whose output was wrong and, where the kind tells, the rank whose data came back wrong.
+  CollectiveBatteryResult run_collective_battery(const std::vector<BatteryCase>& cases, uint64_t seed,
+                                                 const BatteryFaults& faults = {});
   // Names each rank whose parameters are not bitwise identical to the majority's.
   std::vector<Finding> compare_parameters(const std::vector<torch::Tensor>& params);
   // Compares, through the store (not the transport, which is what desynchronises), how many

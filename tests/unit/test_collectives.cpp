@@ -1,7 +1,6 @@
 // Real c10d groups on loopback: N threads in this process, each a rank with its own
 // ProcessGroupGloo on one TCPStore. Gradient averaging, and every cross-rank check both firing
 // on an injected fault and silent on a clean run; timeouts name the rank that never came.
-#include <barrier>
 #include <chrono>
 #include <thread>
 
@@ -24,45 +23,19 @@ using std::chrono::milliseconds;
 // Short enough to keep the suite fast, long enough for 4 ranks on 2 busy cores.
 constexpr double kTimeoutS = 2.0;
 
-LaunchInfo loopback_launch(int rank, int world, int port) {
-  LaunchInfo launch;
-  launch.rank = rank;
-  launch.world_size = world;
-  launch.local_rank = rank;
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = port;
-  launch.launcher = "test";
-  return launch;
-}
+using test::loopback_launch;
 
-// Runs body(sync, rank) on `world` threads, each rank with its own group. Ranks tear down only
-// after all bodies returned (rank 0 serves the store), unless a body resets its own `sync` to
-// vanish early. Rethrows the first exception a body let escape.
+// Runs body(sync, rank) on `world` threads, each rank with its own group (run_loopback_ranks).
 template <typename Body>
 void run_ranks(int world, double bucket_mb, Body body) {
-  const int port = free_port();
-  std::barrier all_done(world);
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::shared_ptr<ProcessGroupSync> sync;
-      try {
-        sync = std::make_shared<ProcessGroupSync>(
-            Communicator::connect(loopback_launch(r, world, port), torch::kCPU,
-                                  milliseconds(static_cast<int64_t>(kTimeoutS * 1000))),
+  test::run_loopback_ranks(
+      world,
+      [&](const LaunchInfo& launch) {
+        return std::make_shared<ProcessGroupSync>(
+            Communicator::connect(launch, torch::kCPU, milliseconds(static_cast<int64_t>(kTimeoutS * 1000))),
             bucket_mb);
-        body(sync, r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-      all_done.arrive_and_wait();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+      },
+      body);
 }
 
 // Deterministic values k/16 with |k| <= 1000, different for each `seed`: any summation order
