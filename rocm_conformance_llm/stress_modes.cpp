@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/base/finding.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 
 namespace rcl {
@@ -21,6 +22,7 @@ std::vector<StressMode> builtin_modes() {
       // hidden % heads == 0 and the GEMMs on tile-friendly sizes.
       {.name = "gemm",
        .targets = "rocBLAS, hipBLASLt",
+       .components = {component::rocblas},
        .summary = "wider hidden and FFN layers, bf16/fp16 GEMMs",
        .intensities = {{"min_hidden_size", 256, at_least(1), "hidden_size floor"},
                        {"min_ffn_multiplier", 4.0, above(0), "ffn_multiplier floor"},
@@ -33,6 +35,7 @@ std::vector<StressMode> builtin_modes() {
       // Seeds are always fixed (--seed, default 1234); this mode adds the checks.
       {.name = "rng",
        .targets = "rocRAND",
+       .components = {component::rocrand},
        .summary = "more dropout, stochastic depth, deterministic kernels, replay checks",
        .intensities = {{"min_dropout", 0.1, within(0, 1, false), "dropout floor"},
                        {"min_drop_path", 0.1, within(0, 1, false), "drop_path floor"},
@@ -45,6 +48,7 @@ std::vector<StressMode> builtin_modes() {
       // per-rank logs and frequent cross-rank checksums expose stragglers and desyncs.
       {.name = "comm",
        .targets = "RCCL",
+       .components = {component::rccl},
        .summary = "smaller batches, gradient all-reduce every micro-step, per-rank logs",
        .intensities = {{"max_batch_size", 4, at_least(1), "batch_size ceiling"},
                        {"max_checksum_interval", 5, at_least(1), "cross-rank checksums at least every this many steps"}},
@@ -56,6 +60,7 @@ std::vector<StressMode> builtin_modes() {
       // alive across micro-steps; ballast shrinks the headroom the caching allocator has.
       {.name = "memory",
        .targets = "ROCr memory allocator (HIP caching allocator)",
+       .components = {component::allocator},
        .summary = "long sequences, activation checkpointing, more accumulation, optional ballast",
        .intensities = {{"min_seq_len", 8192, at_least(1), "seq_len floor"},
                        {"min_grad_accum_steps", 4, at_least(1), "grad_accum_steps floor"},
@@ -73,6 +78,7 @@ std::vector<StressMode> builtin_modes() {
       // a convolution, which on ROCm goes through MIOpen's Find/solver machinery.
       {.name = "fusion",
        .targets = "MIOpen (and fused elementwise/norm kernels)",
+       .components = {component::miopen},
        .summary = "deeper residual stack, more LayerNorms, SwiGLU/GELU, depthwise conv on Q/K/V",
        .intensities = {{"min_num_layers", 24, at_least(1), "num_layers floor"},
                        {"activation", "swiglu", one_of({"gelu", "swiglu"}), "MLP activation to use"},
@@ -89,6 +95,7 @@ std::vector<StressMode> builtin_modes() {
       // sequences through the fused kernels.
       {.name = "attention",
        .targets = "AOTriton/CK flash and memory-efficient SDPA (MIOpen where it serves them)",
+       .components = {component::attention},
        .summary = "fused SDPA, padded batches with a padding mask, strided V, parity probe at a longer sequence",
        .intensities = {{"pad_fraction", 0.25, within(0, 1, false), "attention_pad_fraction floor"},
                        {"probe_interval", 50, at_least(1), "parity probes at least every this many steps"},

@@ -81,6 +81,7 @@ StressRule only_where(CapabilityRequirement when, StressRule rule);
 struct StressMode {
   std::string name;
   std::string targets;                    // the ROCm components it stresses
+  std::vector<std::string> components{};  // the same as component::all names: a skipped mode explains their coverage
   std::string summary;                    // one line: what it changes
   std::vector<ConfigField> intensities;   // stress_profile.<name>.<key>: default, check, meaning
   std::vector<StressRule> rules;

@@ -237,12 +237,33 @@ const SignatureSpec* find_signature(std::string_view id) {
   return nullptr;
 }
 
-std::vector<std::unique_ptr<Detector>> make_detectors(const DetectorContext& ctx) {
+std::string detector_of_signature(std::string_view id) {
+  const auto held = registry().lock();
+  for (const auto& detector : registry().entries())
+    for (const auto& signature : detector.signatures)
+      if (signature.id == id) return detector.name;
+  return {};
+}
+
+namespace {
+// Why `spec.make` built nothing: the setting that switches it on, or the ranks it needs.
+std::string why_not_built(const DetectorSpec& spec) {
+  if (spec.kind == "cross-rank") return "needs a process group of several ranks";
+  if (spec.thresholds.empty()) return "off for this run";
+  return "off for this run, see " + spec.thresholds.front();
+}
+}  // namespace
+
+std::vector<std::unique_ptr<Detector>> make_detectors(const DetectorContext& ctx, RunCoverage* coverage) {
   std::vector<std::unique_ptr<Detector>> out;
+  if (coverage) coverage->diagnostics_enabled = ctx.diag.enabled;
   if (!ctx.diag.enabled) return out;
-  for (const auto& spec : detector_registry())
-    if (spec.make)
-      if (auto detector = spec.make(ctx)) out.push_back(std::move(detector));
+  for (const auto& spec : detector_registry()) {
+    if (!spec.make) continue;
+    auto detector = spec.make(ctx);
+    if (coverage) coverage->record(spec, detector != nullptr, why_not_built(spec));
+    if (detector) out.push_back(std::move(detector));
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rocm_conformance_llm/base/registration.hpp"
+#include "rocm_conformance_llm/checks/coverage.hpp"
 #include "rocm_conformance_llm/checks/detector.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/config.hpp"
@@ -60,8 +61,11 @@ using DetectorRegistration = Registration<DetectorSpec>;
 
 // The registered spec of signature `id`; nullptr when no detector declares it.
 const SignatureSpec* find_signature(std::string_view id);
+// The name of the detector that declares signature `id`; empty when none does.
+std::string detector_of_signature(std::string_view id);
 
 // Every registered detector that applies to this run (none when diagnostics are disabled).
-std::vector<std::unique_ptr<Detector>> make_detectors(const DetectorContext& ctx);
+// `coverage`, when given, records each one with `make` as built or not, and why.
+std::vector<std::unique_ptr<Detector>> make_detectors(const DetectorContext& ctx, RunCoverage* coverage = nullptr);
 
 }  // namespace rcl

@@ -255,6 +255,12 @@ void NodeMonitor::read_kernel_log() {
   report_["kernel_log"]["matches"] = kernel_matches_;
 }
 
+void NodeMonitor::record_coverage(RunCoverage& coverage) const {
+  std::lock_guard<std::mutex> lock(report_mutex_);
+  coverage.record("telemetry", telemetry_on_, report_.at("telemetry").value("reason", std::string("off")));
+  coverage.record("kernel_log", kernel_log_.source != nullptr, kernel_log_.description);
+}
+
 nlohmann::json NodeMonitor::report_sections() const {
   std::lock_guard<std::mutex> lock(report_mutex_);
   return report_;

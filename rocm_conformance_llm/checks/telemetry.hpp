@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/checks/coverage.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/checks/kernel_log.hpp"
 #include "rocm_conformance_llm/config.hpp"
@@ -91,6 +92,8 @@ class NodeMonitor final : public StepObserver {
   // sampler that may be stuck in a driver call.
   void drain_kernel_log();
   void on_step(const StepRecord& r) override { step_.store(r.step); }
+  // Records telemetry and kernel_log as running or not (after start()).
+  void record_coverage(RunCoverage& coverage) const;
   // {"telemetry": ..., "kernel_log": ...} as of the last finished round.
   nlohmann::json report_sections() const;
   // The last round in brief for metrics.jsonl: {"t_s", "step", "gpus": [{"index", temperatures,

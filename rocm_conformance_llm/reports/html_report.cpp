@@ -27,7 +27,7 @@ h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin-top:1.6em;border-bot
 table{border-collapse:collapse;font-size:.9em;margin:.4em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;padding:.1em .6em;border-radius:.3em;color:#fff;font-weight:bold}
-.PASS{background:#2e7d32}.WARN{background:#ef8f00}.FAIL,.CRASHED,.HUNG{background:#c62828}.INTERRUPTED{background:#6a1b9a}
+.PASS{background:#2e7d32}.WARN{background:#ef8f00}.FAIL,.CRASHED,.HUNG{background:#c62828}.INTERRUPTED{background:#6a1b9a}.NOT_RUN{background:#757575}
 tr.sev-fail td:first-child{border-left:4px solid #c62828}tr.sev-warn td:first-child{border-left:4px solid #ef8f00}
 tr.sev-info td:first-child{border-left:4px solid #1565c0}tr.flagged{background:#fdecea}tr:target{background:#fff59d}
 pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:.85em}
@@ -356,13 +356,19 @@ std::string header_section(const json& report) {
                    summary.value("steps", int64_t{0}),
                    xml_escape(text_of(report.value("environment", json::object()).value("device", json("?")))));
   if (report.contains("note")) h += fmt::format("<p><b>note:</b> {}</p>\n", xml_escape(text_of(report["note"])));
+  if (report.contains("coverage_note"))
+    h += fmt::format("<p id=\"coverage-note\"><b>coverage:</b> {}</p>\n", xml_escape(text_of(report["coverage_note"])));
   h += "<h2>Components</h2>\n<table id=\"components\"><tr><th>component</th><th>status</th><th>info</th><th>warn</th>"
-       "<th>fail</th></tr>\n";
-  for (const auto& c : report.value("components", json::array()))
+       "<th>fail</th><th>checks that ran</th><th>not exercised because</th></tr>\n";
+  for (const auto& c : report.value("components", json::array())) {
+    std::string checks;
+    for (const auto& check : c.value("checks", json::array())) checks += (checks.empty() ? "" : ", ") + text_of(check);
     h += fmt::format("<tr><td>{0}</td><td><span class=\"badge {1}\">{1}</span></td><td class=\"num\">{2}</td>"
-                     "<td class=\"num\">{3}</td><td class=\"num\">{4}</td></tr>\n",
+                     "<td class=\"num\">{3}</td><td class=\"num\">{4}</td><td>{5}</td><td>{6}</td></tr>\n",
                      xml_escape(c.value("component", "")), xml_escape(c.value("status", "")), c.value("info", 0),
-                     c.value("warn", 0), c.value("fail", 0));
+                     c.value("warn", 0), c.value("fail", 0), xml_escape(checks),
+                     xml_escape(c.value("exercised", true) ? "" : c.value("reason", "")));
+  }
   return h + "</table>\n";
 }
 

@@ -12,6 +12,7 @@ namespace rcl {
 
 namespace {
 constexpr const char* kVerdicts[] = {"PASS", "WARN", "FAIL", "CRASHED", "HUNG", "INTERRUPTED"};
+constexpr const char* kComponentStatuses[] = {"PASS", "WARN", "FAIL", "NOT_RUN"};
 
 // The format's float text: NaN, +Inf and -Inf spelled its way.
 std::string prom_value(double v) {
@@ -68,7 +69,8 @@ std::string prometheus_text(const PromState& s) {
     }
   }
   w.gauge("rcl_findings", "Findings so far, per ROCm component and severity.");
-  for (const auto& c : component_statuses(s.findings)) {
+  // Counts only: a component's status is known at the end (rcl_component_status).
+  for (const auto& c : component_statuses(s.findings, {})) {
     const std::string component = prom_label_value(c.component);
     using Count = std::pair<const char*, int>;
     for (const auto& [severity, count] : {Count{"info", c.info}, Count{"warn", c.warn}, Count{"fail", c.fail}})
@@ -81,6 +83,13 @@ std::string prometheus_text(const PromState& s) {
     for (const char* v : kVerdicts) w.sample("rcl_verdict", s.verdict->status == v ? 1 : 0, fmt::format("verdict=\"{}\"", v));
     w.gauge("rcl_exit_code", "The run's exit code (0 clean, 1 fail finding, 3 crash or hang, 4 interrupted).");
     w.sample("rcl_exit_code", s.verdict->exit_code);
+  }
+  if (!s.components.empty()) {
+    w.gauge("rcl_component_status", "1 for each ROCm component's status (NOT_RUN: no check exercised it), 0 for the others.");
+    for (const auto& c : s.components)
+      for (const char* status : kComponentStatuses)
+        w.sample("rcl_component_status", c.status == status ? 1 : 0,
+                 fmt::format("component=\"{}\",status=\"{}\"", prom_label_value(c.component), status));
   }
   w.gauge("rcl_last_update_timestamp_seconds", "Unix time this file was written: a stale run stops advancing it.");
   w.sample("rcl_last_update_timestamp_seconds",

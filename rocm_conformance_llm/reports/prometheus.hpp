@@ -22,6 +22,7 @@ struct PromState {
   std::optional<StepPoint> last_step;  // none before the first step
   std::vector<Finding> findings;
   std::optional<Verdict> verdict;      // set once the run has ended
+  std::vector<ComponentStatus> components = {};  // set once the run has ended
 };
 
 // A label value as the format wants it: \\, \" and \n escaped.
@@ -30,7 +31,8 @@ std::string prom_label_value(std::string_view text);
 // Gauges, each with labels run and rank: rcl_step, rcl_loss, rcl_tokens_per_second,
 // rcl_step_time_seconds, rcl_memory_bytes{figure}, rcl_findings{component,severity} (every
 // component and severity, zeros included), rcl_run_finished, rcl_last_update_timestamp_seconds;
-// at the end rcl_verdict{verdict} (1 for the verdict, 0 for the others) and rcl_exit_code.
+// at the end rcl_verdict{verdict} (1 for the verdict, 0 for the others), rcl_exit_code and
+// rcl_component_status{component,status} (1 for each component's status, 0 for the others).
 std::string prometheus_text(const PromState& state);
 
 // The `run` label: the output directory's own name ("runs/node07/" -> "node07").

@@ -1,14 +1,25 @@
 #include "rocm_conformance_llm/reports/report.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <functional>
+#include <iterator>
 
 #include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/checks/error_classifier.hpp"
+#include "rocm_conformance_llm/checks/registry.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
+#include "rocm_conformance_llm/reports/ocp_output.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
@@ -19,19 +30,42 @@ std::string to_string(RunOutcome o) {
   return kNames[static_cast<size_t>(o)];
 }
 
-std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings) {
+std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings,
+                                                const std::vector<ComponentCoverage>& coverage) {
   std::vector<ComponentStatus> out;
   for (const char* name : component::all) {
     ComponentStatus s;
     s.component = name;
+    s.reason = "not recorded: the run ended before its checks were built";
+    for (const auto& c : coverage)
+      if (c.component == name) {
+        s.exercised = c.exercised;
+        s.reason = c.reason;
+        s.checks = c.checks;
+      }
     for (const auto& f : findings) {
       if (f.component != name) continue;
       ++(f.severity == Severity::fail ? s.fail : f.severity == Severity::warn ? s.warn : s.info);
     }
-    s.status = s.fail > 0 ? "FAIL" : s.warn > 0 ? "WARN" : "PASS";
+    s.status = s.fail > 0 ? "FAIL" : s.warn > 0 ? "WARN" : s.exercised ? "PASS" : "NOT_RUN";
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::vector<std::string> exercised_components(const std::vector<ComponentStatus>& statuses) {
+  std::vector<std::string> out;
+  for (const auto& s : statuses)
+    if (s.exercised) out.push_back(s.component);
+  return out;
+}
+
+std::string coverage_sentence(const std::vector<ComponentStatus>& statuses) {
+  const auto exercised = exercised_components(statuses);
+  if (exercised.empty())
+    return "No ROCm component was exercised: this verdict is about the training job and the tool, not the ROCm stack.";
+  if (exercised.size() == statuses.size()) return "Every ROCm component was exercised.";
+  return fmt::format("Exercised {} of {} ROCm components: {}.", exercised.size(), statuses.size(), fmt::join(exercised, ", "));
 }
 
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome) {
@@ -47,11 +81,12 @@ Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome) {
 }
 
 std::string format_component_table(const std::vector<ComponentStatus>& statuses, const Verdict& v) {
-  std::string t = fmt::format("{:<20} {:<6} {:>5} {:>5} {:>5}\n", "component", "status", "info",
-                              "warn", "fail");
+  std::string t = fmt::format("{:<21} {:<7} {:>5} {:>5} {:>5}  {}\n", "component", "status", "info", "warn", "fail",
+                              "not exercised because");
   for (const auto& s : statuses)
-    t += fmt::format("{:<20} {:<6} {:>5} {:>5} {:>5}\n", s.component, s.status, s.info, s.warn, s.fail);
-  t += fmt::format("verdict: {} (exit code {})", v.status, v.exit_code);
+    t += fmt::format("{:<21} {:<7} {:>5} {:>5} {:>5}  {}\n", s.component, s.status, s.info, s.warn, s.fail,
+                     s.exercised ? "" : s.reason);
+  t += fmt::format("verdict: {} (exit code {}). {}", v.status, v.exit_code, coverage_sentence(statuses));
   return t;
 }
 
@@ -87,43 +122,61 @@ std::string finding_line(const Finding& f) {
 }
 }  // namespace
 
-std::string junit_xml(const std::vector<Finding>& findings, const Verdict& v, double duration_s) {
-  const auto statuses = component_statuses(findings);
-  int failures = 0;
-  for (const auto& s : statuses) failures += s.fail > 0;
+namespace {
+// One <testcase>: `findings` are its own; a <failure> for the fail ones, the rest in <system-out>,
+// else `skipped` (a reason) when not empty.
+std::string junit_case(const std::string& classname, const std::string& name, const std::vector<Finding>& findings,
+                       const std::string& failure_type, const std::string& skipped) {
+  std::string fail_text, other_text, first_fail;
+  int fails = 0;
+  for (const auto& f : findings) {
+    std::string& dest = f.severity == Severity::fail ? fail_text : other_text;
+    dest += finding_line(f) + "\n";
+    if (f.severity != Severity::fail) continue;
+    if (fails++ == 0) first_fail = fmt::format("{} at step {}: {} | {}", f.signature, f.step, f.message, action_text(f));
+  }
+  std::string x = fmt::format("  <testcase classname=\"{}\" name=\"{}\" time=\"0\"", classname, xml_escape(name));
+  if (fail_text.empty() && other_text.empty() && skipped.empty()) return x + "/>\n";
+  x += ">\n";
+  if (!fail_text.empty()) {
+    if (fails > 1) first_fail += fmt::format(" (+{} more)", fails - 1);
+    x += fmt::format("    <failure message=\"{}\" type=\"{}\">{}</failure>\n", xml_escape(first_fail),
+                     xml_escape(failure_type), xml_escape(fail_text));
+  } else if (!skipped.empty()) {
+    x += fmt::format("    <skipped message=\"{}\"/>\n", xml_escape(skipped));
+  }
+  if (!other_text.empty()) x += fmt::format("    <system-out>{}</system-out>\n", xml_escape(other_text));
+  return x + "  </testcase>\n";
+}
+}  // namespace
+
+std::string junit_xml(const std::vector<Finding>& findings, const std::vector<ComponentStatus>& statuses,
+                      const std::vector<std::string>& checks_ran, const Verdict& v, const JunitRun& run) {
+  int failures = 0, skipped = 0;
+  std::string cases;
+  for (const auto& s : statuses) {
+    std::vector<Finding> own;
+    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own), [&](const Finding& f) { return f.component == s.component; });
+    failures += s.fail > 0;
+    skipped += s.status == "NOT_RUN";
+    cases += junit_case("rocm-conformance-llm", s.component, own, s.status, s.status == "NOT_RUN" ? s.reason : "");
+  }
+  for (const auto& check : checks_ran) {
+    std::vector<Finding> own;
+    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own), [&](const Finding& f) { return detector_of_signature(f.signature) == check; });
+    failures += std::any_of(own.begin(), own.end(), [](const Finding& f) { return f.severity == Severity::fail; });
+    cases += junit_case("rocm-conformance-llm.check", check, own, "FAIL", "");
+  }
   std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   x += fmt::format("<testsuite name=\"rocm-conformance-llm\" tests=\"{}\" failures=\"{}\" errors=\"0\" "
-                   "skipped=\"0\" time=\"{:.3f}\">\n",
-                   statuses.size(), failures, duration_s);
+                   "skipped=\"{}\" time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
+                   statuses.size() + checks_ran.size(), failures, skipped, run.duration_s, xml_escape(run.timestamp),
+                   xml_escape(run.hostname));
   x += fmt::format("  <properties>\n    <property name=\"verdict\" value=\"{}\"/>\n"
-                   "    <property name=\"exit_code\" value=\"{}\"/>\n  </properties>\n",
-                   v.status, v.exit_code);
-  for (const auto& s : statuses) {
-    std::string fail_text, other_text, first_fail;
-    for (const auto& f : findings) {
-      if (f.component != s.component) continue;
-      std::string& dest = f.severity == Severity::fail ? fail_text : other_text;
-      dest += finding_line(f) + "\n";
-      if (f.severity == Severity::fail && first_fail.empty())
-        first_fail = fmt::format("{} at step {}: {} | {}", f.signature, f.step, f.message, action_text(f));
-    }
-    x += fmt::format("  <testcase classname=\"rocm-conformance-llm\" name=\"{}\" time=\"0\"",
-                     xml_escape(s.component));
-    if (fail_text.empty() && other_text.empty()) {
-      x += "/>\n";
-      continue;
-    }
-    x += ">\n";
-    if (!fail_text.empty()) {
-      if (s.fail > 1) first_fail += fmt::format(" (+{} more)", s.fail - 1);
-      x += fmt::format("    <failure message=\"{}\" type=\"{}\">{}</failure>\n", xml_escape(first_fail),
-                       xml_escape(s.status), xml_escape(fail_text));
-    }
-    if (!other_text.empty()) x += fmt::format("    <system-out>{}</system-out>\n", xml_escape(other_text));
-    x += "  </testcase>\n";
-  }
-  x += "</testsuite>\n";
-  return x;
+                   "    <property name=\"exit_code\" value=\"{}\"/>\n"
+                   "    <property name=\"exercised_rocm_components\" value=\"{}\"/>\n  </properties>\n",
+                   v.status, v.exit_code, xml_escape(fmt::format("{}", fmt::join(exercised_components(statuses), ","))));
+  return x + cases + "</testsuite>\n";
 }
 
 namespace {
@@ -140,23 +193,49 @@ ReportWriter::ReportWriter(std::filesystem::path output_dir, int rank, nlohmann:
       junit_path_(per_rank(output_dir, "junit", ".xml", rank)),
       html_path_(per_rank(output_dir, "report", ".html", rank)),
       metrics_path_(per_rank(output_dir, "metrics", ".jsonl", rank)),
-      prom_path_(prom_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
+      prom_path_(prom_path(output_dir, rank)), ocp_path_(ocp_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
       rank_(rank), config_(std::move(config_snapshot)), environment_(std::move(environment)),
       findings_(findings), summary_(summary), warmup_steps_(warmup_steps),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(std::chrono::steady_clock::now()), started_at_(std::chrono::system_clock::now()) {}
 
 void ReportWriter::add_section(const std::string& key, nlohmann::json value) {
   std::lock_guard<std::mutex> lock(mutex_);
   sections_[key] = std::move(value);
 }
 
+void ReportWriter::set_coverage(RunCoverage coverage) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  coverage_ = std::move(coverage);
+}
+
+namespace {
+std::string utc_iso8601(std::chrono::system_clock::time_point t) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  return text;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
+}
+}  // namespace
+
 int ReportWriter::write(RunOutcome outcome, const std::string& note) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (written_exit_code_) return *written_exit_code_;
   const auto findings = findings_.snapshot();
   const Verdict verdict = verdict_for(findings, outcome);
-  const auto statuses = component_statuses(findings);
+  const auto steps_run = static_cast<int64_t>(summary_.steps().size());
+  const auto coverage = component_coverage(coverage_, steps_run);
+  const auto statuses = component_statuses(findings, coverage);
   const double duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  std::vector<std::string> checks_ran;
+  for (const auto& c : coverage_.checks)
+    if (c.ran && steps_run > 0) checks_ran.push_back(c.check);
 
   nlohmann::json report = {{"tool", "rocm-conformance-llm"},
                            {"verdict", verdict.status},
@@ -165,6 +244,9 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
                            {"rank", rank_},
                            {"duration_s", duration_s},
                            {"components", nlohmann::json::array()},
+                           {"exercised_rocm_components", exercised_components(statuses)},
+                           {"coverage_note", coverage_sentence(statuses)},
+                           {"coverage", to_json(coverage_, coverage, steps_run)},
                            {"findings", nlohmann::json::array()},
                            {"summary", summarize_steps(summary_.steps(), warmup_steps_)},
                            {"config", config_},
@@ -172,13 +254,15 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
   if (!note.empty()) report["note"] = note;
   for (const auto& s : statuses)
     report["components"].push_back(
-        {{"component", s.component}, {"status", s.status}, {"info", s.info}, {"warn", s.warn}, {"fail", s.fail}});
+        {{"component", s.component}, {"status", s.status}, {"info", s.info}, {"warn", s.warn}, {"fail", s.fail},
+         {"exercised", s.exercised}, {"reason", s.reason}, {"checks", s.checks}});
   for (const auto& f : findings) report["findings"].push_back(to_json(f));
   for (const auto& [key, value] : sections_.items()) report[key] = value;
 
   try {
     write_file_atomically(report_path_, report.dump(2) + "\n");
-    write_file_atomically(junit_path_, junit_xml(findings, verdict, duration_s));
+    write_file_atomically(junit_path_, junit_xml(findings, statuses, checks_ran, verdict,
+                                                 {duration_s, utc_iso8601(started_at_), host_name()}));
   } catch (const std::exception& e) {
     // The verdict cannot reach its files (directory removed, disk full, permissions): say so on
     // the console and exit as a crash, never with the code of a verdict nobody can read.
@@ -186,7 +270,7 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
     written_exit_code_ = kExitCrashOrHang;
     return kExitCrashOrHang;
   }
-  write_views(report, findings, verdict);
+  write_views(report, findings, verdict, statuses);
   const auto level = verdict.exit_code == kExitClean ? spdlog::level::info : spdlog::level::err;
   spdlog::log(level, "ROCm component summary ({}):\n{}", report_path_.string(),
               format_component_table(statuses, verdict));
@@ -195,9 +279,9 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
 }
 
 void ReportWriter::write_views(const nlohmann::json& report, const std::vector<Finding>& findings,
-                               const Verdict& verdict) {
+                               const Verdict& verdict, const std::vector<ComponentStatus>& statuses) {
   const auto steps = summary_.steps();
-  PromState prom{run_name_, rank_, std::nullopt, findings, verdict};
+  PromState prom{run_name_, rank_, std::nullopt, findings, verdict, statuses};
   if (!steps.empty()) prom.last_step = steps.back();
   const auto write_view = [](const std::filesystem::path& path, const std::function<std::string()>& render) {
     try {
@@ -208,6 +292,16 @@ void ReportWriter::write_views(const nlohmann::json& report, const std::vector<F
   };
   write_view(html_path_, [&] { return report_html(report, metrics_path_); });
   write_view(prom_path_, [&] { return prometheus_text(prom); });
+  std::string ocp;
+  write_view(ocp_path_, [&] {
+    ocp = ocp_jsonl(ocp_artifacts(report, metrics_path_,
+                                  {this_command_line(), host_name(), started_at_, std::chrono::system_clock::now()}));
+    return ocp;
+  });
+  if (ocp_to_stdout_ && !ocp.empty()) {
+    std::fputs(ocp.c_str(), stdout);
+    std::fflush(stdout);
+  }
 }
 
 int ReportWriter::write_crash(std::string_view what, const std::string& phase) {

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/checks/coverage.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
 
@@ -30,11 +31,21 @@ std::string to_string(RunOutcome o);
 
 struct ComponentStatus {
   std::string component;
-  std::string status;  // "PASS" | "WARN" | "FAIL"
+  // "FAIL" / "WARN" from its findings (on any device: a finding is a finding), else "PASS" when
+  // a check exercised it, else "NOT_RUN" (checks/coverage.hpp).
+  std::string status;
   int info = 0, warn = 0, fail = 0;
+  bool exercised = false;
+  std::string reason;               // why it was not exercised; empty when it was
+  std::vector<std::string> checks;  // the checks targeting it that ran
 };
-// Every component of component::all, in that order, even those with no finding.
-std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings);
+// Every component of component::all, in that order, even those with no finding. A component
+// missing from `coverage` was not exercised.
+std::vector<ComponentStatus> component_statuses(const std::vector<Finding>& findings,
+                                                const std::vector<ComponentCoverage>& coverage);
+// The components a check exercised, and the sentence the verdict adds when there are none.
+std::vector<std::string> exercised_components(const std::vector<ComponentStatus>& statuses);
+std::string coverage_sentence(const std::vector<ComponentStatus>& statuses);
 
 struct Verdict {
   std::string status;  // "PASS" | "WARN" | "FAIL" | "CRASHED" | "HUNG" | "INTERRUPTED"
@@ -42,13 +53,23 @@ struct Verdict {
 };
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome);
 
+// The table, one row per component (NOT_RUN rows with their reason), then the verdict line and
+// coverage_sentence.
 std::string format_component_table(const std::vector<ComponentStatus>& statuses, const Verdict& v);
 
 // XML 1.0 text/attribute escaping; characters XML cannot carry become '?'.
 std::string xml_escape(std::string_view text);
-// One testsuite, one testcase per component: a <failure> holding every fail finding, warnings
-// and infos in <system-out>.
-std::string junit_xml(const std::vector<Finding>& findings, const Verdict& v, double duration_s);
+// What junit.xml's testsuite says of where and when it ran.
+struct JunitRun {
+  double duration_s = 0;
+  std::string timestamp;  // ISO 8601, UTC: when the run started
+  std::string hostname;
+};
+// One testsuite: one testcase per component (a <failure> holding every fail finding, warnings
+// and infos in <system-out>, <skipped> with the reason for a NOT_RUN one), then one per check
+// that ran (classname rocm-conformance-llm.check; a <failure> for its fail findings).
+std::string junit_xml(const std::vector<Finding>& findings, const std::vector<ComponentStatus>& statuses,
+                      const std::vector<std::string>& checks_ran, const Verdict& v, const JunitRun& run);
 
 class ReportWriter {
  public:
@@ -59,9 +80,14 @@ class ReportWriter {
 
   // Extra top-level sections, e.g. "baseline" (the --baseline comparison), "faults".
   void add_section(const std::string& key, nlohmann::json value);
+  // Also print ocp.jsonl's lines on stdout when the verdict is written (--ocp-stdout).
+  void print_ocp_to_stdout() { ocp_to_stdout_ = true; }
+  // What the run exercised (the "coverage" section, each component's PASS or NOT_RUN); until
+  // set, nothing was.
+  void set_coverage(RunCoverage coverage);
 
   // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
-  // report.html and the final metrics.prom beside them, and logs the component table; returns
+  // report.html, the final metrics.prom and ocp.jsonl (reports/ocp_output.hpp) beside them, and logs the component table; returns
   // the exit code. Thread-safe and first-call-wins: once a
   // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
   // When the files cannot be written it logs why and returns kExitCrashOrHang.
@@ -74,11 +100,12 @@ class ReportWriter {
   const std::filesystem::path& report_path() const { return report_path_; }
 
  private:
-  // report.html and metrics.prom: views of the verdict; failing to write them is logged, the
-  // verdict stands.
-  void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict);
+  // report.html, metrics.prom and ocp.jsonl: views of the verdict; failing to write them is
+  // logged, the verdict stands.
+  void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict,
+                   const std::vector<ComponentStatus>& statuses);
 
-  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_;
+  const std::filesystem::path report_path_, junit_path_, html_path_, metrics_path_, prom_path_, ocp_path_;
   const std::string run_name_;
   const int rank_;
   const nlohmann::json config_, environment_;
@@ -86,8 +113,11 @@ class ReportWriter {
   const RunSummary& summary_;
   const int64_t warmup_steps_;
   const std::chrono::steady_clock::time_point started_;
+  const std::chrono::system_clock::time_point started_at_;
   std::mutex mutex_;
   nlohmann::json sections_ = nlohmann::json::object();
+  RunCoverage coverage_;
+  bool ocp_to_stdout_ = false;
   std::optional<int> written_exit_code_;
 };
 

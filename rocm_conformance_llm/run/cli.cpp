@@ -72,7 +72,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   std::string keep;
   auto* keep_flag = app.add_option("--keep-checkpoints", keep, "Checkpoints kept (default 2)")->type_name("INT");
   app.add_option("--resume", o.resume, "Continue from a checkpoint: its directory, a run directory (its newest), "
-                                       "or 'latest' (the newest under --output-dir)");
+                                       "'latest' (the newest under --output-dir), or 'auto' (the newest under "
+                                       "--output-dir if there is one, else start fresh: one command to start and "
+                                       "restart)");
   app.add_flag("--print-config", o.print_config, "Print the resolved config as JSON and exit");
   app.add_flag("--explain-stress", o.explain_stress, "Print what each stress mode changes and exit");
   app.add_flag("--list-stress", o.list_stress, "List stress modes, their ROCm targets and rules and exit");
@@ -84,6 +86,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   auto* level_flag = app.add_option("--level", level, "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
                                                       "4 soak; explicit flags and keys win (docs/levels.md)")
                          ->type_name("1|2|3|4");
+  app.add_flag("--ocp-stdout", o.ocp_stdout, "Also print ocp.jsonl (OCP Test and Validation output, "
+                                            "docs/outputs.md) on stdout when the run ends");
   app.add_flag("--memory-profile", o.memory_profile, "Memory after model creation, on the device, after step 1 "
                                                      "and at peak, in report.json");
   auto* doctor = app.add_subcommand("doctor", "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
@@ -281,8 +285,9 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   run.checkpoint_interval = o.checkpoint_interval;
   run.checkpoint = parse_checkpoint_policy(o.checkpoint_interval, o.keep_checkpoints.value_or(CheckpointPolicy{}.keep));
   run.resume = o.resume;
-  if (run.resume == "latest" && o.output_dir.empty())
-    throw ConfigError("--resume latest needs --output-dir (the run directory whose newest checkpoint to continue)");
+  run.ocp_stdout = o.ocp_stdout;
+  if ((run.resume == "latest" || run.resume == kResumeAuto) && o.output_dir.empty())
+    throw ConfigError("--resume " + run.resume + " needs --output-dir (the run directory whose newest checkpoint to continue)");
   return run;
 }
 }  // namespace

@@ -40,6 +40,7 @@ struct CliOptions {
   bool overwrite = false;
   std::optional<int> level;   // --level 1..4
   bool memory_profile = false;
+  bool ocp_stdout = false;
   // `rocm-conformance-llm doctor`
   bool doctor = false;
   bool doctor_json = false;

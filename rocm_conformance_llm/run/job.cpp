@@ -158,7 +158,10 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
   check_output_dir(run.output_dir);
-  if (!run.resume.empty()) {
+  if (run.resume == kResumeAuto) {
+    s.resume_from = resolve_resume_auto(run.output_dir, identity_of(run, s.launch.world_size));
+    s.resume_in_place = true;  // its own directory: a checkpoint of it, or an earlier attempt without one
+  } else if (!run.resume.empty()) {
     s.resume_from = resolve_resume(run.resume, run.output_dir, identity_of(run, s.launch.world_size));
     std::error_code ec;
     s.resume_in_place = fs::equivalent(s.resume_from->dir.parent_path().parent_path(), run.output_dir, ec);
@@ -220,6 +223,7 @@ class Job {
         report_(run.output_dir, s_.launch.rank, config_doc_, s_.environment, findings_, summary_,
                 run.diagnostics.warmup_steps) {
     report_.add_section("faults", s_.faults.to_json());
+    if (run.ocp_stdout && s_.launch.rank == 0) report_.print_ocp_to_stdout();
   }
   ~Job() { signals::set_force_stop({}); }
 
@@ -326,16 +330,20 @@ class Job {
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
     injector_.emplace(s_.faults, s_.launch.rank, trainer_->model(), s_.device);
     stage_ = stage::detectors;
+    RunCoverage coverage = run_coverage();
     detectors_ = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = findings_, .loop = trainer_.get(),
-                                                .faults = &s_.faults, .sync = sync_});
+                                                .faults = &s_.faults, .sync = sync_},
+                                &coverage);
+    report_.set_coverage(coverage);
     s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
     for (auto& d : detectors_) d->preflight();
     if (s_.resume_from) resume();
 
     write_run_header();
+    if (run_.resume == kResumeAuto) report_.add_section("restarts", record_attempt(run_.output_dir, s_.launch.rank, s_.resume_from));
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
     metrics_.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
-                     s_.resume_in_place ? std::optional(s_.resume_from->step) : std::nullopt);
+                     s_.resume_in_place && s_.resume_from ? std::optional(s_.resume_from->step) : std::nullopt);
     prometheus_.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, findings_);
     console_.emplace(run_.stress_modes, cfg, run_.diagnostics.summary_interval_s, findings_,
                      s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);
@@ -358,6 +366,7 @@ class Job {
     if (run_.diagnostics.enabled && s_.launch.local_rank == 0) {
       node_ = std::make_unique<NodeMonitor>(run_.diagnostics, findings_, run_.output_dir, s_.launch.rank);
       node_->start();
+      node_->record_coverage(coverage);
       wiring.add(part::node_monitor, node_.get());
       metrics_->read_telemetry_from(node_.get());
     }
@@ -370,6 +379,9 @@ class Job {
                                              std::_Exit(code);
                                            });
     wiring.add(part::watchdog, watchdog_.get());
+    coverage.record("watchdog", run_.diagnostics.watchdog_timeout_s > 0, "off (diagnostics.watchdog_timeout_s=0)");
+    coverage.record("baseline", s_.baseline.has_value(), "no --baseline");
+    report_.set_coverage(coverage);
     heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
     if (!run_.checkpoint_interval.empty()) {
       checkpointer_.emplace(*trainer_, findings_, run_.checkpoint, run_.output_dir, identity_of(run_, s_.launch.world_size));
@@ -377,6 +389,21 @@ class Job {
     }
     wiring.attach_to(*trainer_);
     stage_ = stage::training;
+  }
+
+  // The device and transport the checks run on, the process group's collectives, the stress
+  // modes skipped; make_detectors and the runner's own checks add themselves.
+  RunCoverage run_coverage() const {
+    RunCoverage c;
+    c.device = c10::DeviceTypeName(s_.device.type(), /*lower_case=*/true);
+    c.gpu = !s_.device.is_cpu();
+    c.world_size = sync_->world_size();
+    if (c.world_size > 1) c.collective_backend = collective_backend(s_.device);
+    c.record("collectives", c.world_size > 1, "one rank: no process group");
+    for (const auto& [mode, reason] : run_.stress_skipped)
+      for (const auto& spec : stress_mode_registry())
+        if (spec.name == mode) c.skipped_modes.push_back({mode, spec.components, reason});
+    return c;
   }
 
   // After every detector's preflight: the load restores the RNG states the next step draws from.

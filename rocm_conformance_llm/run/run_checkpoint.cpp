@@ -1,6 +1,8 @@
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -135,6 +137,41 @@ ResumePoint resolve_resume(const std::string& spec, const fs::path& output_dir, 
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError("checkpoint " + dir.string() + ": state.json: " + e.what());
   }
+}
+
+std::optional<ResumePoint> resolve_resume_auto(const fs::path& output_dir, const RunIdentity& now) {
+  if (!checkpoints_in(output_dir / "checkpoints").empty()) return resolve_resume("latest", output_dir, now);
+  const fs::path config = output_dir / "config.json";
+  if (!fs::exists(config)) return std::nullopt;
+  const auto earlier = read_checkpoint_json(config);
+  if (!earlier.contains("training") || !earlier["training"].is_object())
+    throw CheckpointError("--resume auto: " + config.string() + " is not a run's config.json");
+  if (const auto diff = identity_difference(earlier, now))
+    throw CheckpointError(fmt::format("--resume auto: --output-dir {} holds another run (config.json: {}) and no "
+                                      "checkpoint; choose a new directory",
+                                      output_dir.string(), *diff));
+  return std::nullopt;
+}
+
+nlohmann::json record_attempt(const fs::path& output_dir, int rank, const std::optional<ResumePoint>& from) {
+  const fs::path path = output_dir / (rank == 0 ? std::string("attempts.jsonl") : fmt::format("attempts.rank{}.jsonl", rank));
+  nlohmann::json attempts = nlohmann::json::array();
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (entry.is_object()) attempts.push_back(entry);
+  }
+  in.close();
+  const nlohmann::json now = {
+      {"attempt", attempts.size() + 1},
+      {"from_step", from ? from->step : 0},
+      {"checkpoint", from ? from->dir.string() : ""},
+      {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
+  attempts.push_back(now);
+  std::string lines;  // rewritten whole (temp file, fsync, rename): a kill leaves the old one or the new
+  for (const auto& a : attempts) lines += a.dump() + "\n";
+  write_file_atomically(path, lines);
+  return {{"count", attempts.size() - 1}, {"attempts", attempts}};
 }
 
 std::vector<Finding> checkpoint_findings(const fs::path& dir, int rank) {

@@ -56,6 +56,18 @@ struct ResumePoint {
 ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path& output_dir,
                                      const RunIdentity& now);
 
+// `--resume auto`, the one command that starts a job and restarts it (torchrun --max-restarts,
+// Slurm --requeue): the newest complete checkpoint under OUTPUT_DIR/checkpoints, verified as
+// "latest" is; nullopt when there is none (start fresh). An OUTPUT_DIR that already holds a run
+// (config.json) without a checkpoint is this job's earlier attempt only when its configuration
+// is this run's: otherwise CheckpointError, never another run's results overwritten.
+std::optional<ResumePoint> resolve_resume_auto(const std::filesystem::path& output_dir, const RunIdentity& now);
+
+// The attempts of a `--resume auto` job in OUTPUT_DIR, one line each in attempts.jsonl
+// (attempts.rank<N>.jsonl off rank 0): appended, fsynced, at each start. Returns report.json's
+// "restarts" section: {"count": attempts before this one, "attempts": [{"attempt", "from_step",
+// "checkpoint", "unix_time"}...]} (from_step 0: started fresh).
+nlohmann::json record_attempt(const std::filesystem::path& output_dir, int rank, const std::optional<ResumePoint>& from);
 // The findings `rank` had made in the checkpoint's training steps (step >= 1), for the resumed
 // run's report; its own preflight finds the step-0 ones again. Empty for a checkpoint written
 // before findings were kept. CheckpointError when the file is malformed.

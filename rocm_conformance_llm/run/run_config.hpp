@@ -22,6 +22,9 @@ struct CheckpointPolicy {
 // `--checkpoint-interval` text: a step count, or a duration (parse_duration_s). ConfigError.
 CheckpointPolicy parse_checkpoint_policy(const std::string& interval, int64_t keep);
 
+// `--resume auto`: the newest checkpoint under --output-dir if there is one, else a fresh start.
+inline constexpr const char* kResumeAuto = "auto";
+
 struct RunConfig {
   std::string preset;
   std::vector<std::string> stress_modes;  // canonical order
@@ -39,6 +42,7 @@ struct RunConfig {
   std::string checkpoint_interval;  // as given; `checkpoint` is what it means
   CheckpointPolicy checkpoint;
   std::string resume;  // as given; resolved and verified when the run starts
+  bool ocp_stdout = false;  // --ocp-stdout: rank 0 prints ocp.jsonl on stdout at the end
 };
 
 }  // namespace rcl

@@ -6,6 +6,7 @@
 // checkpoint intact. The files' building blocks in-process: tests/unit/test_checkpoint_files.cpp.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -365,6 +366,62 @@ TEST(Resume, AfterSigtermInPlaceMatchesAnUninterruptedRun) {
   fs::remove_all(dir);
   fs::remove_all(straight);
   fs::remove(dir.string() + ".log");
+}
+
+// One command starts and restarts the job (`--resume auto`, what torchrun --max-restarts and
+// Slurm --requeue run again): SIGKILL mid-run (no handler, no final checkpoint), then the very
+// same command resumes from the newest periodic checkpoint and finishes; every step equals an
+// uninterrupted run's bit for bit, and report.json counts the restart and its step.
+TEST(Resume, AutoRestartsTheSameCommandAfterSigkillBitExact) {
+  const fs::path dir = fresh_dir("ckpt", "auto-kill");
+  const fs::path straight = fresh_dir("ckpt", "auto-kill-straight");
+  const std::string args = kSmoke + "--steps 200 --checkpoint-interval 10 --resume auto --output-dir " + dir.string();
+  {
+    BackgroundRun run(args, dir.string() + ".log");
+    ASSERT_TRUE(wait_until([&] { return metrics(dir).size() >= 25; }, 120s)) << read_text(dir.string() + ".log");
+    run.signal(SIGKILL);
+    ASSERT_EQ(run.wait(60s), 128 + SIGKILL);
+  }
+  if (fs::exists(dir / "report.json")) GTEST_SKIP() << "the run finished before the kill";
+  std::vector<int64_t> saved;
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
+    if (e.path().filename().string().starts_with("step-")) saved.push_back(std::stoll(e.path().filename().string().substr(5)));
+  ASSERT_FALSE(saved.empty());
+  const int64_t newest = *std::max_element(saved.begin(), saved.end());
+
+  const auto again = run_cli(args);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  ASSERT_EQ(run_cli(kSmoke + "--steps 200 --output-dir " + straight.string()).exit_code, 0);
+  const auto all = metrics(dir);
+  ASSERT_EQ(all.size(), 200u);  // the steps up to the checkpoint, then the resumed ones, once each
+  expect_same_steps(metrics(straight), all, 1, 200);
+  const json restarts = json::parse(read_text(dir / "report.json")).at("restarts");
+  EXPECT_EQ(restarts.at("count"), 1) << restarts;
+  ASSERT_EQ(restarts.at("attempts").size(), 2u) << restarts;
+  EXPECT_EQ(restarts.at("attempts")[0].at("from_step"), 0);
+  EXPECT_EQ(restarts.at("attempts")[1].at("from_step"), newest);
+  EXPECT_EQ(json::parse(read_text(dir / "report.json")).at("resume").at("step"), newest);
+  fs::remove_all(dir);
+  fs::remove_all(straight);
+  fs::remove(dir.string() + ".log");
+}
+
+// `--resume auto` in a directory with a run but no checkpoint: this job's own earlier attempt
+// (the same configuration) starts again fresh; another run's results are refused (exit 2), never
+// overwritten. `--resume latest` keeps refusing where there is no checkpoint.
+TEST(Resume, AutoWithoutACheckpointStartsFreshOnlyOverItsOwnAttempt) {
+  const fs::path dir = fresh_dir("ckpt", "auto-fresh");
+  const std::string args = kSmoke + "--steps 3 --output-dir " + dir.string();
+  ASSERT_EQ(run_cli(args).exit_code, 0);
+  expect_refused(run_cli(args + " --seed 7 --resume auto"), "holds another run (config.json: training.seed=1234 (this run: 7))");
+  expect_refused(run_cli(args + " --resume latest"), "no complete checkpoint");
+  const auto again = run_cli(args + " --resume auto");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const json report = json::parse(read_text(dir / "report.json"));
+  EXPECT_EQ(report.at("restarts").at("count"), 0);  // the first run was not under --resume auto
+  EXPECT_FALSE(report.contains("resume"));
+  EXPECT_EQ(metrics(dir).size(), 3u);
+  fs::remove_all(dir);
 }
 
 // A write that fails half way (RLIMIT_FSIZE makes write() fail with EFBIG, as a full disk fails

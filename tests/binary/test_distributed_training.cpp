@@ -6,6 +6,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -184,6 +186,13 @@ TEST_P(DataParallelTrainingTest, LossTrajectoryMatchesOneProcessWithTheSameGloba
     const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
     for (const auto& f : report.at("findings")) EXPECT_NE(f.at("severity"), "fail") << f.dump(2);
     EXPECT_EQ(report.at("exit_code"), 0);
+    // The collectives crossed ranks, over Gloo: they checked the tool, not RCCL.
+    EXPECT_EQ(report.at("coverage").at("collective_backend"), "gloo");
+    const auto& rccl = report.at("components").at(2);
+    ASSERT_EQ(rccl.at("component"), "RCCL");
+    if (rccl.at("warn") == 0) EXPECT_EQ(rccl.at("status"), "NOT_RUN");
+    EXPECT_EQ(rccl.at("reason"), fmt::format("collectives ran over Gloo across {} ranks, not RCCL", world));
+    EXPECT_NE(std::find(rccl.at("checks").begin(), rccl.at("checks").end(), "comm_monitor"), rccl.at("checks").end());
   }
   fs::remove_all(out);
 }

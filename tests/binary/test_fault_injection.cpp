@@ -214,7 +214,16 @@ TEST(FaultInjectionBaseline, CleanStressAllRunHasNoWarnOrFailFinding) {
   EXPECT_EQ(run.exit_code, 0) << run.log;
   EXPECT_EQ(run.report.at("verdict"), "PASS");
   for (const auto& f : run.report.at("findings")) EXPECT_EQ(f.at("severity"), "info") << f.dump(1);
-  for (const auto& component : run.report.at("components")) EXPECT_EQ(component.at("status"), "PASS") << component;
+  // A CPU run: no finding, and no component exercised, each with its reason.
+  for (const auto& component : run.report.at("components")) {
+    EXPECT_EQ(component.at("status"), "NOT_RUN") << component;
+    EXPECT_FALSE(component.at("reason").get<std::string>().empty()) << component;
+  }
+  EXPECT_EQ(run.report.at("exercised_rocm_components"), nlohmann::json::array());
+  EXPECT_NE(run.junit.find("skipped=\"7\""), std::string::npos) << run.junit;
+  EXPECT_NE(run.junit.find("<skipped message=\"CPU device: no ROCm library ran\"/>"), std::string::npos) << run.junit;
+  EXPECT_NE(run.junit.find("classname=\"rocm-conformance-llm.check\" name=\"replay\""), std::string::npos) << run.junit;
+  EXPECT_NE(run.log.find("No ROCm component was exercised"), std::string::npos) << run.log;
 
   // The checks really ran: the replay reproduced bitwise, and every 10th step has a fingerprint.
   EXPECT_NE(run.log.find("replay check: steps 21..22 reproduced bitwise"), std::string::npos) << run.log;

@@ -55,6 +55,12 @@ TEST(GpuTraining, Bf16AndFp16AutocastTrainClean) {
     EXPECT_EQ(r.exit_code, 0) << precision << ": " << r.err;
     const json report = json::parse(read_text(dir / "report.json"));
     EXPECT_EQ(report.at("verdict"), "PASS") << precision << ": " << report.at("findings").dump(1);
+    // On the GPU the checks exercised the device's libraries: rocBLAS (cuBLAS on a CUDA build)
+    // passes; one rank leaves RCCL NOT_RUN.
+    EXPECT_EQ(report.at("coverage").at("gpu"), true);
+    EXPECT_EQ(report.at("components").at(0).at("status"), "PASS") << report.at("components").at(0);
+    EXPECT_EQ(report.at("components").at(2).at("status"), "NOT_RUN");
+    EXPECT_NE(report.at("coverage_note").get<std::string>().find("Exercised"), std::string::npos);
     std::vector<json> steps;
     std::ifstream metrics(dir / "metrics.jsonl");
     for (std::string line; std::getline(metrics, line);) steps.push_back(json::parse(line));

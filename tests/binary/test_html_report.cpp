@@ -60,6 +60,11 @@ TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
   if (c.verdict == "PASS") ASSERT_TRUE(report["verdict"] == "PASS" || report["verdict"] == "WARN") << report["verdict"];
   else ASSERT_EQ(report["verdict"], c.verdict);
   const size_t findings = report["findings"].size();
+  // A CPU run: the page says which components were not exercised, and why.
+  const std::string html = read_text(dir / "report.html");
+  EXPECT_NE(html.find("<span class=\"badge NOT_RUN\">NOT_RUN</span></td><td class=\"num\">0</td>"), std::string::npos);
+  EXPECT_NE(html.find("one rank: no collective crossed ranks"), std::string::npos);
+  EXPECT_NE(html.find("id=\"coverage-note\""), std::string::npos);
 
   const json probe = rcl::testing::probe_rendered_report(dir / "report.html", dir / "browser");
   ASSERT_TRUE(probe.is_object());

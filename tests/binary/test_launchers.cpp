@@ -41,7 +41,7 @@ const std::set<std::string> kExpectedFiles = {"config.json",          "metrics.j
                                               "report.json",          "report.rank1.json",   "junit.xml",
                                               "junit.rank1.xml",      "heartbeat.json",      "heartbeat.rank1.json",
                                               "report.html",          "report.rank1.html",   "metrics.prom",
-                                              "metrics.rank1.prom"};
+                                              "metrics.rank1.prom",   "ocp.jsonl",           "ocp.rank1.jsonl"};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
@@ -275,6 +275,77 @@ TEST_F(LauncherTest, TorchrunRankSigkilledLeavesRankZeroAReport) {
   }
   EXPECT_NE(read_text(out / "junit.xml").find("<testsuite"), std::string::npos);
   if (!HasFailure()) fs::remove_all(dir);
+}
+
+// One command for start and restart under torchrun --max_restarts=1: rank 1 SIGKILLed mid-run,
+// torchrun stops rank 0 and starts both again with the same command line; `--resume auto`
+// resumes them from the newest complete checkpoint, and the job finishes with every step's loss
+// on both ranks equal, bit for bit, to an uninterrupted run's. Both reports count one restart.
+TEST_F(LauncherTest, TorchrunMaxRestartsResumesAKilledRankBitExact) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun not installed (python3-torch or a PyTorch wheel)";
+  constexpr int64_t kRunSteps = 150;
+  // The launcher's command with the run's own flags added before its redirection.
+  const auto restartable = [](const fs::path& dir) {
+    std::string cmd = launch_command(
+        dir, dir / "out",
+        torchrun("--max_restarts=1 --master_addr=127.0.0.1 --master_port=" + std::to_string(test::free_port())),
+        kRunSteps, 5.0);
+    return cmd.insert(cmd.find(" >launcher.log"), " --set dropout=0.1 --checkpoint-interval 10 --resume auto");
+  };
+  const fs::path straight = fresh_run_dir("torchrun-restart-straight");
+  ASSERT_EQ(std::system(restartable(straight).c_str()), 0) << read_text(straight / "launcher.log");
+
+  const fs::path dir = fresh_run_dir("torchrun-restart");
+  const fs::path out = dir / "out";
+  const std::string cmd = restartable(dir);
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::setpgid(0, 0);  // its own group: the test can end torchrun and the ranks at once
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  struct Group {  // torchrun and its ranks, ended if the test leaves early
+    pid_t pid;
+    bool reaped = false;
+    ~Group() {
+      if (reaped) return;
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } group{launcher};
+  const auto steps_logged = [&](int rank) {
+    const std::string rows = read_text(out / per_rank("metrics", "jsonl", rank));
+    return std::count(rows.begin(), rows.end(), '\n');
+  };
+  ASSERT_TRUE(wait_for(kLimitS, [&] { return steps_logged(0) >= 25 && steps_logged(1) >= 25; }))
+      << read_text(dir / "launcher.log");
+  const pid_t rank1 = json::parse(read_text(out / "heartbeat.rank1.json")).at("pid").get<pid_t>();
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  int status = 0;
+  ASSERT_TRUE(wait_for(2.0 * kLimitS, [&] { return ::waitpid(launcher, &status, WNOHANG) == launcher; }))
+      << read_text(dir / "launcher.log");
+  group.reaped = true;
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(dir / "launcher.log");
+
+  for (int rank = 0; rank < kWorld; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const json report = json::parse(read_text(out / per_rank("report", "json", rank)));
+    EXPECT_EQ(report.at("outcome"), "completed");
+    EXPECT_EQ(report.at("restarts").at("count"), 1) << report.at("restarts");
+    const std::vector<json> resumed = jsonl(out / per_rank("metrics", "jsonl", rank));
+    const std::vector<json> reference = jsonl(straight / "out" / per_rank("metrics", "jsonl", rank));
+    ASSERT_EQ(resumed.size(), static_cast<size_t>(kRunSteps));
+    ASSERT_EQ(reference.size(), static_cast<size_t>(kRunSteps));
+    for (size_t i = 0; i < resumed.size(); ++i) {
+      EXPECT_EQ(resumed[i].at("step"), reference[i].at("step"));
+      EXPECT_EQ(resumed[i].at("loss").get<double>(), reference[i].at("loss").get<double>()) << "step " << i + 1;
+    }
+  }
+  if (!HasFailure()) {
+    fs::remove_all(dir);
+    fs::remove_all(straight);
+  }
 }
 
 TEST_F(LauncherTest, Mpirun) {

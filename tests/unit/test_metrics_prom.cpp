@@ -43,6 +43,17 @@ TEST(MetricsProm, LabelValuesWithQuotesBackslashesAndNewlinesRoundTrip) {
   EXPECT_EQ(find(samples, "rcl_tokens_per_second")[0].value, 200.0);
   EXPECT_EQ(find(samples, "rcl_verdict", {{"verdict", "HUNG"}})[0].value, 1.0);
   EXPECT_EQ(find(samples, "rcl_verdict", {{"verdict", "PASS"}})[0].value, 0.0);
+  EXPECT_TRUE(find(samples, "rcl_component_status").empty()) << "no component status before the end";
+}
+
+TEST(MetricsProm, ComponentStatusGaugeAtTheEndSaysWhatWasNotRun) {
+  const auto statuses = component_statuses({Finding{component::rccl, "straggler_rank", Severity::warn, 2, 0, "slow"}}, {});
+  PromState state{"run", 0, std::nullopt, {}, Verdict{"WARN", 0}, statuses};
+  const auto samples = parse_exposition(prometheus_text(state));
+  EXPECT_EQ(find(samples, "rcl_component_status").size(), 4 * std::size(component::all));
+  EXPECT_EQ(find(samples, "rcl_component_status", {{"component", "RCCL"}, {"status", "WARN"}})[0].value, 1.0);
+  EXPECT_EQ(find(samples, "rcl_component_status", {{"component", "MIOpen"}, {"status", "NOT_RUN"}})[0].value, 1.0);
+  EXPECT_EQ(find(samples, "rcl_component_status", {{"component", "MIOpen"}, {"status", "PASS"}})[0].value, 0.0);
 }
 
 TEST(MetricsProm, RewrittenEveryIntervalStepsWithTheFindingsSoFar) {

@@ -6,8 +6,10 @@
 #include <future>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "rocm_conformance_llm/checks/registry.hpp"
 #include "rocm_conformance_llm/checks/watchdog.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
@@ -33,6 +35,17 @@ std::string read(const fs::path& p) {
 Finding finding(const char* comp, const char* sig, Severity sev, int64_t step) {
   return Finding{.component = comp, .signature = sig, .severity = sev, .step = step, .rank = 0,
                  .message = sig, .evidence = {{"k", 1}}};
+}
+
+// A run in which every registered check ran, on a GPU or the CPU, `world_size` ranks over `backend`.
+RunCoverage posed_coverage(bool gpu, int world_size = 1, std::string backend = {}) {
+  RunCoverage c{.device = gpu ? "cuda" : "cpu", .gpu = gpu, .world_size = world_size, .collective_backend = std::move(backend)};
+  for (const auto& spec : detector_registry()) c.record(spec, true);
+  return c;
+}
+
+std::vector<ComponentStatus> statuses_of(const std::vector<Finding>& findings, const RunCoverage& run, int64_t steps = 10) {
+  return component_statuses(findings, component_coverage(run, steps));
 }
 
 StepRecord step(int64_t s, double loss, double seconds, int64_t peak) {
@@ -68,7 +81,7 @@ TEST(Verdict, EveryComponentIsListedWithCounts) {
                                          finding(component::rocblas, "loss_spike", Severity::warn, 19),
                                          finding(component::rccl, "collective_latency_spike", Severity::warn, 9),
                                          finding(component::miopen, "slow_first_step", Severity::info, 1)};
-  const auto statuses = component_statuses(findings);
+  const auto statuses = statuses_of(findings, posed_coverage(/*gpu=*/true, 2, "rccl"));
   ASSERT_EQ(statuses.size(), std::size(component::all));
   for (size_t i = 0; i < statuses.size(); ++i) EXPECT_EQ(statuses[i].component, component::all[i]);
   EXPECT_EQ(statuses[0].status, "FAIL");
@@ -87,22 +100,25 @@ TEST(JUnit, EscapesEverythingXmlCannotCarryRaw) {
   Finding nasty = finding(component::hip_runtime, "unclassified_crash", Severity::fail, 3);
   nasty.message = "what(): <vector>::at & \"out of range\" \x02";
   nasty.evidence = {{"exception", "</failure><injected/>"}};
-  const std::string xml = junit_xml({nasty}, verdict_for({nasty}, RunOutcome::crashed), 1.5);
+  const std::string xml = junit_xml({nasty}, statuses_of({nasty}, posed_coverage(true)), {"watchdog"},
+                                    verdict_for({nasty}, RunOutcome::crashed), {1.5, "2026-01-02T03:04:05", "h<o>st"});
   EXPECT_EQ(xml.find("<injected/>"), std::string::npos);
   EXPECT_EQ(xml.find("<vector>"), std::string::npos);
   EXPECT_NE(xml.find("&lt;vector&gt;::at &amp; &quot;out of range&quot;"), std::string::npos);
+  EXPECT_NE(xml.find("hostname=\"h&lt;o&gt;st\""), std::string::npos) << xml;
   EXPECT_EQ(xml.find('\x02'), std::string::npos);
 }
 
-// Parses junit.xml with a real XML parser when one is available and returns "name:failures" per
-// testcase.
+// Parses junit.xml with a real XML parser when one is available and returns
+// "testsuite tests failures skipped", then "name:failures:system-outs:skipped" per testcase.
 std::string parse_junit_with_python(const fs::path& xml) {
   if (!fs::exists("/usr/bin/python3")) return "no-python";
   const fs::path out = xml.parent_path() / "parsed.txt";
   const std::string cmd =
       "/usr/bin/python3 -c \"import sys,xml.etree.ElementTree as E; s=E.parse(sys.argv[1]).getroot(); "
-      "print(s.tag, s.get('tests'), s.get('failures')); "
-      "[print(c.get('name') + ':' + str(len(c.findall('failure'))) + ':' + str(len(c.findall('system-out')))) "
+      "print(s.tag, s.get('tests'), s.get('failures'), s.get('skipped')); "
+      "[print(c.get('name') + ':' + str(len(c.findall('failure'))) + ':' + str(len(c.findall('system-out'))) + ':' + "
+      "str(len(c.findall('skipped')))) "
       "for c in s.findall('testcase')]\" " +
       xml.string() + " > " + out.string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << read(out);
@@ -168,6 +184,9 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   const nlohmann::json env = {{"libtorch", "1.13.1"}, {"device", "cpu"}};
   ReportWriter writer(dir, 0, config, env, log, summary, /*warmup_steps=*/2);
   writer.add_section("faults", {"nan@step=20"});
+  RunCoverage coverage = posed_coverage(/*gpu=*/true);
+  coverage.record("attention_probe", false, "off for this run");
+  writer.set_coverage(coverage);
   EXPECT_EQ(writer.write(RunOutcome::completed), kExitFailFinding);
 
   const auto report = nlohmann::json::parse(read(dir / "report.json"));
@@ -187,6 +206,15 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   ASSERT_EQ(report["components"].size(), 7u);
   EXPECT_EQ(report["components"][3]["component"], component::allocator);
   EXPECT_EQ(report["components"][3]["status"], "WARN");
+  EXPECT_EQ(report["components"][4]["status"], "PASS");  // MIOpen: watched on the GPU, no finding
+  EXPECT_EQ(report["components"][2]["status"], "WARN");  // RCCL: a finding on one rank is still one
+  EXPECT_EQ(report["components"][2]["exercised"], false);
+  EXPECT_EQ(report["components"][6]["status"], "NOT_RUN");
+  EXPECT_EQ(report["components"][6]["reason"], "no check targeting it ran (attention_probe: off for this run)");
+  EXPECT_EQ(report["coverage"]["steps"], 8);
+  EXPECT_EQ(report["coverage"]["device"], "cuda");
+  EXPECT_EQ(report["exercised_rocm_components"],
+            nlohmann::json({component::rocblas, component::rocrand, component::allocator, component::miopen, component::hip_runtime}));
 
   const auto& s = report["summary"];
   EXPECT_EQ(s["steps"], 8);
@@ -203,9 +231,18 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   const std::string xml = read(dir / "junit.xml");
   EXPECT_NE(xml.find("allreduce &lt;25 MiB&gt; &amp; &quot;checksum&quot;"), std::string::npos);
   for (const char* c : component::all) EXPECT_NE(xml.find("name=\"" + xml_escape(c) + "\""), std::string::npos) << c;
+  EXPECT_NE(xml.find("<testcase classname=\"rocm-conformance-llm.check\" name=\"numerics\""), std::string::npos) << xml;
+  EXPECT_EQ(xml.find("name=\"attention_probe\""), std::string::npos) << xml;  // did not run: no test case
+  EXPECT_NE(xml.find("timestamp=\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("hostname=\""), std::string::npos) << xml;
   const std::string parsed = parse_junit_with_python(dir / "junit.xml");
   if (parsed != "no-python") {
-    EXPECT_NE(parsed.find("testsuite 7 1"), std::string::npos) << parsed;
+    // 7 components and every registered check but attention_probe; attention skipped (RCCL warned);
+    // rocBLAS and the numerics check that names it fail.
+    const size_t checks = coverage.checks.size() - 1;
+    EXPECT_NE(parsed.find(fmt::format("testsuite {} 2 1", 7 + checks)), std::string::npos) << parsed;
+    EXPECT_NE(parsed.find("numerics:1:0"), std::string::npos) << parsed;
+    EXPECT_NE(parsed.find("AOTriton/CK attention:0:0:1"), std::string::npos) << parsed;
     EXPECT_NE(parsed.find("rocBLAS/hipBLASLt:1:0"), std::string::npos) << parsed;
     EXPECT_NE(parsed.find("ROCr allocator:0:1"), std::string::npos) << parsed;
     EXPECT_NE(parsed.find("RCCL:0:1"), std::string::npos) << parsed;
@@ -264,16 +301,84 @@ TEST(ReportWriter, WatchdogCallbackWritesAHungReportAndTheFirstVerdictStands) {
   EXPECT_EQ(report["findings"][0]["step"], 2);
 }
 
-TEST(ReportWriter, CleanRunPasses) {
+// No finding and no step: the verdict and exit code stay PASS / 0 (users' scripts), and every
+// component and the verdict's sentence say nothing was exercised.
+TEST(ReportWriter, CleanRunWithoutStepsPassesButExercisedNothing) {
   const fs::path dir = fresh_dir("clean");
   FindingLog log;
   RunSummary summary;
   ReportWriter writer(dir, 0, {}, {}, log, summary, 5);
+  writer.set_coverage(posed_coverage(/*gpu=*/true));
   EXPECT_EQ(writer.write(RunOutcome::completed), kExitClean);
   const auto report = nlohmann::json::parse(read(dir / "report.json"));
   EXPECT_EQ(report["verdict"], "PASS");
   EXPECT_EQ(report["summary"]["steps"], 0);
-  EXPECT_EQ(read(dir / "junit.xml").find("<failure"), std::string::npos);
+  EXPECT_EQ(report["exercised_rocm_components"], nlohmann::json::array());
+  EXPECT_NE(report["coverage_note"].get<std::string>().find("No ROCm component was exercised"), std::string::npos);
+  for (const auto& c : report["components"]) {
+    EXPECT_EQ(c["status"], "NOT_RUN") << c;
+    EXPECT_EQ(c["reason"], "no training step finished") << c;
+  }
+  const std::string xml = read(dir / "junit.xml");
+  EXPECT_EQ(xml.find("<failure"), std::string::npos);
+  EXPECT_NE(xml.find("skipped=\"7\""), std::string::npos) << xml;
+}
+
+// --- coverage: PASS only for what a check exercised ---
+
+TEST(Coverage, CpuRunExercisesNoComponentAndSaysWhyForEach) {
+  const auto statuses = statuses_of({}, posed_coverage(/*gpu=*/false));
+  for (const auto& s : statuses) {
+    EXPECT_EQ(s.status, "NOT_RUN") << s.component;
+    EXPECT_FALSE(s.reason.empty()) << s.component;
+    EXPECT_FALSE(s.checks.empty()) << s.component;  // the checks ran; the device was not ROCm's
+  }
+  EXPECT_EQ(statuses[0].reason, "CPU device: no ROCm library ran");
+  EXPECT_EQ(statuses[2].reason, "one rank: no collective crossed ranks");
+  EXPECT_TRUE(exercised_components(statuses).empty());
+  const std::string table = format_component_table(statuses, verdict_for({}, RunOutcome::completed));
+  EXPECT_NE(table.find("verdict: PASS (exit code 0). No ROCm component was exercised"), std::string::npos) << table;
+  EXPECT_NE(table.find("NOT_RUN"), std::string::npos) << table;
+}
+
+TEST(Coverage, GpuRunWithItsChecksPassesEveryComponentButOneRankRccl) {
+  const auto one_rank = statuses_of({}, posed_coverage(/*gpu=*/true));
+  for (const auto& s : one_rank) EXPECT_EQ(s.status, s.component == component::rccl ? "NOT_RUN" : "PASS") << s.component;
+  const auto two_ranks = statuses_of({}, posed_coverage(/*gpu=*/true, 2, "rccl"));
+  for (const auto& s : two_ranks) EXPECT_EQ(s.status, "PASS") << s.component << ": " << s.reason;
+  EXPECT_EQ(coverage_sentence(two_ranks), "Every ROCm component was exercised.");
+}
+
+TEST(Coverage, CollectivesOverGlooAreNotRccl) {
+  for (const bool gpu : {false, true}) {
+    const auto statuses = statuses_of({}, posed_coverage(gpu, 2, "gloo"));
+    EXPECT_EQ(statuses[2].status, "NOT_RUN");
+    EXPECT_EQ(statuses[2].reason, "collectives ran over Gloo across 2 ranks, not RCCL");
+  }
+}
+
+TEST(Coverage, AFindingOnTheCpuIsStillAFinding) {
+  const std::vector<Finding> findings = {finding(component::rocblas, "nonfinite_loss", Severity::fail, 3),
+                                         finding(component::rccl, "straggler_rank", Severity::warn, 4),
+                                         finding(component::miopen, "slow_first_step", Severity::info, 1)};
+  const auto statuses = statuses_of(findings, posed_coverage(/*gpu=*/false));
+  EXPECT_EQ(statuses[0].status, "FAIL");
+  EXPECT_EQ(statuses[2].status, "WARN");
+  EXPECT_EQ(statuses[4].status, "NOT_RUN");  // info only, on the CPU
+}
+
+TEST(Coverage, ACheckThatDidNotRunOrASkippedModeIsTheReason) {
+  RunCoverage run = posed_coverage(/*gpu=*/true);
+  run.record("attention_probe", false, "off for this run");
+  run.skipped_modes.push_back({"attention", {component::attention}, "needs libtorch >= 2.0"});
+  run.skipped_modes.push_back({"gemm", {component::rocblas}, "needs something"});
+  const auto coverage = component_coverage(run, 10);
+  EXPECT_FALSE(coverage[6].exercised);
+  EXPECT_EQ(coverage[6].reason, "no check targeting it ran (attention_probe: off for this run); "
+                                "stress mode 'attention' skipped: needs libtorch >= 2.0");
+  EXPECT_TRUE(coverage[0].exercised) << coverage[0].reason;  // the base workload's checks reached it anyway
+  run.diagnostics_enabled = false;
+  for (const auto& c : component_coverage(run, 10)) EXPECT_EQ(c.reason.rfind("diagnostics disabled", 0), 0u) << c.reason;
 }
 
 }  // namespace
