@@ -28,19 +28,17 @@ socks = [socket.socket() for _ in range(2)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
 
+daemons=()  # munged, slurmctld, slurmd: this script's children, in the foreground
 stop() {
-  local pidfile
-  for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munged.pid"; do
-    [[ -s $pidfile ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
-  done
-  # slurmd ends its jobs' steps on the way down; give the daemons a moment before removing state.
-  for _ in $(seq 50); do
-    local alive=0
-    for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munged.pid"; do
-      [[ -s $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null && alive=1
-    done
-    ((alive)) || break
-    sleep 0.1
+  # The reverse order of starting: slurmd ends its jobs' steps and talks to slurmctld through
+  # munge on the way down. Each gets 10 s before SIGKILL.
+  local i pid
+  for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do
+    pid=${daemons[i]}
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   done
   rm -rf "$dir"
 }
@@ -50,6 +48,7 @@ trap 'exit 130' INT TERM
 mkdir -p "$dir"/{state,spool,munge}
 touch "$dir/gpu0" "$dir/gpu1"
 cat >"$dir/slurm.conf" <<EOF
+# cred_expire is also how long a requeued job waits before it may start again (default 120 s).
 ClusterName=rcl-local
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$ctld_port
@@ -58,7 +57,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=20
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -86,10 +85,13 @@ export SLURM_CONF=$dir/slurm.conf
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 700 "$dir/munge"
 chmod 400 "$dir/munge/munge.key"
-munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
-  --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed"
-slurmctld -i
-slurmd
+munged --foreground --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+  --pid-file="$dir/munged.pid" --seed-file="$dir/munge/seed" >>"$dir/munged.log" 2>&1 &
+daemons+=($!)
+slurmctld -D -i >>"$dir/slurmctld.log" 2>&1 &
+daemons+=($!)
+slurmd -D >>"$dir/slurmd.log" 2>&1 &
+daemons+=($!)
 
 # Up when the node is idle; slurmd registers within seconds.
 up=0
