@@ -127,13 +127,18 @@ def requeued_job_resumes(tmp):
         resumed = attempts[1]["from_step"]
         # Slurm's SIGTERM on requeue makes the run checkpoint the step it stops at, so the newest
         # checkpoint need not be on the interval.
-        if not (0 < resumed < steps) or os.path.basename(attempts[1]["checkpoint"].rstrip("/")) != f"step-{resumed}":
+        if not (0 < resumed < steps) or checkpoint_step(attempts[1]["checkpoint"]) != resumed:
             fail(f"rank {rank}: the restart did not resume from a mid-run checkpoint: {attempts[1]}")
         if report["summary"]["first_step"] != resumed + 1:
             fail(f"rank {rank}: the second start trained from step {report['summary']['first_step']}, "
                  f"not the one after its checkpoint ({resumed})")
     print(f"ok: one_node.sbatch --requeue --resume auto, job {job_id}: requeued once, resumed from step "
           f"{resumed}, finished {steps} steps on both ranks")
+
+
+def checkpoint_step(path):
+    name = os.path.basename(path.rstrip("/"))  # step-00000011
+    return int(name[len("step-"):]) if name.startswith("step-") else -1
 
 
 def inside(binary):
