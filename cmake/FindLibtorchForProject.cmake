@@ -26,6 +26,15 @@ function(rcl_use_matching_cuda_toolkit wheel_cuda)
   get_filename_component(toolkit_root "${toolkit_root}" DIRECTORY)
   set(CMAKE_CUDA_COMPILER "${_rcl_nvcc}" CACHE FILEPATH "nvcc matching the libtorch wheel" FORCE)
   set(CUDAToolkit_ROOT "${toolkit_root}" CACHE PATH "CUDA toolkit matching the libtorch wheel" FORCE)
+  # The project compiles no CUDA code; the config's own CUDA checks only need to pass. CMake < 3.28
+  # has no nvcc flag for the C++20 the CUDA standard would follow, and without an architecture list
+  # the config runs a program on the GPU to find one (there may be none: CI builds here).
+  if(NOT DEFINED CMAKE_CUDA_STANDARD)
+    set(CMAKE_CUDA_STANDARD 17 PARENT_SCOPE)
+  endif()
+  if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(ENV{TORCH_CUDA_ARCH_LIST} "8.0;9.0")
+  endif()
   message(STATUS "CUDA toolkit ${toolkit_version} at ${toolkit_root} (wheel: CUDA ${wheel_cuda})")
 endfunction()
 if(NOT Torch_DIR AND DEFINED ENV{Torch_DIR})
@@ -40,24 +49,28 @@ if(NOT Torch_DIR AND DEFINED ENV{LIBTORCH_DIR})
 endif()
 if(Torch_DIR)
   set(_rcl_torch_source "Torch_DIR/LIBTORCH_DIR (${Torch_DIR})")
+  get_filename_component(_rcl_dir_libdir "${Torch_DIR}/../../../lib" ABSOLUTE)
+  list(PREPEND CMAKE_LIBRARY_PATH "${_rcl_dir_libdir}")  # before a system libtorch, as below
 else()
   find_program(_rcl_python3 python3)
   if(_rcl_python3)
     execute_process(
-      COMMAND ${_rcl_python3} -c "import torch,torch.utils;print(torch.utils.cmake_prefix_path);print('rocm' if torch.version.hip else ('cuda' if torch.version.cuda else 'cpu'));print(torch.version.cuda or '')"
+      COMMAND ${_rcl_python3} -c "import torch,torch.utils;print(torch.utils.cmake_prefix_path);print('rocm' if torch.version.hip else ('cuda' if torch.version.cuda else 'cpu'));print(torch.version.cuda or '');print(torch.__version__)"
       OUTPUT_VARIABLE _rcl_py_out RESULT_VARIABLE _rcl_py_rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
     if(_rcl_py_rc EQUAL 0)
       string(REPLACE "\n" ";" _rcl_py_lines "${_rcl_py_out}")
       list(GET _rcl_py_lines 0 _rcl_py_prefix)
       list(GET _rcl_py_lines 1 _rcl_py_kind)
-      list(LENGTH _rcl_py_lines _rcl_py_count)
-      set(_rcl_py_cuda "")
-      if(_rcl_py_count GREATER 2)
-        list(GET _rcl_py_lines 2 _rcl_py_cuda)
-      endif()
+      list(GET _rcl_py_lines 2 _rcl_py_cuda)
+      list(GET _rcl_py_lines 3 _rcl_py_version)
       if(NOT _rcl_py_kind STREQUAL "cpu")
         list(PREPEND CMAKE_PREFIX_PATH "${_rcl_py_prefix}")
+        # TorchConfig looks for libtorch.so in the system's folders before its own: where the
+        # system has a libtorch too (Debian's, in CI), the wheel's must come first.
+        get_filename_component(_rcl_py_libdir "${_rcl_py_prefix}/../../lib" ABSOLUTE)
+        list(PREPEND CMAKE_LIBRARY_PATH "${_rcl_py_libdir}")
         set(_rcl_torch_source "${_rcl_python3} torch (${_rcl_py_kind}, ${_rcl_py_prefix})")
+        set(_rcl_torch_python_version "${_rcl_py_version}")
         if(_rcl_py_kind STREQUAL "rocm")
           # The ROCm wheel's TorchConfig loads HIP's CMake packages.
           list(APPEND CMAKE_PREFIX_PATH "$ENV{ROCM_PATH}" /opt/rocm)
@@ -79,5 +92,12 @@ elseif(EXISTS "${_rcl_torch_libdir}/libtorch_cuda.so" OR TARGET c10_cuda)
   set(RCL_TORCH_BUILD "cuda")
 else()
   set(RCL_TORCH_BUILD "cpu")
+endif()
+# The build records the torch it was made with: a build carried to the GPU machine runs only
+# against the same python torch there (scripts/gpu/run.sh compares this file with it).
+if(_rcl_torch_python_version)
+  file(WRITE "${CMAKE_BINARY_DIR}/libtorch-version.txt" "${_rcl_torch_python_version}\n")
+else()
+  file(WRITE "${CMAKE_BINARY_DIR}/libtorch-version.txt" "${Torch_VERSION}\n")
 endif()
 message(STATUS "libtorch: ${Torch_VERSION} from ${_rcl_torch_source}; build kind: ${RCL_TORCH_BUILD}; libs in ${_rcl_torch_libdir}")
