@@ -33,12 +33,12 @@ torch::Device resolve_device(const std::string& choice, int local_rank) {
                       " build); use --device cpu or auto");
   const auto count = static_cast<int>(torch::cuda::device_count());
   if (local_rank >= count) {
-#if defined(RCL_HAVE_RCCL)
-    throw ConfigError(fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL needs one GPU per rank "
+#if defined(RCL_HAVE_C10D_NCCL)
+    throw ConfigError(fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL (NCCL) needs one GPU per rank "
                                   "(\"Duplicate GPU detected\"); start at most {} ranks per node",
                                   local_rank, count, count));
 #else
-    spdlog::warn("local rank {} shares GPU {} ({} visible): this build has no RCCL, ranks meet over Gloo",
+    spdlog::warn("local rank {} shares GPU {} ({} visible): this build has no RCCL (NCCL), ranks meet over Gloo",
                  local_rank, local_rank % count, count);
 #endif
   }
