@@ -239,9 +239,10 @@ struct Communicator::Impl {
   }
 
   // `on_device`: the tensors live on the training device (host tensors need no wait for it).
-  // Kernels queued before the collective (backward, flattening) are not communication time. RCCL's
-  // (ProcessGroupNCCL's) wait() only orders the current stream after the collective, so where events can time, a
-  // DeviceInterval around it times it on the stream, read when the step is published: no host
+  // Kernels queued before the collective (backward, flattening) are not communication time.
+  // ProcessGroupNCCL's wait() (RCCL's, NCCL's) only orders the current stream after the
+  // collective, so where events can time, a DeviceInterval around it times it on the stream,
+  // read when the step is published: no host
   // wait per gradient bucket, which would drain the queue the GPU works from. Otherwise (Gloo, whose wait blocks anyway;
   // libtorch 1.13) the device is drained first and the host clock times it.
   template <typename Start>
