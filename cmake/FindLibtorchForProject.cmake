@@ -26,15 +26,6 @@ function(rcl_use_matching_cuda_toolkit wheel_cuda)
   get_filename_component(toolkit_root "${toolkit_root}" DIRECTORY)
   set(CMAKE_CUDA_COMPILER "${_rcl_nvcc}" CACHE FILEPATH "nvcc matching the libtorch wheel" FORCE)
   set(CUDAToolkit_ROOT "${toolkit_root}" CACHE PATH "CUDA toolkit matching the libtorch wheel" FORCE)
-  # The project compiles no CUDA code; the config's own CUDA checks only need to pass. CMake < 3.28
-  # has no nvcc flag for the C++20 the CUDA standard would follow, and without an architecture list
-  # the config runs a program on the GPU to find one (there may be none: CI builds here).
-  if(NOT DEFINED CMAKE_CUDA_STANDARD)
-    set(CMAKE_CUDA_STANDARD 17 PARENT_SCOPE)
-  endif()
-  if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-    set(ENV{TORCH_CUDA_ARCH_LIST} "8.0;9.0")
-  endif()
   message(STATUS "CUDA toolkit ${toolkit_version} at ${toolkit_root} (wheel: CUDA ${wheel_cuda})")
 endfunction()
 if(NOT Torch_DIR AND DEFINED ENV{Torch_DIR})
@@ -82,6 +73,16 @@ else()
   endif()
 endif()
 
+# A CUDA libtorch's config enables CUDA, though the project compiles no CUDA code: its checks only
+# need to pass, also on a re-run where Torch_DIR is cached. CMake < 3.28 has no nvcc flag for the
+# C++20 the CUDA standard would follow, and without an architecture list the config runs a program
+# on the GPU to find one (there may be none: CI builds here). Unused by CPU and ROCm builds.
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "8.0;9.0")
+endif()
 find_package(Torch REQUIRED)
 
 # Build kind from the libraries the found libtorch ships.
