@@ -46,14 +46,17 @@ else()
   find_program(_rcl_python3 python3)
   if(_rcl_python3)
     execute_process(
-      COMMAND ${_rcl_python3} -c "import torch,torch.utils;print(torch.utils.cmake_prefix_path);print('rocm' if torch.version.hip else ('cuda' if torch.version.cuda else 'cpu'));print(torch.version.cuda or '');print(torch.__version__)"
+      COMMAND ${_rcl_python3} -c "import torch,torch.utils;print(torch.utils.cmake_prefix_path);print('rocm' if torch.version.hip else ('cuda' if torch.version.cuda else 'cpu'));print(torch.version.cuda or '')"
       OUTPUT_VARIABLE _rcl_py_out RESULT_VARIABLE _rcl_py_rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
     if(_rcl_py_rc EQUAL 0)
       string(REPLACE "\n" ";" _rcl_py_lines "${_rcl_py_out}")
       list(GET _rcl_py_lines 0 _rcl_py_prefix)
       list(GET _rcl_py_lines 1 _rcl_py_kind)
-      list(GET _rcl_py_lines 2 _rcl_py_cuda)
-      list(GET _rcl_py_lines 3 _rcl_py_version)
+      list(LENGTH _rcl_py_lines _rcl_py_count)
+      set(_rcl_py_cuda "")
+      if(_rcl_py_count GREATER 2)
+        list(GET _rcl_py_lines 2 _rcl_py_cuda)
+      endif()
       if(NOT _rcl_py_kind STREQUAL "cpu")
         list(PREPEND CMAKE_PREFIX_PATH "${_rcl_py_prefix}")
         # TorchConfig looks for libtorch.so in the system's folders before its own: where the
@@ -61,7 +64,6 @@ else()
         get_filename_component(_rcl_py_libdir "${_rcl_py_prefix}/../../lib" ABSOLUTE)
         list(PREPEND CMAKE_LIBRARY_PATH "${_rcl_py_libdir}")
         set(_rcl_torch_source "${_rcl_python3} torch (${_rcl_py_kind}, ${_rcl_py_prefix})")
-        set(_rcl_torch_python_version "${_rcl_py_version}")
         if(_rcl_py_kind STREQUAL "rocm")
           # The ROCm wheel's TorchConfig loads HIP's CMake packages.
           list(APPEND CMAKE_PREFIX_PATH "$ENV{ROCM_PATH}" /opt/rocm)
@@ -95,10 +97,13 @@ else()
   set(RCL_TORCH_BUILD "cpu")
 endif()
 # The build records the torch it was made with: a build carried to the GPU machine runs only
-# against the same python torch there (scripts/gpu/run.sh compares this file with it).
-if(_rcl_torch_python_version)
-  file(WRITE "${CMAKE_BINARY_DIR}/libtorch-version.txt" "${_rcl_torch_python_version}\n")
-else()
-  file(WRITE "${CMAKE_BINARY_DIR}/libtorch-version.txt" "${Torch_VERSION}\n")
+# against the same python torch there (scripts/gpu/use_carried.sh compares this file with its
+# torch.__version__). A wheel's libtorch lies inside the python package, whose version.py has the
+# full version (2.11.0+cu130); elsewhere CMake's Torch_VERSION.
+set(_rcl_torch_version "${Torch_VERSION}")
+if(EXISTS "${TORCH_INSTALL_PREFIX}/version.py")
+  file(STRINGS "${TORCH_INSTALL_PREFIX}/version.py" _rcl_version_line REGEX "^__version__ *=")
+  string(REGEX REPLACE "^__version__ *= *['\"]([^'\"]+)['\"].*" "\\1" _rcl_torch_version "${_rcl_version_line}")
 endif()
+file(WRITE "${CMAKE_BINARY_DIR}/libtorch-version.txt" "${_rcl_torch_version}\n")
 message(STATUS "libtorch: ${Torch_VERSION} from ${_rcl_torch_source}; build kind: ${RCL_TORCH_BUILD}; libs in ${_rcl_torch_libdir}")
