@@ -99,7 +99,15 @@ std::string active_blas() {
   if (dlsym(RTLD_DEFAULT, "openblas_get_config")) return "openblas";
   if (dlsym(RTLD_DEFAULT, "mkl_get_version")) return "mkl";
   if (dlsym(RTLD_DEFAULT, "bli_info_get_version_str")) return "blis";
-  if (dlsym(RTLD_DEFAULT, "sgemm_")) return "reference";
+  if (void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_")) {
+    // PyPI's wheels link their BLAS into libtorch_cpu.so (MKL on x86_64: BLAS_INFO=mkl in
+    // torch.__config__), which exports sgemm_ and none of the vendor's own entry points: that is
+    // not the reference BLAS, and installing OpenBLAS would not change it.
+    Dl_info where{};
+    if (dladdr(sgemm, &where) && where.dli_fname && std::string(where.dli_fname).find("libtorch_cpu") != std::string::npos)
+      return "bundled";
+    return "reference";
+  }
   return "unknown";
 }
 
