@@ -26,10 +26,11 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 log "environment ready in $((SECONDS - t0)) s"
 
 t1=$SECONDS
+mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRCL_BUILD_TESTS=ON -DRCL_GPUDEPS="$deps" \
-  -DCMAKE_PREFIX_PATH="$deps/usr" -Dspdlog_DIR="$repo/scripts/gpu/cmake" >"$build.configure.log" 2>&1 \
-  || { cat "$build.configure.log"; exit 1; }
-grep -E 'libtorch:|distributed:|transformers' "$build.configure.log" | sed 's/^-- /wheel: /'
+  -DCMAKE_PREFIX_PATH="$deps/usr" -Dspdlog_DIR="$repo/scripts/gpu/cmake" >"$build/configure.log" 2>&1 \
+  || { cat "$build/configure.log"; exit 1; }
+grep -E 'libtorch:|distributed:|transformers' "$build/configure.log" | sed 's/^-- /wheel: /'
 cmake --build "$build" -j"$jobs"
 log "built in $((SECONDS - t1)) s (torch $(cat "$build/libtorch-version.txt"))"
 
