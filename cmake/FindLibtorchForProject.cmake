@@ -40,6 +40,8 @@ if(NOT Torch_DIR AND DEFINED ENV{LIBTORCH_DIR})
 endif()
 if(Torch_DIR)
   set(_rcl_torch_source "Torch_DIR/LIBTORCH_DIR (${Torch_DIR})")
+  get_filename_component(_rcl_dir_libdir "${Torch_DIR}/../../../lib" ABSOLUTE)
+  list(PREPEND CMAKE_LIBRARY_PATH "${_rcl_dir_libdir}")  # before a system libtorch, as below
 else()
   find_program(_rcl_python3 python3)
   if(_rcl_python3)
@@ -57,6 +59,10 @@ else()
       endif()
       if(NOT _rcl_py_kind STREQUAL "cpu")
         list(PREPEND CMAKE_PREFIX_PATH "${_rcl_py_prefix}")
+        # TorchConfig looks for libtorch.so in the system's folders before its own: where the
+        # system has a libtorch too (Debian's, in CI), the wheel's must come first.
+        get_filename_component(_rcl_py_libdir "${_rcl_py_prefix}/../../lib" ABSOLUTE)
+        list(PREPEND CMAKE_LIBRARY_PATH "${_rcl_py_libdir}")
         set(_rcl_torch_source "${_rcl_python3} torch (${_rcl_py_kind}, ${_rcl_py_prefix})")
         if(_rcl_py_kind STREQUAL "rocm")
           # The ROCm wheel's TorchConfig loads HIP's CMake packages.
@@ -69,6 +75,16 @@ else()
   endif()
 endif()
 
+# A CUDA libtorch's config enables CUDA, though the project compiles no CUDA code: its checks only
+# need to pass, also on a re-run where Torch_DIR is cached. CMake < 3.28 has no nvcc flag for the
+# C++20 the CUDA standard would follow, and without an architecture list the config runs a program
+# on the GPU to find one (there may be none: CI builds here). Unused by CPU and ROCm builds.
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "8.0;9.0")
+endif()
 find_package(Torch REQUIRED)
 
 # Build kind from the libraries the found libtorch ships.
@@ -80,4 +96,14 @@ elseif(EXISTS "${_rcl_torch_libdir}/libtorch_cuda.so" OR TARGET c10_cuda)
 else()
   set(RCL_TORCH_BUILD "cpu")
 endif()
+# The build records the torch it was made with: a build carried to the GPU machine runs only
+# against the same python torch there (scripts/gpu/use_carried.sh compares this file with its
+# torch.__version__). A wheel's libtorch lies inside the python package, whose version.py has the
+# full version (2.11.0+cu130); elsewhere CMake's Torch_VERSION.
+set(_rcl_torch_version "${Torch_VERSION}")
+if(EXISTS "${TORCH_INSTALL_PREFIX}/version.py")
+  file(STRINGS "${TORCH_INSTALL_PREFIX}/version.py" _rcl_version_line REGEX "^__version__ *=")
+  string(REGEX REPLACE "^__version__ *= *['\"]([^'\"]+)['\"].*" "\\1" _rcl_torch_version "${_rcl_version_line}")
+endif()
+file(WRITE "${CMAKE_BINARY_DIR}/libtorch-version.txt" "${_rcl_torch_version}\n")
 message(STATUS "libtorch: ${Torch_VERSION} from ${_rcl_torch_source}; build kind: ${RCL_TORCH_BUILD}; libs in ${_rcl_torch_libdir}")

@@ -7,6 +7,8 @@
 #   RCL_BINARY=path/to/rocm-conformance-llm scripts/fault_matrix.sh
 #   RCL_FAULT_MATRIX_OUT=matrix.md scripts/fault_matrix.sh   # write elsewhere ("-": no file)
 #   RCL_DEVICE=gpu scripts/fault_matrix.sh                  # on the GPU (scripts/gpu/run.sh)
+# With RCL_GPU_COUNT (run.sh sets it), rows with more ranks than GPUs are listed as not run: the
+# ranks of a GPU build meet in c10d's NCCL group (RCCL on ROCm), which takes one GPU per rank.
 # Then the faults below libtorch, which the tool does not inject itself: a BLAS that corrupts one
 # GEMM shape (tests/shim/blas_fault_shim.c through LD_PRELOAD: build/tests/libblas_fault_shim.so,
 # or RCL_BLAS_SHIM), a process holding memory beside the run, a SIGSTOPped rank.
@@ -173,9 +175,18 @@ score() {  # detected attributed exit_code expected_exit
 latency() {  # first finding's step, injection step
   if [[ "$1" =~ ^[0-9]+$ ]]; then echo $(($1 - $2)); else echo "-"; fi
 }
+# too_few_gpus RANKS: true (and says so) when a GPU run of RANKS ranks cannot have a GPU per rank.
+too_few_gpus() {
+  [[ "${RCL_DEVICE:-cpu}" != cpu && -n "${RCL_GPU_COUNT:-}" && "$1" -gt "$RCL_GPU_COUNT" ]] || return 1
+  echo "not run: $1 ranks need $1 GPUs (one per rank in c10d's NCCL group), this machine has $RCL_GPU_COUNT"
+}
 declare -A run_dir run_exit
 for i in "${!cases[@]}"; do
   IFS='|' read -r ranks inject extra component signature step expected_exit <<<"${cases[$i]}"
+  if why=$(too_few_gpus "$ranks"); then
+    echo "| \`$inject\` | $ranks | \`$extra\` | $component / \`$signature\` @ $step | $why | - | - | - | - |" | tee -a "$table"
+    continue
+  fi
   key="$ranks|$inject|$extra"
   if [[ -z "${run_dir[$key]:-}" ]]; then
     run_dir[$key]="$work/run$i"
@@ -204,6 +215,10 @@ for i in "${!below[@]}"; do
     # LD_PRELOAD reaches the host BLAS only: a GPU's GEMMs never pass through the shim.
     echo "| $name | \`$extra\` | not applicable on a GPU: the shim corrupts host BLAS calls only | - | - | - | - | - |" |
       tee -a "$table"
+    continue
+  fi
+  if [[ "$how" == sigstop:* ]] && why=$(too_few_gpus 2); then
+    echo "| $name | \`$extra\` | $why | - | - | - | - | - |" | tee -a "$table"
     continue
   fi
   dir="$work/below$i"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every test lane, as CI runs them (as root, on Debian 12):
-#   layers:            scripts/check_layers.py (no include of a layer above the includer's)
-#   host lane:         Debian 12's libtorch 1.13 (scripts/setup.sh --with-tests, then ctest)
-#   libtorch 2.x lane: Debian sid's libtorch 2.14 in a cached sid root (scripts/test_libtorch2.sh)
-# Prints tests passed/failed and minutes per lane; exits non-zero if either lane fails.
+#   layers:     scripts/check_layers.py (no include of a layer above the includer's)
+#   host lane:  Debian 12's libtorch 1.13 (scripts/setup.sh --with-tests, then ctest)
+#   wheel lane: the libtorch of PyPI's torch 2.11.0 wheel (the GPU machine's; a CUDA build, with
+#               the system CUDA toolkit), every GPU-only source compiled, the suite run on the CPU
+#               (scripts/wheel/test.sh; its virtual environment is cached)
+# Prints tests passed/failed and minutes per lane; exits non-zero if any lane fails.
 #   bash scripts/test_all.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +44,7 @@ status=0
 # The layers first: a file that includes a layer above its own fails here in seconds, naming it.
 run_lane layers /usr/bin/python3 scripts/check_layers.py || status=1
 run_lane host-libtorch1.13 host_lane || status=1
-run_lane sid-libtorch2.14 bash scripts/test_libtorch2.sh || status=1
+run_lane wheel-libtorch2.11 bash scripts/wheel/test.sh || status=1
 
 echo "================ summary ================"
 for i in "${!names[@]}"; do

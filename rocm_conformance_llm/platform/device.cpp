@@ -37,12 +37,12 @@ torch::Device resolve_device(const std::string& choice, int local_rank) {
                       " build); use --device cpu or auto");
   const auto count = static_cast<int>(torch::cuda::device_count());
   if (local_rank >= count) {
-#if defined(RCL_HAVE_RCCL)
-    throw ConfigError(fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL needs one GPU per rank "
+#if defined(RCL_HAVE_C10D_NCCL)
+    throw ConfigError(fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL (NCCL) needs one GPU per rank "
                                   "(\"Duplicate GPU detected\"); start at most {} ranks per node",
                                   local_rank, count, count));
 #else
-    spdlog::warn("local rank {} shares GPU {} ({} visible): this build has no RCCL, ranks meet over Gloo",
+    spdlog::warn("local rank {} shares GPU {} ({} visible): this build has no RCCL (NCCL), ranks meet over Gloo",
                  local_rank, local_rank % count, count);
 #endif
   }
@@ -116,7 +116,15 @@ std::string active_blas() {
   if (dlsym(RTLD_DEFAULT, "openblas_get_config")) return "openblas";
   if (dlsym(RTLD_DEFAULT, "mkl_get_version")) return "mkl";
   if (dlsym(RTLD_DEFAULT, "bli_info_get_version_str")) return "blis";
-  if (dlsym(RTLD_DEFAULT, "sgemm_")) return "reference";
+  if (void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_")) {
+    // PyPI's wheels link their BLAS into libtorch_cpu.so (MKL on x86_64: BLAS_INFO=mkl in
+    // torch.__config__), which exports sgemm_ and none of the vendor's own entry points: that is
+    // not the reference BLAS, and installing OpenBLAS would not change it.
+    Dl_info where{};
+    if (dladdr(sgemm, &where) && where.dli_fname && std::string(where.dli_fname).find("libtorch_cpu") != std::string::npos)
+      return "bundled";
+    return "reference";
+  }
   return "unknown";
 }
 

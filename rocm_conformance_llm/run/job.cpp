@@ -420,13 +420,14 @@ class Job {
   // The run is on: its directory, config.json and the header lines of its log.
   void write_run_header() {
     config_doc_["environment"] = s_.environment;
+    config_doc_["collective_backend"] = sync_->backend();  // which c10d group this run's collectives used
     fs::create_directories(run_.output_dir);
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", config_doc_.dump(2) + "\n");
     spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
-                 "world {} ({})",
+                 "world {} ({}, collectives: {})",
                  run_.preset, run_.stress_modes.empty() ? "none" : nlohmann::json(run_.stress_modes).dump(),
                  s_.device.str(), TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(),
-                 s_.launch.world_size, s_.launch.launcher);
+                 s_.launch.world_size, s_.launch.launcher, sync_->backend());
     spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
     const TrainingConfig& model = trainer_->model_config();
     spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),

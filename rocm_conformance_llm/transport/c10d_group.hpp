@@ -1,5 +1,6 @@
-// The c10d types the distributed layer shares between its always-built code and its
-// ROCm-only RCCL file. Internal to distributed/: keeps c10d headers out of everyone else's.
+// The c10d types the transport layer shares between its always-built code and its NCCL process
+// group file (built where libtorch has one). Internal to transport/: keeps c10d headers out of
+// everyone else's.
 #pragma once
 
 #include <chrono>
@@ -24,9 +25,9 @@ using C10dGroup = c10d::Backend;
 using C10dGroup = c10d::ProcessGroup;
 #endif
 
-#if defined(RCL_HAVE_RCCL)
-// ProcessGroupNCCL on a ROCm libtorch, i.e. RCCL (transport/process_group_rccl_rocm.cpp).
-c10::intrusive_ptr<C10dGroup> make_rccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+#if defined(RCL_HAVE_C10D_NCCL)
+// c10d's ProcessGroupNCCL: RCCL in a ROCm libtorch, NCCL in a CUDA one (transport/process_group_nccl.cpp).
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                               int world_size, std::chrono::milliseconds timeout);
 #endif
 

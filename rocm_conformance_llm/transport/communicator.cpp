@@ -342,9 +342,10 @@ struct Communicator::Impl {
   }
 
   // `on_device`: the tensors live on the training device (host tensors need no wait for it).
-  // Kernels queued before the collective (backward, flattening) are not communication time. RCCL's
-  // wait() only orders the current stream after the collective, so where events can time, a
-  // DeviceInterval around it times it on the stream, read when the step is published: no host
+  // Kernels queued before the collective (backward, flattening) are not communication time.
+  // ProcessGroupNCCL's wait() (RCCL's, NCCL's) only orders the current stream after the
+  // collective, so where events can time, a DeviceInterval around it times it on the stream,
+  // read when the step is published: no host
   // wait per gradient bucket, which would drain the queue the GPU works from. Otherwise (Gloo, whose wait blocks anyway;
   // libtorch 1.13) the device is drained first and the host clock times it.
   template <typename Start>
@@ -354,7 +355,7 @@ struct Communicator::Impl {
     std::shared_ptr<DeviceInterval> on_stream;
     if (on_device && !device.is_cpu()) {
       guard.emplace(device);
-      if (backend == "rccl" && DeviceInterval::available()) {
+      if (backend != "gloo" && DeviceInterval::available()) {
         on_stream = std::make_shared<DeviceInterval>(device);
       } else {
         note_device_wait();
@@ -380,12 +381,12 @@ struct Communicator::Impl {
 };
 
 std::string collective_backend(const torch::Device& device) {
-#if defined(RCL_HAVE_RCCL)
-  return device.is_cpu() ? "gloo" : "rccl";
-#else
+#if defined(RCL_HAVE_C10D_NCCL)
+  // One process group, two names: a ROCm libtorch builds ProcessGroupNCCL against RCCL.
+  if (!device.is_cpu()) return std::string(RCL_TORCH_BUILD) == "rocm" ? "rccl" : "nccl";
+#endif
   (void)device;
   return "gloo";
-#endif
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -399,8 +400,8 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->device = device;
   impl->backend = collective_backend(device);
   if (!device.is_cpu() && impl->backend == "gloo")
-    spdlog::warn("rank {}: this {} build has no RCCL backend: collectives of device tensors go through Gloo "
-                 "(they stress host copies, not RCCL)",
+    spdlog::warn("rank {}: this {} libtorch has no c10d NCCL process group (RCCL on ROCm): collectives of "
+                 "device tensors go through Gloo (they stress host copies, not RCCL)",
                  launch.rank, RCL_TORCH_BUILD);
   impl->timeout = timeout;
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
@@ -441,8 +442,8 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
     if (impl->backend == "gloo") {
       impl->group = gloo_group("pg");
     } else {
-#if defined(RCL_HAVE_RCCL)
-      impl->group = make_rccl_group(group_store("pg"), launch.rank, launch.world_size, timeout);
+#if defined(RCL_HAVE_C10D_NCCL)
+      impl->group = make_nccl_group(group_store("pg"), launch.rank, launch.world_size, timeout);
 #endif
     }
     impl->host_group = impl->group;

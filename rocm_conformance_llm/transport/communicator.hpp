@@ -81,8 +81,10 @@ std::function<void(CollectiveSample&)> settle_on_device_time(std::function<doubl
                                                             double sampled_seconds, CollectiveKind kind,
                                                             int world_size);
 
-// "gloo" for a CPU device; for a GPU device "rccl" where this build has the RCCL backend, else
-// "gloo" (Gloo takes device tensors: a CUDA wheel's build still runs several GPU ranks).
+// "gloo" for a CPU device. For a GPU device, where this libtorch has c10d's NCCL process group
+// (RCL_HAVE_C10D_NCCL: the group torch.distributed calls "nccl"), that group under the name of the
+// library it runs on, "rccl" in a ROCm libtorch and "nccl" in a CUDA one; else "gloo" (Gloo takes
+// device tensors too).
 std::string collective_backend(const torch::Device& device);
 
 class Communicator {
@@ -101,7 +103,7 @@ class Communicator {
   int rank() const;
   int world_size() const;
   const torch::Device& device() const;
-  const std::string& backend() const;  // "gloo" | "rccl"
+  const std::string& backend() const;  // "gloo" | "rccl" | "nccl"
 
   // In place, SUM across ranks. `op` labels the sample, the heartbeat and any error.
   CollectiveSample all_reduce_sum(torch::Tensor& tensor, const std::string& op);

@@ -1,9 +1,10 @@
 // The trainer's only view of other ranks: gradient averaging plus the few scalar reductions a
-// step needs. A single process uses LocalSync; a c10d group (Gloo on CPU, RCCL on ROCm)
-// implements the same interface in distributed/.
+// step needs. A single process uses LocalSync; a c10d group (Gloo on CPU; on a GPU c10d's
+// "nccl" group, RCCL on ROCm) implements the same interface in transport/.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -26,6 +27,9 @@ class GradientSync {
   // The 1-based optimizer step about to run. A group quotes it in its heartbeat, so a
   // collective that times out on one rank names the step every other rank was at.
   virtual void begin_step(int64_t /*step*/) {}
+  // The c10d backend the collectives of the training device's tensors go through, as recorded
+  // in config.json: "gloo", "rccl" or "nccl"; "none" in a world of one.
+  virtual std::string backend() const { return "none"; }
 };
 
 // World of one: nothing to synchronise.

@@ -96,6 +96,7 @@ ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bu
 
 int ProcessGroupSync::rank() const { return comm_->rank(); }
 int ProcessGroupSync::world_size() const { return comm_->world_size(); }
+std::string ProcessGroupSync::backend() const { return comm_->backend(); }
 
 void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& params,
                                          std::vector<CollectiveSample>& out) {

@@ -51,6 +51,7 @@ class ProcessGroupSync final : public GradientSync {
                          std::vector<CollectiveSample>& out) override;
   double mean_across_ranks(double value) override;
   void begin_step(int64_t step) override;
+  std::string backend() const override;
 
   // Every rank starts from rank 0's parameters (in buckets, like the gradients).
   void broadcast_parameters(const std::vector<torch::Tensor>& params);

@@ -2,7 +2,7 @@
 # Makes the folder of build dependencies the GPU machine lacks (it has no apt and no network):
 # CLI11, nlohmann-json, spdlog, fmt, Gloo's headers (c10d's ProcessGroupGloo.hpp includes them; PyTorch
 # wheels link Gloo statically and ship no headers) and GoogleTest's sources, unpacked from Debian sid's packages
-# (the versions the libtorch 2.14 lane builds with) and used header-only there.
+# and used header-only there. The wheel lane (scripts/wheel/test.sh) builds with the same folder.
 #   bash scripts/gpu/make_deps.sh [DEST]      # DEST defaults to .gpudeps/ (git-ignored)
 # Run where apt reaches a Debian mirror (as root or not). Prints the folder's size: the device
 # tool carries at most 64 MiB with the repository.

@@ -1,25 +1,50 @@
 #!/usr/bin/env bash
 # The GPU run: on a GPU machine with no network and no apt (PyTorch 2.x in its python3, CMake,
-# ninja, a compiler and, for a CUDA wheel, the matching toolkit), builds the project against that
-# python's libtorch with the carried dependencies (scripts/gpu/make_deps.sh), then runs the stages
-# named on the command line (default: all), writing everything into one results folder and a
-# tarball of it.
+# ninja, a compiler and, for a CUDA wheel, the matching toolkit), runs the stages named on the
+# command line (default: all), writing everything into one results folder and a tarball of it.
+# The build it runs is either carried (--carried: the wheel lane's, made by scripts/wheel/test.sh
+# against the same torch version and packed by scripts/gpu/carry_build.sh; measuring starts at
+# once) or made here from source against that python's libtorch with the carried dependencies
+# (scripts/gpu/make_deps.sh), the fallback.
 #   bash scripts/gpu/make_deps.sh                         # where apt works: makes .gpudeps/
-#   bash scripts/gpu/run.sh [build] [test] [main] [faults] [bench]   # run in the order given
+#   bash scripts/gpu/carry_build.sh                       # after the wheel lane: .gpucarry/
+#   bash scripts/gpu/run.sh --carried [test] [main] [faults] [bench]  # run in the order given
+#   bash scripts/gpu/run.sh [build] [test] [main] [faults] [bench]    # building here first
+# A carried build made against another torch than this machine's python has is refused with one
+# line (exit 2): its binaries link that libtorch's C++ API, which changes between versions.
 # Environment: RCL_GPU_RESULTS (default $OUT when set, else gpu-results/), RCL_GPUDEPS (default
-# .gpudeps/), RCL_GPU_BUILD (default build-gpu/), RCL_JOBS (default nproc), RCL_CTEST_ARGS (more
-# ctest arguments for the test stage, e.g. "-R Gpu" when a device call has no room for the suite).
+# .gpudeps/), RCL_GPU_BUILD (default build-gpu/; with --carried, where the carried build is
+# unpacked: build-wheel/), RCL_GPU_CARRY (default .gpucarry/build-wheel.tar.xz), RCL_JOBS
+# (default nproc), RCL_CTEST_ARGS (more ctest arguments for the test stage, e.g. "-R Gpu" when
+# a device call has no room for the suite).
 # This script is the only place that knows which vendor's machine it is on: the project itself
 # is device-agnostic libtorch (torch::kCUDA is the HIP device on ROCm).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
+carried=0
+if [[ "${1:-}" == "--carried" ]]; then
+  carried=1
+  shift
+fi
 deps=$(realpath "${RCL_GPUDEPS:-.gpudeps}")
-build=$(realpath -m "${RCL_GPU_BUILD:-build-gpu}")
+if ((carried)); then
+  build=$(realpath -m "${RCL_GPU_BUILD:-build-wheel}")
+else
+  build=$(realpath -m "${RCL_GPU_BUILD:-build-gpu}")
+fi
 results=${RCL_GPU_RESULTS:-${OUT:-gpu-results}}/gpu-results
 jobs=${RCL_JOBS:-$(nproc)}
 stages=("$@")
 ((${#stages[@]})) || stages=(build test main faults bench)
+if ((carried)); then
+  # Before anything is written: the carried build, unpacked and checked (one line if refused).
+  bash scripts/gpu/use_carried.sh "${RCL_GPU_CARRY:-.gpucarry/build-wheel.tar.xz}" "$build" || exit 2
+  # Its binaries find this python's libtorch (and the CUDA libraries the wheel brought) first.
+  torch_libs=$(python3 -c 'import glob,os,torch;r=os.path.dirname(torch.__file__);print(":".join([r+"/lib"]+sorted(glob.glob(os.path.dirname(r)+"/nvidia/*/lib"))))')
+  export LD_LIBRARY_PATH=$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  stages=("${stages[@]/build/}")
+fi
 mkdir -p "$results"
 results=$(realpath "$results")
 summary="$results/summary.txt"
@@ -83,7 +108,9 @@ machine_facts >"$results/machine.txt" 2>&1
 cat "$results/machine.txt"
 # Later stages build first when the binary is missing (each device call may start on a bare
 # machine); the test stage always does (an earlier call may have built the binary alone).
-if wants build || wants test || [[ ! -x "$binary" ]]; then
+if ((carried)); then
+  note "build: carried ($build, torch $(cat "$build/libtorch-version.txt")), not built here"
+elif wants build || wants test || [[ ! -x "$binary" ]]; then
   stage build 360 build_project || { note "build failed: later stages skipped"; exit 1; }
 fi
 status=0
@@ -102,14 +129,14 @@ run_tests() {
   sed -n '/tests passed/,$p' "$results/test.log" | tee -a "$summary"
 }
 run_faults() {
-  RCL_BINARY="$binary" RCL_DEVICE=gpu RCL_FAULT_MATRIX_OUT="$results/fault-matrix.md" RCL_FAULT_MATRIX_KEEP="$results/fault-runs" \
+  RCL_GPU_COUNT=$(python3 -c 'import torch; print(torch.cuda.device_count())') RCL_BINARY="$binary" RCL_DEVICE=gpu RCL_FAULT_MATRIX_OUT="$results/fault-matrix.md" RCL_FAULT_MATRIX_KEEP="$results/fault-runs" \
     stage faults 180 bash scripts/fault_matrix.sh || status=1
   tail -n1 "$results/faults.log" | tee -a "$summary"
 }
 # In the order given: a device call that may be cut short runs what matters most first.
 for name in "${stages[@]}"; do
   case "$name" in
-    build) ;;
+    build | "") ;;
     test) run_tests ;;
     main) stage main 360 main_job || status=1 ;;
     faults) run_faults ;;

@@ -158,6 +158,8 @@ class DataParallelTrainingTest : public ::testing::TestWithParam<int> {
     Ranks single = launch(1, training_args(1, out), out);
     ASSERT_EQ(single.wait_all(120)[0], 0) << read_text(out / "rank0.log");
     reference_ = losses(out / "metrics.jsonl");
+    // config.json records which c10d group carried the collectives: none for one process.
+    EXPECT_EQ(nlohmann::json::parse(read_text(out / "config.json")).at("collective_backend"), "none");
     fs::remove_all(out);
   }
   static inline std::vector<double> reference_;
@@ -195,6 +197,7 @@ TEST_P(DataParallelTrainingTest, LossTrajectoryMatchesOneProcessWithTheSameGloba
     EXPECT_EQ(rccl.at("reason"), fmt::format("collectives ran over Gloo across {} ranks, not RCCL", world));
     EXPECT_NE(std::find(rccl.at("checks").begin(), rccl.at("checks").end(), "comm_monitor"), rccl.at("checks").end());
   }
+  EXPECT_EQ(nlohmann::json::parse(read_text(out / "config.json")).at("collective_backend"), "gloo");  // CPU ranks
   fs::remove_all(out);
 }
 
@@ -247,14 +250,16 @@ TEST(HostReadsTest, TwoRanksOrdinaryStepsIssueNone) {
 }
 
 // The same on a GPU, where the host's values have a Gloo group of their own beside the device
-// tensors' group (communicator.cpp): two ranks train (on one GPU, a build without RCCL meets over
-// Gloo; RCCL needs a GPU per rank), report the same loss, and an ordinary step's blocking reads
-// are only the drains a Gloo device collective makes (one per gradient bucket; none under RCCL,
-// which is timed on the stream): none for the loss mean or the straggler's step times.
+// tensors' group (communicator.cpp): two ranks train (on one GPU, a build without c10d's NCCL
+// group meets over Gloo; RCCL and NCCL need a GPU per rank), report the same loss, and an ordinary
+// step's blocking reads are only the drains a Gloo device collective makes (one per gradient
+// bucket; none under RCCL/NCCL, timed on the stream): none for the loss mean or the straggler's
+// step times.
 TEST(GpuHostReadsTest, TwoRanksReadOnlyForTheirDeviceCollectives) {
   if (!gpu_available()) GTEST_SKIP() << "needs a GPU (libtorch sees none here)";
-  const bool rccl = collective_backend(torch::Device(torch::kCUDA, 0)) == "rccl";
-  if (rccl && torch::cuda::device_count() < 2) GTEST_SKIP() << "RCCL needs a GPU per rank: 2 GPUs";
+  const std::string backend = collective_backend(torch::Device(torch::kCUDA, 0));
+  const bool nccl_group = backend != "gloo";
+  if (nccl_group && torch::cuda::device_count() < 2) GTEST_SKIP() << backend << " needs a GPU per rank: 2 GPUs";
   const fs::path out = fresh_dir("gpu-host-reads");
   const auto metrics = two_rank_metrics_counting_reads(out, "gpu", {"eval_interval=0", "checksum_interval=0"});
   EXPECT_EQ(losses(out / rank_file("metrics", "jsonl", 0)), losses(out / rank_file("metrics", "jsonl", 1)));
@@ -264,7 +269,7 @@ TEST(GpuHostReadsTest, TwoRanksReadOnlyForTheirDeviceCollectives) {
       int64_t gradient_buckets = 0;
       for (const auto& c : m.value("collectives", nlohmann::json::array())) gradient_buckets += c.at("op") == "allreduce";
       ASSERT_GE(gradient_buckets, 1) << m.dump();
-      EXPECT_EQ(m.at("host_reads").get<int64_t>(), rccl ? 0 : gradient_buckets) << "rank " << r << ": " << m.dump();
+      EXPECT_EQ(m.at("host_reads").get<int64_t>(), nccl_group ? 0 : gradient_buckets) << "rank " << r << ": " << m.dump();
     }
   }
   fs::remove_all(out);

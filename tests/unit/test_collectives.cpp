@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include "rocm_conformance_llm/base/deferred_scalars.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/comm_monitor.hpp"
 #include "rocm_conformance_llm/checks/op_counter.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
+#include "support/gpu.hpp"
 
 namespace rcl {
 namespace {
@@ -421,13 +423,66 @@ TEST(MakeGradientSyncTest, OneProcessIsLocalAndGpuRanksMeetOverRcclWhereBuilt) {
   TrainingConfig cfg;
   const auto local = make_gradient_sync(LaunchInfo{}, cfg, torch::kCPU);
   EXPECT_EQ(local->world_size(), 1);
+  EXPECT_EQ(local->backend(), "none");
   EXPECT_EQ(std::dynamic_pointer_cast<ProcessGroupSync>(local), nullptr);
   EXPECT_EQ(collective_backend(torch::kCPU), "gloo");
-#if defined(RCL_HAVE_RCCL)
-  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), "rccl");
+#if defined(RCL_HAVE_C10D_NCCL)
+  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), std::string(RCL_TORCH_BUILD) == "rocm" ? "rccl" : "nccl");
 #else
   EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), "gloo");  // measured on an H100: bench/fault-matrix-gpu.md
 #endif
+}
+
+// CMake finds c10d's NCCL group by what libtorch ships, not by vendor: every GPU libtorch this
+// project builds against (PyPI's CUDA wheel in the wheel lane, ROCm's wheels) has it, a CPU one
+// (Debian's 1.13 in the host lane) does not. Fails when the detection misses it or invents it.
+TEST(MakeGradientSyncTest, NcclProcessGroupIsBuiltExactlyWhereLibtorchIsAGpuBuild) {
+  const bool gpu_libtorch = std::string(RCL_TORCH_BUILD) != "cpu";
+#if defined(RCL_HAVE_C10D_NCCL)
+  EXPECT_TRUE(gpu_libtorch) << "the NCCL process group was compiled into a " RCL_TORCH_BUILD " build";
+#else
+  EXPECT_FALSE(gpu_libtorch) << "this " RCL_TORCH_BUILD " libtorch has c10d's NCCL group, but it was not compiled in";
+#endif
+}
+
+// Two ranks on CPU choose Gloo, and the group says so (config.json records it).
+TEST(MakeGradientSyncTest, CpuRanksRecordGloo) {
+  run_ranks(2, 1.0, [](const std::shared_ptr<ProcessGroupSync>& sync, int) { EXPECT_EQ(sync->backend(), "gloo"); });
+}
+
+// On the GPU machine: one rank on GPU 0 runs the device group's whole path (for c10d's NCCL
+// group: its rendezvous, an all-reduce and a broadcast of device tensors timed on the stream, the
+// host group beside it), and a rank whose peer never comes gets the named rendezvous timeout.
+TEST(GpuCollectivesTest, OneRankGroupReducesDeviceTensorsTimedOnTheStream) {
+  RCL_REQUIRE_GPU();
+  const auto comm = Communicator::connect(loopback_launch(0, 1, free_port()), testing::kGpu, milliseconds(60000));
+  EXPECT_EQ(comm->backend(), collective_backend(testing::kGpu));
+  torch::Tensor values = dyadic({1000}, 3).to(testing::kGpu);
+  const torch::Tensor before = values.cpu();
+  const CollectiveSample sample = comm->all_reduce_sum(values, "gpu-allreduce");
+  EXPECT_TRUE(torch::equal(values.cpu(), before));  // the sum over one rank
+  EXPECT_EQ(sample.bytes, 4000);
+  const bool on_stream = comm->backend() != "gloo" && DeviceInterval::available();
+  ASSERT_EQ(static_cast<bool>(sample.settle), on_stream) << comm->backend();
+  if (on_stream) {
+    CollectiveSample settled = sample;
+    settled.settle(settled);
+    EXPECT_GT(settled.seconds, 0.0);
+  }
+  torch::Tensor host = torch::full({4}, 2.5);
+  comm->all_reduce_sum(host, "host-allreduce");  // the Gloo host group
+  EXPECT_TRUE(torch::equal(host, torch::full({4}, 2.5)));
+}
+
+TEST(GpuCollectivesTest, RankWithoutItsPeerGetsANamedRendezvousTimeout) {
+  RCL_REQUIRE_GPU();
+  try {
+    Communicator::connect(loopback_launch(0, 2, free_port()), testing::kGpu, milliseconds(1500));
+    FAIL() << "rendezvous succeeded without rank 1";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.finding().signature, "rendezvous_failed");
+    EXPECT_EQ(e.finding().evidence["missing_ranks"], nlohmann::json({1})) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// RCCL through PyTorch's own ProcessGroupNCCL, which a ROCm libtorch builds against RCCL.
-// Compiled only against a ROCm libtorch (cmake/RcclBackend.cmake): its header is hipified
-// and needs the HIP host flags.
+// c10d's own ProcessGroupNCCL, the group torch.distributed calls "nccl": a ROCm libtorch builds it
+// against RCCL, a CUDA one against NCCL, behind the same C++ API. Compiled wherever libtorch has
+// it (cmake/NcclProcessGroup.cmake decides by capability, not vendor). No device API is called
+// here: the group owns its streams and communicators.
 #include <cstdlib>
 
 #include <torch/version.h>
-// A ROCm libtorch is built with the NCCL (= RCCL) backend; its header hides behind the build's flag.
+// The header hides behind the flag libtorch itself was built with; CMake found the group in this
+// libtorch's libraries, so the flag holds for it.
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL 1
 #endif
@@ -14,7 +16,7 @@
 
 namespace rcl {
 
-c10::intrusive_ptr<C10dGroup> make_rccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                               int world_size, std::chrono::milliseconds timeout) {
   // Blocking wait: a stuck RCCL collective throws in the training thread after `timeout`, where
   // the heartbeat diagnosis names the missing rank, instead of the watchdog tearing the process
