@@ -37,7 +37,9 @@ std::string skipped_modes_of(const RunCoverage& run, const std::string& componen
 std::string why_not_reached(const RunCoverage& run, const std::string& component) {
   if (component == component::rccl) {
     if (run.world_size < 2) return "one rank: no collective crossed ranks";
-    if (run.collective_backend == "rccl") return {};
+    // c10d's NCCL group: RCCL on a ROCm build, NCCL on a CUDA one (the same collectives on another
+    // vendor's GPUs, as the other components count any GPU); Gloo checks only the tool.
+    if (run.collective_backend == "rccl" || run.collective_backend == "nccl") return {};
     const std::string backend = run.collective_backend == "gloo" ? "Gloo" : run.collective_backend;
     return fmt::format("collectives ran over {} across {} ranks, not RCCL", backend, run.world_size);
   }

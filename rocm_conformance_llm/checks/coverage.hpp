@@ -32,7 +32,7 @@ struct RunCoverage {
   std::string device = "cpu";      // libtorch's device type ("cuda" for ROCm's HIP devices)
   bool gpu = false;
   int world_size = 1;
-  std::string collective_backend;  // "gloo" | "rccl" (RCCL, or NCCL on a CUDA build); empty on one rank
+  std::string collective_backend;  // "gloo" | "rccl" | "nccl" (c10d's NCCL group on a CUDA build); empty on one rank
   bool diagnostics_enabled = true;
   std::vector<CheckCoverage> checks;
   std::vector<SkippedModeCoverage> skipped_modes;

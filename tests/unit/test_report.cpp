@@ -347,6 +347,9 @@ TEST(Coverage, GpuRunWithItsChecksPassesEveryComponentButOneRankRccl) {
   const auto two_ranks = statuses_of({}, posed_coverage(/*gpu=*/true, 2, "rccl"));
   for (const auto& s : two_ranks) EXPECT_EQ(s.status, "PASS") << s.component << ": " << s.reason;
   EXPECT_EQ(coverage_sentence(two_ranks), "Every ROCm component was exercised.");
+  // c10d's NCCL group on a CUDA build carries the same collectives on that vendor's GPUs.
+  const auto nccl = statuses_of({}, posed_coverage(/*gpu=*/true, 2, "nccl"));
+  EXPECT_EQ(nccl[2].status, "PASS") << nccl[2].reason;
 }
 
 TEST(Coverage, CollectivesOverGlooAreNotRccl) {
