@@ -2,6 +2,8 @@
 // overrides resolved into a RunConfig. The CLI as a user runs it: tests/binary/test_config.cpp.
 #include <gtest/gtest.h>
 
+#include "support/resolve_args.hpp"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,15 +25,7 @@ void expect_invalid(const Config& c, const std::string& needle) {
   }
 }
 
-RunConfig resolve_args(std::vector<std::string> args) {
-  args.insert(args.begin(), "rocm-conformance-llm");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  int code = 0;
-  auto options = parse_cli(static_cast<int>(argv.size()), argv.data(), code);
-  if (!options) throw std::runtime_error("parse failed");
-  return resolve_run_config(*options, /*gpu_present=*/false);
-}
+using rcl::testing::resolve_args;
 }  // namespace
 
 TEST(Validate, PresetsAreValid) {

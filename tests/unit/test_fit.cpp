@@ -4,6 +4,8 @@
 // checked against measured peaks in test_sizing.cpp.
 #include <gtest/gtest.h>
 
+#include "support/resolve_args.hpp"
+
 #include <algorithm>
 #include <random>
 
@@ -23,15 +25,7 @@ constexpr int64_t GB = 1'000'000'000;
 
 DeviceDescription posed(int64_t bytes) { return {.name = "posed", .capacity_bytes = bytes}; }
 
-RunConfig resolve_args(std::vector<std::string> args) {
-  args.insert(args.begin(), "rocm-conformance-llm");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  int code = 0;
-  auto options = parse_cli(static_cast<int>(argv.size()), argv.data(), code);
-  if (!options) throw std::runtime_error("parse failed");
-  return resolve_run_config(*options, /*gpu_present=*/false);
-}
+using rcl::testing::resolve_args;
 
 // Every non-empty subset of the registered modes, in canonical order.
 std::vector<std::vector<std::string>> every_composition() {
