@@ -168,6 +168,35 @@ void expect_two_rank_run(const LauncherRun& run, const std::string& launcher) {
   if (!::testing::Test::HasFailure()) fs::remove_all(run.out.parent_path());
 }
 
+// `command` through /bin/sh in its own process group, so the test can end the launcher and its
+// ranks at once; -1 when fork fails.
+pid_t start_in_own_group(const std::string& command) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// A launcher and its ranks, ended if the test leaves early (unless the test reaped it).
+struct LauncherGroup {
+  pid_t pid;
+  bool reaped = false;
+  ~LauncherGroup() {
+    if (reaped || pid <= 0) return;
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+// Steps rank `rank` has logged into `out`'s metrics so far.
+std::ptrdiff_t steps_logged(const fs::path& out, int rank) {
+  const std::string rows = read_text(out / per_rank("metrics", "jsonl", rank));
+  return std::count(rows.begin(), rows.end(), '\n');
+}
+
 class LauncherTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { forget_outer_launcher(); }
@@ -223,27 +252,12 @@ TEST_F(LauncherTest, TorchrunRankSigkilledLeavesRankZeroAReport) {
   const std::string command =
       launch_command(dir, out, torchrun("--master_addr=127.0.0.1 --master_port=" + std::to_string(test::free_port())),
                      100000, kTimeoutS);
-  const pid_t launcher = ::fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    ::setpgid(0, 0);  // its own group: the test can end torchrun and the ranks at once
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  struct Group {  // torchrun and its ranks, ended if the test leaves early
-    pid_t pid;
-    ~Group() {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } group{launcher};
+  LauncherGroup group{start_in_own_group(command)};
+  ASSERT_GT(group.pid, 0);
+  const pid_t launcher = group.pid;
 
   // Steady training on both ranks, then rank 1's pid from its heartbeat.
-  const auto steps_logged = [&](int rank) {
-    const std::string rows = read_text(out / per_rank("metrics", "jsonl", rank));
-    return std::count(rows.begin(), rows.end(), '\n');
-  };
-  ASSERT_TRUE(wait_for(kLimitS, [&] { return steps_logged(0) >= 3 && steps_logged(1) >= 3; }))
+  ASSERT_TRUE(wait_for(kLimitS, [&] { return steps_logged(out, 0) >= 3 && steps_logged(out, 1) >= 3; }))
       << read_text(dir / "launcher.log");
   const pid_t rank0 = json::parse(read_text(out / "heartbeat.json")).at("pid").get<pid_t>();
   const pid_t rank1 = json::parse(read_text(out / "heartbeat.rank1.json")).at("pid").get<pid_t>();
@@ -298,27 +312,10 @@ TEST_F(LauncherTest, TorchrunMaxRestartsResumesAKilledRankBitExact) {
   const fs::path dir = fresh_run_dir("torchrun-restart");
   const fs::path out = dir / "out";
   const std::string cmd = restartable(dir);
-  const pid_t launcher = ::fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    ::setpgid(0, 0);  // its own group: the test can end torchrun and the ranks at once
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  struct Group {  // torchrun and its ranks, ended if the test leaves early
-    pid_t pid;
-    bool reaped = false;
-    ~Group() {
-      if (reaped) return;
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } group{launcher};
-  const auto steps_logged = [&](int rank) {
-    const std::string rows = read_text(out / per_rank("metrics", "jsonl", rank));
-    return std::count(rows.begin(), rows.end(), '\n');
-  };
-  ASSERT_TRUE(wait_for(kLimitS, [&] { return steps_logged(0) >= 25 && steps_logged(1) >= 25; }))
+  LauncherGroup group{start_in_own_group(cmd)};
+  ASSERT_GT(group.pid, 0);
+  const pid_t launcher = group.pid;
+  ASSERT_TRUE(wait_for(kLimitS, [&] { return steps_logged(out, 0) >= 25 && steps_logged(out, 1) >= 25; }))
       << read_text(dir / "launcher.log");
   const pid_t rank1 = json::parse(read_text(out / "heartbeat.rank1.json")).at("pid").get<pid_t>();
   ASSERT_EQ(::kill(rank1, SIGKILL), 0);
