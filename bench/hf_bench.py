@@ -38,12 +38,21 @@ sys.path.insert(0, str(BENCH_DIR))
 from run_bench import CONTENDED, THREADING_ENV, others_busy_while, wait_until_quiet  # noqa: E402
 
 # (name, preset, --set overrides giving a Hugging Face layout, steps, warm-up steps)
-ROWS = [
-    ("smoke, GPT-2 layout", "smoke", ["position=learned", "grad_accum_steps=2"], 40, 5),
-    ("smoke, Llama layout", "smoke", ["norm=rmsnorm", "activation=swiglu", "grad_accum_steps=2"], 40, 5),
-    ("cpu-medium, GPT-2 layout", "cpu-medium", [], 16, 3),
-]
-GOAL = 1.5  # minimum C++/HF tokens/s ratio on CPU
+# per --device: the rows, the minimum C++/HF tokens/s ratio, the default table
+ROWS = {
+    "cpu": [
+        ("smoke, GPT-2 layout", "smoke", ["position=learned", "grad_accum_steps=2"], 40, 5),
+        ("smoke, Llama layout", "smoke", ["norm=rmsnorm", "activation=swiglu", "grad_accum_steps=2"], 40, 5),
+        ("cpu-medium, GPT-2 layout", "cpu-medium", [], 16, 3),
+    ],
+    "gpu": [
+        ("small, GPT-2 layout", "small", ["attention_backend=sdpa"], 40, 10),
+        ("small, Llama layout", "small", ["attention_backend=sdpa", "norm=rmsnorm", "activation=swiglu",
+                                          "position=rotary"], 40, 10),
+    ],
+}
+GOAL = {"cpu": 1.5, "gpu": 1.2}
+TABLE = {"cpu": BENCH_DIR / "results-hf.md", "gpu": BENCH_DIR / "results-hf-gpu.md"}
 CURVE_EVERY = 5
 
 
@@ -60,7 +69,7 @@ def run_cpp(args, binary, row, precision, data, workdir, steps=None, extra=()):
     _, preset, sets, row_steps, warmup = row
     steps = steps or row_steps
     out = Path(tempfile.mkdtemp(prefix=f"{preset}-{precision}-cpp-", dir=workdir))
-    cmd = [str(binary), "--preset", preset, "--precision", precision, "--device", "cpu", "--steps", str(steps),
+    cmd = [str(binary), "--preset", preset, "--precision", precision, "--device", args.device, "--steps", str(steps),
            "--data", str(data), "--output-dir", str(out), "--overwrite", "--checkpoint-interval", str(steps),
            "--set", "eval_interval=0", "--set", f"num_threads={args.threads}", *extra]
     for s in sets:
@@ -85,7 +94,7 @@ def run_hf(args, row, init, cpp, data):
     _, _, _, steps, warmup = row
     cmd = [args.python, str(BENCH_DIR / "hf_peer.py"), "--checkpoint", str(init),
            "--run-config", str(cpp["run"] / "config.json"), "--data", str(data), "--threads", str(args.threads),
-           "--steps", str(steps), "--warmup", str(warmup)]
+           "--steps", str(steps), "--warmup", str(warmup), "--device", "cpu" if args.device == "cpu" else "cuda"]
     proc, busy = others_busy_while(lambda: subprocess.run(cmd, capture_output=True, text=True))
     if proc.returncode != 0:
         sys.exit(f"HF peer failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
@@ -123,11 +132,12 @@ def compare(args, binary, row, precision, data, workdir):
 
 
 def render(results, args, elapsed_s, note):
+    goal = GOAL[args.device]
     versions = results[0]["versions"]
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     lines = [
-        "# rocm-conformance-llm vs Hugging Face Transformers + Accelerate + Datasets (CPU)", "",
+        f"# rocm-conformance-llm vs Hugging Face Transformers + Accelerate + Datasets ({args.device.upper()})", "",
         f"- date: {datetime.datetime.now():%Y-%m-%d %H:%M}; `bench/hf_bench.py` took {elapsed_s / 60:.1f} min",
         *([f"- {note}"] if note else []),
         f"- machine: nproc {os.cpu_count()}, {cpu}, kernel {platform.release()}; {args.threads} threads on both sides",
@@ -138,7 +148,7 @@ def render(results, args, elapsed_s, note):
         f"- data: Debian's licence texts as JSONL, byte tokens (docs/data.md); environment: "
         + ", ".join(f"{name}={os.environ.get(name, 'unset')}" for name in THREADING_ENV),
         f"- runs: {args.repeats} per side, alternating; tokens/s = a run's median over the steps after warm-up; "
-        f"goal: C++ >= {GOAL}x the peer's tokens/s", "",
+        f"goal: C++ >= {goal}x the peer's tokens/s", "",
         "| model (HF class) | precision | C++ libtorch | C++ tok/s best (median) | HF tok/s best (median) "
         "| C++/HF best (median) | goal | loss step 1 C++ / HF | mean loss last 10 C++ / HF | max per-step loss gap "
         "| others' CPU |",
@@ -151,7 +161,7 @@ def render(results, args, elapsed_s, note):
         lines.append(
             f"| {r['row']} ({r['model']}) | {r['precision']} | {r['libtorch']} | {r['cpp_best']:.0f} "
             f"({r['cpp_median']:.0f}) | {r['hf_best']:.0f} ({r['hf_median']:.0f}) | {ratio:.2f}x ({median_ratio:.2f}x) "
-            f"| >= {GOAL}x {'met' if ratio >= GOAL else '**missed**'} | {r['cpp_losses'][0]:.4f} / "
+            f"| >= {goal}x {'met' if ratio >= goal else '**missed**'} | {r['cpp_losses'][0]:.4f} / "
             f"{r['hf_losses'][0]:.4f} | {tail(r['cpp_losses']):.4f} / {tail(r['hf_losses']):.4f} "
             f"| {r['max_loss_gap']:.3f} | {r['busy']:.0%}{flag} |")
     first = results[0]
@@ -174,9 +184,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--wait-quiet", type=float, default=120.0)
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results-hf.md")
+    parser.add_argument("--device", choices=sorted(ROWS), default="cpu",
+                        help="cpu, or gpu (the peer's cuda: the HIP device on ROCm)")
+    parser.add_argument("--output", type=Path, help="the table (default: bench/results-hf.md, -gpu.md on a GPU)")
     parser.add_argument("--note", default="", help="a line under the title (how it was measured)")
     args = parser.parse_args()
+    args.output = args.output or TABLE[args.device]
     for binary in args.binary:
         if not binary.exists():
             sys.exit(f"no C++ binary at {binary}: build the rocm-conformance-llm target first")
@@ -186,7 +199,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="rcl-hf-bench-") as workdir:
         data = corpus(workdir)
         results = [compare(args, binary, row, precision, data, workdir)
-                   for binary in args.binary for row in ROWS for precision in args.precisions.split(",")]
+                   for binary in args.binary for row in ROWS[args.device] for precision in args.precisions.split(",")]
     report = render(results, args, datetime.datetime.now().timestamp() - started, args.note)
     print(report)
     args.output.write_text(report)
