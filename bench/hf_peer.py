@@ -14,7 +14,9 @@ BOS/EOS per document, SplitMix64 window shuffles).
 
 Prints one JSON object: median tokens/s over the steps after warm-up, per-step losses and
 wall times, parameter count and the library versions. Needs a Python with torch, transformers,
-accelerate and datasets (the wheel lane's environment, scripts/wheel_env.sh).
+accelerate and datasets (the wheel lane's environment, scripts/wheel_env.sh); without datasets
+(a GPU machine with carried wheels) the same windows come from a plain reader, and the versions
+say so.
 """
 import argparse
 import json
@@ -24,7 +26,10 @@ import sys
 import time
 
 import accelerate
-import datasets
+try:
+    import datasets
+except ImportError:  # a GPU machine gets carried wheels, and Datasets' pyarrow alone is 53 MB
+    datasets = None
 import torch
 import torch.nn.functional as F
 import transformers
@@ -62,6 +67,11 @@ def shuffled(items, seed):
 def token_stream(path):
     """The file as data.cpp tokenize_file reads it, through Datasets: BOS, the bytes, EOS per
     document (a JSONL line's "text", or the whole file)."""
+    if datasets is None:  # the same documents, read without Datasets (reported as absent)
+        with open(path, "rb") as f:
+            raw = f.read().decode("utf-8", "surrogateescape")
+        texts = [json.loads(line)["text"] for line in raw.splitlines() if line] if path.endswith(".jsonl") else [raw]
+        return [t for text in texts for t in (BOS, *text.encode("utf-8", "surrogateescape"), EOS)]
     if path.endswith(".jsonl"):
         docs = datasets.load_dataset("json", data_files=path, split="train")
     else:
@@ -89,6 +99,8 @@ def training_windows(tokens, training, micro_batches):
             epoch_cache[epoch] = shuffled(train, stream_seed(seed, EPOCH_ORDER, epoch))
         start = epoch_cache[epoch][sample % len(train)]
         order.append(tokens[start:start + seq + 1])
+    if datasets is None:
+        return [{"window": torch.tensor(w)} for w in order]
     return datasets.Dataset.from_dict({"window": order}).with_format("torch")
 
 
@@ -176,7 +188,7 @@ def main():
         "steps": len(step_times), "timed_steps": len(timed), "tokens_per_s": statistics.median(tokens / t for t in timed),
         "losses": losses, "step_times_s": step_times,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "accelerate": accelerate.__version__, "datasets": datasets.__version__},
+                     "accelerate": accelerate.__version__, "datasets": datasets.__version__ if datasets else "absent (a plain reader of the same windows)"},
     }))
 
 
