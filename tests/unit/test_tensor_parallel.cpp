@@ -196,6 +196,29 @@ TEST(TensorParallel, Float32LossesAgreeWithinTheDocumentedTolerance) {
     for (size_t s = 0; s < expected.size(); ++s) EXPECT_NEAR(run.losses[s], expected[s], 1e-5 * expected[s]);
 }
 
+// A member that never joins its subgroup: the others' split fails after the timeout with a
+// finding that names the group and the missing member, as the world's rendezvous does.
+TEST(Subgroups, AMemberThatNeverJoinsIsNamedWithItsGroup) {
+  std::vector<std::string> errors(2);
+  test::run_loopback_ranks(
+      2,
+      [](const LaunchInfo& launch) {
+        return std::shared_ptr<Communicator>(Communicator::connect(launch, torch::kCPU, std::chrono::milliseconds(2000)));
+      },
+      [&](std::shared_ptr<Communicator>& world, int rank) {
+        if (rank == 1) return;  // never splits
+        try {
+          world->split("tp", {0, 1});
+        } catch (const CollectiveError& e) {
+          errors[rank] = e.what();
+          EXPECT_EQ(e.finding().signature, "rendezvous_failed");
+          EXPECT_EQ(e.finding().evidence.at("missing_ranks"), nlohmann::json::array({1}));
+        }
+      });
+  EXPECT_NE(errors[0].find("subgroup 'tp (world ranks 0,1)'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 1 never"), std::string::npos) << errors[0];
+}
+
 TEST(ParallelLayout, AWorldThatDoesNotAllowTheDegreeFallsBackAndSaysSo) {
   TrainingConfig cfg = small_model("gpt2");
   cfg.tensor_parallel_degree = 4;
