@@ -9,6 +9,11 @@ namespace rcl {
 namespace {
 
 constexpr double kInitStd = 0.02;  // the dense MLP's (GPT-2)
+// Each expert's rows padded with zeros to a multiple of this (dropped again after): as block-sparse
+// MoE kernels pad to their block (MegaBlocks: 128 rows). Without it every step brings new GEMM
+// shapes, and the BLAS libraries' per-shape caches (oneDNN's primitives on CPU, the GEMM
+// heuristics' on a GPU) grow for hundreds of steps: memory growth that is no leak.
+constexpr int64_t kExpertRowBlock = 64;
 
 std::vector<int64_t> to_vector(const torch::Tensor& t) {
   const auto host = t.to(torch::kCPU, torch::kLong).contiguous();
@@ -47,7 +52,8 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
   int64_t at = 0;
   const auto counts = to_vector(rows_per_expert);
   for (size_t e = 0; e < counts.size(); ++e) {
-    const auto mine = rows.narrow(0, at, counts[e]);
+    const int64_t padded = (counts[e] + kExpertRowBlock - 1) / kExpertRowBlock * kExpertRowBlock;
+    const auto mine = torch::constant_pad_nd(rows.narrow(0, at, counts[e]), {0, 0, 0, padded - counts[e]});
     at += counts[e];
     const auto h = torch::nn::functional::linear(mine, w_up[e], b_up[e]);
     torch::Tensor act;
@@ -57,7 +63,7 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
     } else {
       act = torch::gelu(h);
     }
-    outputs.push_back(torch::nn::functional::linear(act, w_down[e], b_down[e]));
+    outputs.push_back(torch::nn::functional::linear(act, w_down[e], b_down[e]).narrow(0, 0, counts[e]));
   }
   return torch::cat(outputs, 0);
 }
@@ -103,7 +109,8 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
   if (group_) results = all_to_all_rows(results, *group_, receive_splits, send_splits, "moe_combine");
 
   const auto pair_weights = weights.reshape(-1).index_select(0, order).unsqueeze(1).to(results.scalar_type());
-  const auto combined = torch::zeros_like(tokens).index_add(0, token_of_pair, results * pair_weights);
+  // In the experts' output dtype (autocast's, like the dense MLP's), not the input's.
+  const auto combined = torch::zeros(tokens.sizes(), results.options()).index_add(0, token_of_pair, results * pair_weights);
   return combined.view(x.sizes());
 }
 
