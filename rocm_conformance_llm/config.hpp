@@ -105,6 +105,14 @@ struct ConfigField {
   X(int64_t, collective_check_interval, 0, at_least(0),                                                  \
     "steps between exact batteries of every collective kind, also run before step 1 (0 = off)")          \
   X(double, collective_check_max_mb, 1.0, above(0), "largest battery message (MiB); sizes 0.03/1/3/12 up to it") \
+  /* --- model parallelism (docs/distributed.md, "Tensor and expert parallelism") --- */               \
+  X(int64_t, tensor_parallel_degree, 1, at_least(1),                                                     \
+    "ranks per tensor-parallel group (Megatron: heads and MLP columns split; divides num_heads)")        \
+  X(bool, sequence_parallel, false, unchecked(),                                                         \
+    "with tensor parallelism, activations between blocks split along the sequence")                      \
+  X(int64_t, moe_experts, 0, at_least(0, "0 = dense MLP"),                                               \
+    "mixture-of-experts feed-forward: experts, sharded over the data-parallel ranks")                    \
+  X(int64_t, moe_top_k, 2, at_least(1), "experts each token is routed to (<= moe_experts)")             \
   /* --- data --- */                                                                                    \
   X(std::string, data_path, "", unchecked(), "text or JSONL file (empty: the embedded synthetic corpus)") \
   X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")       \

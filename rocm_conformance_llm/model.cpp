@@ -208,7 +208,8 @@ int64_t parameter_count(const TrainingConfig& cfg) {
   block += 3 * c * cfg.qkv_conv_kernel;                // depthwise conv, no bias
   if (cfg.qk_norm) block += 2 * norm_params(cfg.norm, head_dim);
   block += c * c + c;                                  // attention output projection
-  block += c * up_width + up_width + ffn * c + c;      // MLP
+  const int64_t mlp = c * up_width + up_width + ffn * c + c;
+  block += cfg.moe_experts > 0 ? cfg.moe_experts * (mlp + c) : mlp;  // MLP, or the experts and their router
   int64_t total = cfg.vocab_size * c + cfg.num_layers * block + norm_params(cfg.norm, c);
   if (cfg.position == "learned") total += cfg.seq_len * c;
   return total;
@@ -282,9 +283,11 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
   }
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t batch = x.size(0), seq = x.size(1), width = x.size(2);
-  auto qkv_out = tapped_linear(qkv, x);  // [B, T, 3C]
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
+  const auto x = tp_.enter(input);  // tensor parallel: the whole sequence, on every rank of the group
+  const int64_t batch = x.size(0), seq = x.size(1);
+  auto qkv_out = tapped_linear(qkv, x);  // [B, T, 3C] (tensor parallel: this rank's heads' share)
+  const int64_t width = qkv_out.size(-1) / 3;
   if (conv_kernel_ > 0) {
     // Left padding only: position t sees t-k+1..t, never the future.
     const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
@@ -309,7 +312,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   }
   if (strided_v_) v = strided_view_of(v);
   const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
-  return tapped_linear(proj, y);
+  return tp_.row_parallel_linear(y, proj->weight, proj->bias);
 }
 
 torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) const {
@@ -345,10 +348,10 @@ MlpImpl::MlpImpl(const TrainingConfig& cfg) : swiglu_(cfg.activation == "swiglu"
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const auto h = tapped_linear(up, x);
-  if (!swiglu_) return tapped_linear(down, torch::gelu(h));
+  const auto h = tapped_linear(up, tp_.enter(x));
+  if (!swiglu_) return tp_.row_parallel_linear(torch::gelu(h), down->weight, down->bias);
   const auto gate_value = h.chunk(2, -1);
-  return tapped_linear(down, torch::silu(gate_value[0]) * gate_value[1]);
+  return tp_.row_parallel_linear(torch::silu(gate_value[0]) * gate_value[1], down->weight, down->bias);
 }
 
 // --- block ---
@@ -358,7 +361,10 @@ BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOption
   norm_attn_ = register_module("norm_attn", Norm(cfg.norm, cfg.hidden_size));
   attn = register_module("attn", CausalSelfAttention(cfg, options));
   norm_mlp_ = register_module("norm_mlp", Norm(cfg.norm, cfg.hidden_size));
-  mlp = register_module("mlp", Mlp(cfg));
+  if (cfg.moe_experts > 0)
+    moe = register_module("moe", MoeFeedForward(cfg));
+  else
+    mlp = register_module("mlp", Mlp(cfg));
   if (cfg.norm_layout == "sandwich") {
     post_norm_attn_ = register_module("post_norm_attn", Norm(cfg.norm, cfg.hidden_size));
     post_norm_mlp_ = register_module("post_norm_mlp", Norm(cfg.norm, cfg.hidden_size));
@@ -369,7 +375,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto a = attn(norm_attn_(x));
   if (!post_norm_attn_.is_empty()) a = post_norm_attn_(a);
   const auto h = x + residual_branch(a);
-  auto m = mlp(norm_mlp_(h));
+  auto m = moe.is_empty() ? mlp(norm_mlp_(h)) : moe(norm_mlp_(h));
   if (!post_norm_mlp_.is_empty()) m = post_norm_mlp_(m);
   return h + residual_branch(m);
 }
@@ -404,6 +410,7 @@ GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   for (auto& block : blocks_) {
     init_linear(block->attn->qkv, kInitStd);
     init_linear(block->attn->proj, residual_std);
+    if (block->mlp.is_empty()) continue;  // experts draw their own (workload/moe.cpp)
     init_linear(block->mlp->up, kInitStd);
     init_linear(block->mlp->down, residual_std);
   }
@@ -416,6 +423,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   auto x = wte_(tokens);
   if (!wpe_.is_empty()) x = x + wpe_(torch::arange(seq, tokens.options()));
   x = torch::dropout(x, cfg_.dropout, is_training());
+  if (parallel_.sequence_parallel) x = split_sequence(x, *parallel_.tensor, "embedding.out");
   if (block_outputs) block_outputs->push_back(x);
 
   const bool recompute = cfg_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
@@ -424,7 +432,9 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
                   : block->forward(x);
     if (block_outputs) block_outputs->push_back(x);
   }
-  return tapped_linear(final_norm_(x), wte_->weight);  // LM head tied to the token embedding
+  x = final_norm_(x);
+  if (parallel_.sequence_parallel) x = gather_sequence_for_replicated(x, *parallel_.tensor, "lm_head.in");
+  return tapped_linear(x, wte_->weight);  // LM head tied to the token embedding
 }
 
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {

@@ -11,6 +11,9 @@
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/workload/model_parallel.hpp"
+#include "rocm_conformance_llm/workload/moe.hpp"
+#include "rocm_conformance_llm/workload/tensor_parallel.hpp"
 
 namespace rcl {
 
@@ -123,6 +126,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
 
+  // Tensor parallel: keeps this rank's heads of the full weights (workload/tensor_parallel_model.cpp).
+  void shard(const ModelParallel& parallel, const std::string& name);
+
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   bool calls_sdpa() const { return backend_ != "math" && !self_only_; }
@@ -137,6 +143,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   double pad_fraction_;
   bool strided_v_;
   AttentionInputs* capture_ = nullptr;
+  TensorParallelLink tp_;  // inactive unless sharded
   int64_t conv_kernel_;
   torch::nn::Conv1d qkv_conv_{nullptr};
   Norm q_norm_{nullptr};
@@ -152,8 +159,12 @@ class MlpImpl : public torch::nn::Module {
   torch::nn::Linear up{nullptr};    // SwiGLU: gate and up projections fused in one GEMM
   torch::nn::Linear down{nullptr};  // residual projection (scaled init)
 
+  // Tensor parallel: keeps this rank's columns of the hidden layer (workload/tensor_parallel_model.cpp).
+  void shard(const ModelParallel& parallel, const std::string& name);
+
  private:
   bool swiglu_;
+  TensorParallelLink tp_;  // inactive unless sharded
 };
 TORCH_MODULE(Mlp);
 
@@ -165,7 +176,8 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   CausalSelfAttention attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};             // dense feed-forward (moe_experts == 0)
+  MoeFeedForward moe{nullptr};  // mixture of experts (moe_experts > 0) in its place
 
  private:
   torch::Tensor residual_branch(const torch::Tensor& branch_out);
@@ -198,6 +210,18 @@ class GPTImpl : public torch::nn::Module {
   const TrainingConfig& config() const { return cfg_; }
   std::vector<Block>& blocks() { return blocks_; }
 
+  // Splits the model over `parallel`'s groups, each rank keeping its shard of the weights it was
+  // built with (call before moving parameters into an optimizer). Tensor parallel: attention
+  // heads and MLP columns (workload/tensor_parallel_model.cpp).
+  void shard(const ModelParallel& parallel);
+  const ModelParallel& parallel() const { return parallel_; }
+  // Replicated parameters whose gradient on each rank of the tensor-parallel group is only its
+  // share: the QK-norm weights (each rank's heads) and, with sequence parallelism, the norms and
+  // row-parallel biases (each rank's slice of the sequence); empty without tensor parallelism.
+  // Their gradients are summed over the group (all_reduce_replicated_gradients) before the
+  // data-parallel average, so they stay equal across it.
+  std::vector<torch::Tensor> partial_gradient_parameters();
+
  private:
   std::vector<torch::Tensor> parameters_with_decay(bool decayed);
 
@@ -206,6 +230,7 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::Embedding wpe_{nullptr};  // learned positions only
   std::vector<Block> blocks_;
   Norm final_norm_{nullptr};
+  ModelParallel parallel_;
 };
 TORCH_MODULE(GPT);
 

@@ -21,12 +21,13 @@ namespace {
 //   Llama (LlamaForCausalLM): rotary positions in the "rotate half" form, RMSNorm before each
 //     branch, SwiGLU (silu(gate) * up); our Linear biases load through Llama's attention_bias
 //     and mlp_bias (transformers >= 4.41).
-// Neither with Q/K norm or a Q/K/V convolution; the LM head is tied to the embedding in both.
+// Neither with Q/K norm, a Q/K/V convolution or mixture-of-experts feed-forwards (Mixtral's
+// experts have no biases and no GELU); the LM head is tied to the embedding in both.
 enum class Layout { native, gpt2, llama };
 constexpr const char* kLayoutNames[] = {"native", "gpt2", "llama"};
 
 Layout layout_of(const TrainingConfig& c) {
-  if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0) return Layout::native;
+  if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return Layout::native;
   if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu") return Layout::gpt2;
   if (c.position == "rotary" && c.norm == "rmsnorm" && c.activation == "swiglu") return Layout::llama;
   return Layout::native;
@@ -116,7 +117,8 @@ nlohmann::json hf_config(const TrainingConfig& c, Layout layout) {
           {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
           {"intermediate_size", ffn_hidden_size(c)}, {"hidden_act", c.activation}, {"norm", c.norm},
           {"norm_layout", c.norm_layout}, {"position_embedding", c.position}, {"qk_norm", c.qk_norm},
-          {"qkv_conv_kernel", c.qkv_conv_kernel}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+          {"qkv_conv_kernel", c.qkv_conv_kernel}, {"moe_experts", c.moe_experts}, {"moe_top_k", c.moe_top_k},
+          {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
 }
 
 // The data layer's special tokens, so transformers neither warns about nor generates with its

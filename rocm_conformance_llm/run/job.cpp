@@ -42,6 +42,7 @@
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
+#include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 #include "rocm_conformance_llm/workload/memory_ballast.hpp"
 
@@ -146,7 +147,26 @@ struct RunSetup {
   bool resume_in_place = false;         // it is one of --output-dir's own checkpoints
   nlohmann::json rocm_knobs;  // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
   nlohmann::json doctor;      // the doctor's checks (platform/doctor.hpp)
+  ParallelLayout parallel;    // tensor / data / expert parallel degrees this world allows
 };
+
+// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). The
+// training loop does not split the model yet (its gradient norm, parameter checks and checkpoints
+// assume whole replicas): a layout that needs subgroups is refused before anything is written.
+// The split itself is built and tested in transport/subgroups.hpp, workload/tensor_parallel.hpp
+// and workload/moe.hpp (docs/distributed.md, "Tensor and expert parallelism").
+ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size) {
+  ParallelLayout layout = plan_parallel_layout(cfg, world_size);
+  if (layout.tensor_degree > 1)
+    throw ConfigError(fmt::format("invalid tensor_parallel_degree={}: the training loop does not split the model "
+                                  "across {} ranks yet; allowed here: 1 (or a world it does not divide)",
+                                  cfg.tensor_parallel_degree, world_size));
+  if (layout.expert_degree > 1)
+    throw ConfigError(fmt::format("invalid moe_experts={}: the training loop does not shard experts over {} ranks yet; "
+                                  "allowed here: 0, or a count sharing no factor with the {} data-parallel ranks",
+                                  cfg.moe_experts, layout.expert_degree, layout.data_degree));
+  return layout;
+}
 
 RunIdentity identity_of(const RunConfig& run, int world_size) {
   return {nlohmann::json(run.training), run.stress_modes, world_size};
@@ -179,6 +199,7 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   s.device = resolve_device(run.training.device, s.launch.local_rank);
   if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
   check_attention_backend(run.training, s.device.type());
+  s.parallel = resolve_parallel_layout(run.training, s.launch.world_size);
   // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
   // (world size is the upper bound of ranks per host).
   configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());
@@ -421,6 +442,7 @@ class Job {
   void write_run_header() {
     config_doc_["environment"] = s_.environment;
     config_doc_["collective_backend"] = sync_->backend();  // which c10d group this run's collectives used
+    config_doc_["parallel_layout"] = to_json(s_.parallel);
     fs::create_directories(run_.output_dir);
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", config_doc_.dump(2) + "\n");
     spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
@@ -429,6 +451,7 @@ class Job {
                  s_.device.str(), TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(),
                  s_.launch.world_size, s_.launch.launcher, sync_->backend());
     spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
+    for (const auto& note : s_.parallel.notes) spdlog::info("parallel layout: {}", note);
     const TrainingConfig& model = trainer_->model_config();
     spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),
                  flops_per_token(model), trainer_->data().describe());

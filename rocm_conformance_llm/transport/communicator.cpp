@@ -226,6 +226,7 @@ struct Communicator::Impl {
   std::chrono::milliseconds timeout{0};
   std::string store_address;  // "host:port", for messages
   std::string store_server;   // who serves it, for messages: "rank 0" or the launcher
+  std::string master_addr;    // where the rendezvous is: which network Gloo binds
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<C10dGroup> group;
   // Host tensors' group: always Gloo, so the host's own values (loss mean, votes, step times)
@@ -341,6 +342,28 @@ struct Communicator::Impl {
     return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
   }
 
+  // The device group (Gloo, or c10d's NCCL group by capability) and the host tensors' Gloo group
+  // of this rank and world_size, rendezvousing under `over` (the world's store, or a subgroup's
+  // prefix of it).
+  void make_groups(const c10::intrusive_ptr<c10d::Store>& over) {
+    const auto group_store = [&](const std::string& prefix) { return c10::make_intrusive<c10d::PrefixStore>(prefix, over); };
+    // Each Gloo group gets its own options and transport device, as torch.distributed's do.
+    const auto gloo_group = [&](const std::string& prefix) {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device(master_addr));
+      return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store(prefix), rank, world_size, options);
+    };
+    if (backend == "gloo") {
+      group = gloo_group("pg");
+    } else {
+#if defined(RCL_HAVE_C10D_NCCL)
+      group = make_nccl_group(group_store("pg"), rank, world_size, timeout);
+#endif
+    }
+    host_group = group;
+    if (!device.is_cpu()) host_group = gloo_group("pg-host");
+  }
+
   // `on_device`: the tensors live on the training device (host tensors need no wait for it).
   // Kernels queued before the collective (backward, flattening) are not communication time.
   // ProcessGroupNCCL's wait() (RCCL's, NCCL's) only orders the current stream after the
@@ -407,6 +430,7 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
   const bool serve_store = launch.rank == 0 && !launch.launcher_store_prefix;
   impl->store_server = launch.launcher_store_prefix ? launch.launcher : "rank 0";
+  impl->master_addr = launch.master_addr;
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(launch.master_port);
@@ -429,25 +453,7 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   }
 
   try {
-    const auto group_store = [&](const std::string& prefix) {
-      return c10::make_intrusive<c10d::PrefixStore>(prefix, impl->store);
-    };
-    // Each Gloo group gets its own options and transport device, as torch.distributed's do.
-    const auto gloo_group = [&](const std::string& prefix) {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(gloo_device(launch.master_addr));
-      return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store(prefix), launch.rank, launch.world_size,
-                                                         options);
-    };
-    if (impl->backend == "gloo") {
-      impl->group = gloo_group("pg");
-    } else {
-#if defined(RCL_HAVE_C10D_NCCL)
-      impl->group = make_nccl_group(group_store("pg"), launch.rank, launch.world_size, timeout);
-#endif
-    }
-    impl->host_group = impl->group;
-    if (!device.is_cpu()) impl->host_group = gloo_group("pg-host");
+    impl->make_groups(impl->store);
   } catch (const std::exception& e) {
     // The group's rendezvous waits for every rank: name those that never published "join".
     nlohmann::json evidence = {{"error", e.what()}};
@@ -456,6 +462,39 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
         "rendezvous_failed",
         fmt::format("rank {} ({}): {} group rendezvous through {} failed: {} [{}]", launch.rank, launch.launcher,
                     impl->backend, impl->store_address, who, first_line(e.what())),
+        evidence));
+  }
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+std::unique_ptr<Communicator> Communicator::split(const std::string& name, const std::vector<int>& ranks) {
+  const Impl& world = *impl_;
+  const auto me = std::find(ranks.begin(), ranks.end(), world.rank);
+  TORCH_CHECK(me != ranks.end(), "split: rank ", world.rank, " is not in group '", name, "'");
+  auto impl = std::make_unique<Impl>();
+  impl->rank = static_cast<int>(me - ranks.begin());
+  impl->world_size = static_cast<int>(ranks.size());
+  impl->device = world.device;
+  impl->backend = world.backend;
+  impl->group_name = fmt::format("{} (world ranks {})", name, fmt::join(ranks, ","));
+  impl->timeout = world.timeout;
+  impl->store_address = world.store_address;
+  impl->store_server = world.store_server;
+  impl->master_addr = world.master_addr;
+  // The members' own keys (heartbeats by group rank, the groups' rendezvous) under one prefix
+  // per member set, so groups of the same kind never meet.
+  impl->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("group/{}/{}", name, fmt::join(ranks, "_")),
+                                                       world.store);
+  try {
+    impl->publish_heartbeat("join");
+    impl->make_groups(impl->store);
+  } catch (const std::exception& e) {
+    nlohmann::json evidence = {{"error", e.what()}, {"group", impl->group_name}};
+    const std::string who = impl->absentees(0, "joined", evidence);
+    throw CollectiveError(impl->failure(
+        "rendezvous_failed",
+        fmt::format("rank {}: {} subgroup '{}' rendezvous through {} failed: {} [{}]", world.rank, impl->backend,
+                    impl->group_name, impl->store_address, who, first_line(e.what())),
         evidence));
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));

@@ -100,6 +100,12 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  // A subgroup of this world, as real jobs split tensor- and data-parallel groups out of it: a
+  // new c10d group of the same kind (Gloo, or c10d's NCCL group: making TP/DP subgroups is where
+  // RCCL segfaulted, TheRock #7874) rendezvousing over the same store under a prefix of its own. Called by the members only (`ranks`: world ranks, in group-rank order; this rank
+  // among them); its rank() and world_size() are within the group, and its messages name it.
+  std::unique_ptr<Communicator> split(const std::string& name, const std::vector<int>& ranks);
+
   int rank() const;
   int world_size() const;
   const torch::Device& device() const;

@@ -111,6 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, ResumeIsBitExact,
     ::testing::Values(ResumeCase{"fp32", ""}, ResumeCase{"bf16_accum", "--precision bf16 --set grad_accum_steps=2"},
                       ResumeCase{"rng_replay", "--stress rng --set stress_profile.rng.replay_check_interval=3"},
+                      // Mixture-of-experts blocks: stacked expert weights and the router (native layout).
+                      ResumeCase{"moe", "--set moe_experts=4 --set moe_top_k=2"},
                       // The loss scaler (scale, clean streak, skipped steps) must come back too.
                       ResumeCase{"fp16", "--precision fp16 --set fp16_growth_interval=3", true}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -1,0 +1,118 @@
+#include "rocm_conformance_llm/transport/subgroups.hpp"
+
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace rcl {
+
+std::vector<int> ParallelLayout::tensor_group(int rank) const {
+  std::vector<int> ranks(tensor_degree);
+  std::iota(ranks.begin(), ranks.end(), rank / tensor_degree * tensor_degree);
+  return ranks;
+}
+
+std::vector<int> ParallelLayout::data_group(int rank) const {
+  std::vector<int> ranks;
+  for (int r = rank % tensor_degree; r < world_size; r += tensor_degree) ranks.push_back(r);
+  return ranks;
+}
+
+std::vector<int> ParallelLayout::expert_group(int rank) const {
+  const std::vector<int> data = data_group(rank);
+  const int index = rank / tensor_degree;  // this rank's place in its data-parallel group
+  const int first = index / expert_degree * expert_degree;
+  return {data.begin() + first, data.begin() + first + expert_degree};
+}
+
+ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
+  ParallelLayout layout;
+  layout.world_size = world_size;
+  const int asked = static_cast<int>(cfg.tensor_parallel_degree);
+  layout.tensor_degree = std::gcd(asked, world_size);
+  if (layout.tensor_degree != asked)
+    layout.notes.push_back(fmt::format("tensor_parallel_degree={} does not divide the world of {} ranks: {} used",
+                                       asked, world_size, layout.tensor_degree));
+  layout.data_degree = world_size / layout.tensor_degree;
+  layout.sequence_parallel = cfg.sequence_parallel && layout.tensor_degree > 1;
+  if (cfg.sequence_parallel && !layout.sequence_parallel)
+    layout.notes.push_back("sequence_parallel=true without tensor parallelism (degree 1): nothing to split, off");
+  if (cfg.moe_experts > 0) {
+    layout.expert_degree = static_cast<int>(std::gcd<int64_t>(cfg.moe_experts, layout.data_degree));
+    if (layout.expert_degree != layout.data_degree)
+      layout.notes.push_back(fmt::format("moe_experts={} do not shard over the {} data-parallel ranks: sharded over {}",
+                                         cfg.moe_experts, layout.data_degree, layout.expert_degree));
+    if (layout.expert_degree == 1)
+      layout.notes.push_back("moe_experts: every expert local to each rank, no all-to-all");
+  }
+  return layout;
+}
+
+nlohmann::json to_json(const ParallelLayout& layout) {
+  return {{"world_size", layout.world_size},         {"tensor_parallel_degree", layout.tensor_degree},
+          {"data_parallel_degree", layout.data_degree}, {"expert_parallel_degree", layout.expert_degree},
+          {"sequence_parallel", layout.sequence_parallel}, {"notes", layout.notes}};
+}
+
+CommunicatorGroup::CommunicatorGroup(std::string name, std::unique_ptr<Communicator> comm)
+    : name_(std::move(name)), comm_(std::move(comm)) {}
+
+int CommunicatorGroup::rank() const { return comm_->rank(); }
+int CommunicatorGroup::size() const { return comm_->world_size(); }
+
+void CommunicatorGroup::all_reduce_sum(torch::Tensor& tensor, const std::string& op) {
+  samples_.push_back(comm_->all_reduce_sum(tensor, label(op)));
+}
+
+torch::Tensor CommunicatorGroup::all_gather_rows(const torch::Tensor& in, const std::string& op) {
+  std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+  shape[0] *= size();
+  torch::Tensor out = torch::empty(shape, in.options());
+  samples_.push_back(comm_->all_gather_into(out, in.contiguous(), label(op)));
+  return out;
+}
+
+torch::Tensor CommunicatorGroup::reduce_scatter_rows(const torch::Tensor& in, const std::string& op) {
+  TORCH_CHECK(in.size(0) % size() == 0, "reduce_scatter_rows: ", in.size(0), " rows do not split over ", size());
+  std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+  shape[0] /= size();
+  torch::Tensor out = torch::empty(shape, in.options());
+  samples_.push_back(comm_->reduce_scatter(out, in.contiguous(), ReduceOp::sum, label(op)));
+  return out;
+}
+
+torch::Tensor CommunicatorGroup::all_to_all_rows(const torch::Tensor& in, const std::vector<int64_t>& in_splits,
+                                                 const std::vector<int64_t>& out_splits, const std::string& op) {
+  std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+  shape[0] = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
+  torch::Tensor out = torch::empty(shape, in.options());
+  samples_.push_back(comm_->all_to_all(out, in.contiguous(), out_splits, in_splits, label(op)));
+  return out;
+}
+
+std::vector<CollectiveSample> CommunicatorGroup::take_samples() { return std::exchange(samples_, {}); }
+
+ModelParallel Subgroups::model_parallel() const {
+  ModelParallel parallel;
+  parallel.tensor = tensor;
+  parallel.expert = expert;
+  parallel.sequence_parallel = sequence_parallel && tensor != nullptr;
+  return parallel;
+}
+
+Subgroups make_subgroups(Communicator& world, const ParallelLayout& layout) {
+  Subgroups groups;
+  groups.sequence_parallel = layout.sequence_parallel;
+  const int rank = world.rank();
+  if (layout.tensor_degree > 1)
+    groups.tensor = std::make_shared<CommunicatorGroup>("tp", world.split("tp", layout.tensor_group(rank)));
+  if (layout.expert_degree > 1)
+    groups.expert = std::make_shared<CommunicatorGroup>("ep", world.split("ep", layout.expert_group(rank)));
+  return groups;
+}
+
+std::unique_ptr<Communicator> make_data_parallel_group(Communicator& world, const ParallelLayout& layout) {
+  return world.split("dp", layout.data_group(world.rank()));
+}
+
+}  // namespace rcl

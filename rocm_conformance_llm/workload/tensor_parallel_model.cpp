@@ -1,0 +1,71 @@
+// The GPT's tensor-parallel split (Megatron's layout): attention Q/K/V column-parallel by heads,
+// the output projection row-parallel; MLP up (gate and up for SwiGLU) column-parallel, down
+// row-parallel; experts sharded over the expert-parallel group (workload/moe.hpp). Each rank keeps
+// its slice of the full weights the seeded init drew, so the split model computes what the whole
+// one does (tests/unit/test_tensor_parallel.cpp, test_moe.cpp).
+#include "rocm_conformance_llm/model.hpp"
+
+namespace rcl {
+
+void CausalSelfAttentionImpl::shard(const ModelParallel& parallel, const std::string& name) {
+  const int degree = parallel.tensor_degree(), rank = parallel.tensor_rank();
+  TORCH_CHECK(num_heads_ % degree == 0, "tensor parallel: ", num_heads_, " heads do not split over ", degree);
+  // Q, K and V are three row blocks of the fused weight; heads are consecutive rows in each.
+  assign_shard(qkv->weight, column_shard(qkv->weight, 3, rank, degree));
+  assign_shard(qkv->bias, column_shard(qkv->bias, 3, rank, degree));
+  if (conv_kernel_ > 0) {
+    // Depthwise: one filter per Q/K/V channel, so the channels split with the heads.
+    assign_shard(qkv_conv_->weight, column_shard(qkv_conv_->weight, 3, rank, degree));
+    qkv_conv_->options.in_channels(qkv_conv_->weight.size(0)).out_channels(qkv_conv_->weight.size(0))
+        .groups(qkv_conv_->weight.size(0));
+  }
+  assign_shard(proj->weight, row_shard(proj->weight, rank, degree));
+  num_heads_ /= degree;
+  tp_ = TensorParallelLink(parallel.tensor, parallel.sequence_parallel, name);
+}
+
+void MlpImpl::shard(const ModelParallel& parallel, const std::string& name) {
+  const int degree = parallel.tensor_degree(), rank = parallel.tensor_rank();
+  const int64_t parts = swiglu_ ? 2 : 1;  // SwiGLU: gate and up, each split the same way
+  assign_shard(up->weight, column_shard(up->weight, parts, rank, degree));
+  assign_shard(up->bias, column_shard(up->bias, parts, rank, degree));
+  assign_shard(down->weight, row_shard(down->weight, rank, degree));
+  tp_ = TensorParallelLink(parallel.tensor, parallel.sequence_parallel, name);
+}
+
+void GPTImpl::shard(const ModelParallel& parallel) {
+  parallel_ = parallel;
+  if (parallel.tensor_degree() == 1) {
+    parallel_.tensor.reset();
+    parallel_.sequence_parallel = false;
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    auto& block = blocks_[i];
+    // Experts are split by expert, not by column: under tensor parallelism each rank of the
+    // group routes the same tokens (or, sequence parallel, its slice of them).
+    if (!block->moe.is_empty()) block->moe->shard(parallel_.expert);
+    if (!parallel_.tensor) continue;
+    block->attn->shard(parallel_, "block" + std::to_string(i) + ".attn");
+    if (!block->mlp.is_empty()) block->mlp->shard(parallel_, "block" + std::to_string(i) + ".mlp");
+  }
+}
+
+std::vector<torch::Tensor> GPTImpl::partial_gradient_parameters() {
+  std::vector<torch::Tensor> out;
+  if (!parallel_.tensor) return out;
+  for (const auto& item : named_parameters()) {
+    const std::string& key = item.key();
+    // QK-norm weights are shared by every head: each rank's gradient covers its own heads.
+    const bool per_head = key.find("q_norm.") != std::string::npos || key.find("k_norm.") != std::string::npos;
+    // Sequence parallel: what acts on the split sequence without being split itself (neither
+    // the embeddings, before the split, nor a column- or row-parallel weight or column bias).
+    const bool embedding = key.rfind("wte.", 0) == 0 || key.rfind("wpe.", 0) == 0;
+    const bool split = key.find(".qkv.") != std::string::npos || key.find(".qkv_conv.") != std::string::npos ||
+                       key.find(".up.") != std::string::npos || key.find("proj.weight") != std::string::npos ||
+                       key.find("down.weight") != std::string::npos;
+    if (per_head || (parallel_.sequence_parallel && !embedding && !split)) out.push_back(item.value());
+  }
+  return out;
+}
+
+}  // namespace rcl
