@@ -199,8 +199,11 @@ Trainer::PendingStep Trainer::train_step() {
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip,
                                            [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
     update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
-    sync_->after_update(*optimizer_, rec.collectives);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
+  }
+  if (optimizer_->sharded()) {  // ZeRO: each rank updated its shard; gather the others' (a comm phase)
+    auto in_phase = enter(phase::grad_sync, rec);
+    sync_->after_update(*optimizer_, rec.collectives);
   }
   finish_step(rec, clock);
   return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm}),
