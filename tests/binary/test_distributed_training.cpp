@@ -372,6 +372,20 @@ TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout
   fs::remove_all(resumed);
 }
 
+// FSDP's per-block parameter sharding is not built: with several ranks the run refuses it
+// rather than run another strategy under its name (exit 2, nothing written).
+TEST(DistributedConfigTest, FsdpIsRefusedOnSeveralRanksBeforeAnythingIsWritten) {
+  const fs::path out = fresh_dir("fsdp-refused");
+  std::vector<std::string> args = training_args(2, out);
+  args.insert(args.end(), {"--set", "training.data_parallel=fsdp"});
+  Ranks ranks = launch(2, args, out);
+  for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
+  EXPECT_NE(read_text(out / "rank0.log").find("invalid training.data_parallel 'fsdp' with 2 ranks"), std::string::npos)
+      << read_text(out / "rank0.log");
+  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
+  fs::remove_all(out);
+}
+
 TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
   constexpr double kTimeoutS = 2.0;
   const fs::path out = fresh_dir("stopped");
