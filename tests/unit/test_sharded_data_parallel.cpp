@@ -181,6 +181,44 @@ TEST(ShardedCollectives, ZeroRecordsReduceScatterNormAndAllGather) {
   for (const auto& c : ddp[0].records.front().collectives) EXPECT_EQ(c.op, "allreduce");
 }
 
+// After ZeRO's all-gather every rank holds the whole model, so the cross-rank parameter checksum
+// applies as under DDP: silent on a clean run, and naming the rank whose gathered copy of
+// another rank's shard came back wrong (what a corrupt all-gather leaves behind).
+TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+  RunContext ctx = tiny_run(2, "fp32", 1.0);
+  ctx.cfg.steps = 3;
+  ctx.cfg.data_parallel = "zero";
+  std::vector<std::vector<Finding>> clean(2), corrupt(2);
+  std::mutex building;
+  test::run_loopback_ranks(
+      2, [&](const LaunchInfo& launch) { return make_gradient_sync(launch, ctx.cfg, torch::kCPU); },
+      [&](std::shared_ptr<GradientSync>& sync, int rank) {
+        std::unique_ptr<Trainer> trainer;
+        {
+          std::lock_guard lock(building);
+          trainer = std::make_unique<Trainer>(ctx, sync);
+        }
+        trainer->run();
+        auto group = std::dynamic_pointer_cast<ProcessGroupSync>(sync);
+        ASSERT_TRUE(group);
+        const auto params = trainer->model()->parameters();
+        clean[rank] = group->compare_parameters(params);
+        // Rank 1's copy of rank 0's shard (the first elements: the first parameter) is off by one ulp.
+        if (rank == 1) {
+          torch::NoGradGuard no_grad;
+          auto first = params.front().view(-1).narrow(0, 0, 1);
+          first.copy_(torch::nextafter(first, first + 1));
+        }
+        corrupt[rank] = group->compare_parameters(params);
+      });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(clean[r].empty()) << "rank " << r;
+    ASSERT_EQ(corrupt[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(corrupt[r][0].signature, "parameter_divergence");
+    EXPECT_NE(corrupt[r][0].message.find("rank 1"), std::string::npos) << corrupt[r][0].message;
+  }
+}
+
 // A world of one has nothing to shard: zero is recorded but trains exactly as ddp.
 TEST(ShardedCollectives, OneRankZeroIsDdp) {
   RunContext ctx = tiny_run(1, "fp32", 1.0);
