@@ -34,7 +34,8 @@ class LoopAccess {
   // and the update guard.
   struct Snapshot {
     torch::Tensor params;  // FlatAdamW's flat parameter buffer
-    FlatAdamW::State optimizer;
+    FlatAdamW::State optimizer;   // this rank's shard of the moments (all of them unsharded)
+    ShardOf optimizer_shard;      // which shard that is (ZeRO: one per rank)
     std::optional<DynamicLossScaler> scaler;
     RngSnapshot rng;
     int64_t step = 0;

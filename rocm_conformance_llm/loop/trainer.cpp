@@ -122,7 +122,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   setup_memory_.emplace_back("after_to_device", sample_memory(device));
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
-                                           AdamWHyper{.weight_decay = cfg.weight_decay});
+                                           AdamWHyper{.weight_decay = cfg.weight_decay}, sync_->optimizer_shard());
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
@@ -185,7 +185,7 @@ Trainer::PendingStep Trainer::train_step() {
     // gives the gradient one sync at the end would; only the all-reduce count (comm stress) grows.
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
       auto in_phase = enter(phase::grad_sync, rec);
-      sync_->average_gradients(optimizer_->parameters(), rec.collectives);  // buckets are views
+      sync_->sync_gradients(*optimizer_, rec.collectives);  // DDP: buckets are views; ZeRO: reduce-scatter
     }
   }
   hooks_.on_gradients(rec.step, optimizer_->parameters(), loss_sum, first_micro_batch);
@@ -194,9 +194,16 @@ Trainer::PendingStep Trainer::train_step() {
     auto in_phase = enter(phase::optimizer, rec, rec.collectives);
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
-    grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip);
+    // Sharded, an overflow lands in one rank's shard: every rank must skip with it.
+    if (scaler_ && optimizer_->sharded()) rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
+    grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip,
+                                           [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
     update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
+  }
+  if (optimizer_->sharded()) {  // ZeRO: each rank updated its shard; gather the others' (a comm phase)
+    auto in_phase = enter(phase::grad_sync, rec);
+    sync_->after_update(*optimizer_, rec.collectives);
   }
   finish_step(rec, clock);
   return PendingStep{std::move(rec), DeferredScalars({loss_sum / double(cfg.grad_accum_steps), grad_norm}),
@@ -246,6 +253,7 @@ Trainer::Snapshot Trainer::snapshot() {
   torch::NoGradGuard no_grad;
   return Snapshot{.params = optimizer_->flat_params().clone(),
                   .optimizer = optimizer_->state(),
+                  .optimizer_shard = optimizer_->shard(),
                   .scaler = scaler_,
                   .rng = capture_rng(ctx_.device),
                   .step = step_,

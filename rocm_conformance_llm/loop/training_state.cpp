@@ -144,6 +144,15 @@ torch::Tensor require(const SafetensorsFile& file, const std::string& name, cons
 }  // namespace
 
 std::string rank_state_file(int rank) { return fmt::format("rank-{}.safetensors", rank); }
+std::string optimizer_shard_file(int index) { return fmt::format("optimizer-shard-{}.safetensors", index); }
+
+std::vector<std::string> optimizer_files(const nlohmann::json& state) {
+  const int shards = state.is_object() ? state.value("optimizer_shards", 1) : 1;
+  if (shards <= 1) return {kOptimizerFile};
+  std::vector<std::string> files;
+  for (int i = 0; i < shards; ++i) files.push_back(optimizer_shard_file(i));
+  return files;
+}
 
 nlohmann::json read_checkpoint_json(const fs::path& path) {
   std::ifstream in(path);
@@ -161,6 +170,10 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   std::vector<std::pair<std::string, torch::Tensor>> rng{{"rng.cpu", snap.rng.cpu_state}};
   if (snap.rng.device_state.defined()) rng.emplace_back("rng.device", snap.rng.device_state);
   write_safetensors(dir / rank_state_file(loop.rank()), rng);
+  const std::vector<std::pair<std::string, torch::Tensor>> moments{{"exp_avg", snap.optimizer.exp_avg},
+                                                                   {"exp_avg_sq", snap.optimizer.exp_avg_sq}};
+  const bool sharded = snap.optimizer_shard.count > 1;
+  if (sharded) write_safetensors(dir / optimizer_shard_file(snap.optimizer_shard.index), moments);
   if (!shared) return;
   const auto& cfg = loop.ctx().cfg;
   const Layout layout = layout_of(cfg);
@@ -172,7 +185,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
       weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
   }
   write_safetensors(dir / kWeightsFile, weights, {{"format", "pt"}});
-  write_safetensors(dir / kOptimizerFile, {{"exp_avg", snap.optimizer.exp_avg}, {"exp_avg_sq", snap.optimizer.exp_avg_sq}});
+  if (!sharded) write_safetensors(dir / kOptimizerFile, moments);
   auto model_config = hf_config(cfg, layout);
   model_config.update(special_token_ids(cfg));
   write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
@@ -184,7 +197,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   nlohmann::json state = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
                           {"step", snap.step}, {"micro_batches", snap.micro_batches},
                           {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
-                          {"weights", kLayoutNames[int(layout)]}};
+                          {"weights", kLayoutNames[int(layout)]}, {"optimizer_shards", snap.optimizer_shard.count}};
   state.update(run_fields);
   write_file_synced(dir / kStateFile, {state.dump(2) + "\n"});
 }
@@ -219,11 +232,16 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   }
   // Everything else a step reads, into the loop's own snapshot (the caller restores it).
   auto snap = loop.snapshot();
-  const auto optimizer = read_safetensors(dir / kOptimizerFile);
+  const int shards_then = state.value("optimizer_shards", 1);
+  if (shards_then != snap.optimizer_shard.count)
+    throw CheckpointError(fmt::format("checkpoint {}: optimizer state in {} shards (this run: {})", dir.string(),
+                                      shards_then, snap.optimizer_shard.count));
+  const fs::path optimizer_path = dir / optimizer_files(state).at(snap.optimizer_shard.index);
+  const auto optimizer = read_safetensors(optimizer_path);
   const std::vector<int64_t> flat{snap.optimizer.exp_avg.numel()};
-  snap.optimizer.exp_avg = require(optimizer, "exp_avg", dir / kOptimizerFile, snap.optimizer.exp_avg.scalar_type(), flat);
+  snap.optimizer.exp_avg = require(optimizer, "exp_avg", optimizer_path, snap.optimizer.exp_avg.scalar_type(), flat);
   snap.optimizer.exp_avg_sq =
-      require(optimizer, "exp_avg_sq", dir / kOptimizerFile, snap.optimizer.exp_avg_sq.scalar_type(), flat);
+      require(optimizer, "exp_avg_sq", optimizer_path, snap.optimizer.exp_avg_sq.scalar_type(), flat);
   const fs::path rank_path = dir / rank_state_file(loop.rank());
   const auto rng = read_safetensors(rank_path);
   snap.rng.cpu_state = require(rng, "rng.cpu", rank_path, c10::ScalarType::Byte);

@@ -4,6 +4,8 @@
 //                          computes what that architecture computes
 //   config.json            Hugging Face style model config
 //   optimizer.safetensors  AdamW moments (flat, in the optimizer's buffer order)
+//   optimizer-shard-<R>.safetensors  instead, where the optimizer is sharded (ZeRO): rank R's
+//                          shard of the moments, written by that rank
 //   rank-<R>.safetensors   each rank's RNG states (CPU generator, device generator)
 //   state.json             step, data cursor, optimizer steps, loss scaler, weights layout, and
 //                          what the writer says about the run
@@ -14,6 +16,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,13 +32,18 @@ inline constexpr const char* kWeightsFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kHfConfigFile = "config.json";
 std::string rank_state_file(int rank);  // rank-<R>.safetensors
+std::string optimizer_shard_file(int index);  // optimizer-shard-<R>.safetensors
+// The optimizer files a checkpoint whose state.json is `state` must hold: one per shard
+// ("optimizer_shards", absent before sharding existed: 1).
+std::vector<std::string> optimizer_files(const nlohmann::json& state);
 
 // A checkpoint's JSON file; CheckpointError when it is missing or not JSON.
 nlohmann::json read_checkpoint_json(const std::filesystem::path& path);
 
-// Writes `snap` (taken from `loop`) into `dir`: this rank's RNG states; with `shared` (one rank
-// of a run, or a private checkpoint) also the weights, optimizer moments, Hugging Face config
-// and state.json, which holds `run_fields` beside the training state's own.
+// Writes `snap` (taken from `loop`) into `dir`: this rank's RNG states (and its shard of the
+// optimizer moments where they are sharded); with `shared` (one rank of a run, or a private
+// checkpoint) also the weights, the unsharded optimizer moments, Hugging Face config and
+// state.json, which holds `run_fields` beside the training state's own.
 void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, const std::filesystem::path& dir,
                           bool shared, const nlohmann::json& run_fields);
 

@@ -50,9 +50,14 @@ void verify_manifest(const fs::path& dir) {
   const auto manifest = read_checkpoint_json(dir / kManifest);
   if (manifest.value("format", "") != kCheckpointFormat || !manifest.contains("files") || !manifest["files"].is_object())
     throw CheckpointError("checkpoint " + dir.string() + ": manifest.json is not a " + kCheckpointFormat + " manifest");
-  for (const char* required : {kStateFile, kWeightsFile, kOptimizerFile, kHfConfigFile})
-    if (!manifest["files"].contains(required))
-      throw CheckpointError("checkpoint " + dir.string() + ": manifest.json does not list " + required);
+  std::vector<std::string> required{kStateFile, kWeightsFile, kHfConfigFile};
+  if (manifest["files"].contains(kStateFile)) {
+    const auto optimizer = optimizer_files(read_checkpoint_json(dir / kStateFile));
+    required.insert(required.end(), optimizer.begin(), optimizer.end());
+  }
+  for (const auto& name : required)
+    if (!manifest["files"].contains(name))
+      throw CheckpointError("checkpoint " + dir.string() + ": manifest.json does not list " + name);
   for (const auto& [name, digest] : manifest["files"].items()) {
     if (name.find('/') != std::string::npos || !digest.is_string())
       throw CheckpointError("checkpoint " + dir.string() + ": manifest.json entry '" + name + "' is malformed");
@@ -75,7 +80,13 @@ std::optional<std::string> identity_difference(const nlohmann::json& state, cons
   const auto& then = state.at("training");
   for (const auto& [key, value] : now.training.items()) {
     if (std::ranges::find(kResumeMayDiffer, key) != std::end(kResumeMayDiffer)) continue;
-    if (!then.contains(key)) return fmt::format("no training.{} (this run: {})", key, value.dump());
+    if (!then.contains(key)) {
+      // A field added after the checkpoint was written, at its default, changes nothing.
+      const auto& fields = training_fields();
+      const auto field = std::ranges::find(fields, key, &ConfigField::name);
+      if (field != fields.end() && field->default_value == value) continue;
+      return fmt::format("no training.{} (this run: {})", key, value.dump());
+    }
     if (then[key] != value) return fmt::format("training.{}={} (this run: {})", key, then[key].dump(), value.dump());
   }
   return std::nullopt;

@@ -1,6 +1,8 @@
 // The trainer's only view of other ranks: gradient averaging plus the few scalar reductions a
 // step needs. A single process uses LocalSync; a c10d group (Gloo on CPU; on a GPU c10d's
-// "nccl" group, RCCL on ROCm) implements the same interface in transport/.
+// "nccl" group, RCCL on ROCm) implements the same interface in transport/. The data-parallel
+// strategy (training.data_parallel: DDP, or ZeRO's sharded optimizer) lives behind it too: the
+// step calls the same four points whichever it is (docs/distributed.md, "Sharded data parallel").
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/transport/collective_sample.hpp"
+#include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
 
@@ -24,6 +27,22 @@ class GradientSync {
                                  std::vector<CollectiveSample>& out) = 0;
   // Mean of a scalar across ranks (loss, for identical logs on every rank).
   virtual double mean_across_ranks(double value) = 0;
+
+  // --- the data-parallel strategy: what the step calls, in this order ----------------------
+  // Which shard of the flat optimizer buffer this rank updates: all of it ({0, 1}) unless the
+  // optimizer is sharded across ranks.
+  virtual ShardOf optimizer_shard() const { return {}; }
+  // The accumulated gradients made ready for the update (every grad_sync_interval micro-steps):
+  // DDP averages them all (average_gradients); ZeRO reduce-scatters them so this rank holds the
+  // average of its shard.
+  virtual void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+    average_gradients(optimizer.parameters(), out);
+  }
+  // Sums a per-shard device value over the ranks that hold the other shards (the squared
+  // gradient norm); only called when optimizer_shard() has several.
+  virtual void sum_over_shards(torch::Tensor& /*value*/, std::vector<CollectiveSample>& /*out*/) {}
+  // After the update: where each rank updated its shard, every rank gathers the others'.
+  virtual void after_update(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& /*out*/) {}
   // The 1-based optimizer step about to run. A group quotes it in its heartbeat, so a
   // collective that times out on one rank names the step every other rank was at.
   virtual void begin_step(int64_t /*step*/) {}

@@ -4,8 +4,10 @@
 #include <bit>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #if __has_include(<fmt/ranges.h>)
 #include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
 #endif
@@ -91,8 +93,13 @@ std::string human_bytes(int64_t bytes) {
 
 }  // namespace
 
-ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb)
-    : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {}
+ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
+                                   const std::string& data_parallel)
+    : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
+  if (data_parallel == kDataParallelFsdp)
+    throw std::invalid_argument("data_parallel fsdp: not available in this build (the run refuses it at setup)");
+  if (data_parallel == kDataParallelZero) zero_.emplace(*comm_);
+}
 
 int ProcessGroupSync::rank() const { return comm_->rank(); }
 int ProcessGroupSync::world_size() const { return comm_->world_size(); }
@@ -142,7 +149,27 @@ std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::
   return out;
 }
 
-void ProcessGroupSync::begin_step(int64_t step) { comm_->set_step(step); }
+ShardOf ProcessGroupSync::optimizer_shard() const { return zero_ ? zero_->shard() : ShardOf{}; }
+
+void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+  if (zero_)
+    zero_->reduce_scatter_gradients(optimizer, out);
+  else
+    average_gradients(optimizer.parameters(), out);
+}
+
+void ProcessGroupSync::sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) {
+  if (zero_) zero_->sum_over_ranks(value, out);
+}
+
+void ProcessGroupSync::after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+  if (zero_) zero_->gather_parameters(optimizer, out);
+}
+
+void ProcessGroupSync::begin_step(int64_t step) {
+  comm_->set_step(step);
+  if (zero_) zero_->begin_step();
+}
 
 Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,
                                   nlohmann::json evidence) const {
@@ -294,9 +321,14 @@ RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s, double col
 
 std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
                                                  const torch::Device& device) {
-  if (!launch.distributed()) return std::make_shared<LocalSync>();  // cfg is validated (config.cpp)
+  if (!launch.distributed()) {  // cfg is validated (config.cpp)
+    if (cfg.data_parallel != kDataParallelDdp)
+      spdlog::info("data_parallel={} has no effect in a world of one rank: nothing to shard", cfg.data_parallel);
+    return std::make_shared<LocalSync>();
+  }
   const auto timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0));
-  return std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb);
+  return std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb,
+                                            cfg.data_parallel);
 }
 
 }  // namespace rcl

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "rocm_conformance_llm/base/finding.hpp"
@@ -13,6 +15,7 @@
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
+#include "rocm_conformance_llm/transport/sharded_sync.hpp"
 
 namespace rcl {
 
@@ -41,7 +44,9 @@ class ProcessGroupSync final : public GradientSync {
   // `bucket_mb`: gradients are flattened into buckets of about this size per all-reduce
   // (bigger buckets: fewer, larger RCCL messages; a tensor larger than a bucket goes alone).
   // Validated with the config (bucket_mb > 0).
-  ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb);
+  // `data_parallel`: "ddp" (bucketed all-reduce), or "zero" (ZeroShards: the optimizer state
+  // and the gradients sharded across the ranks).
+  ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, const std::string& data_parallel = kDataParallelDdp);
 
   int rank() const override;
   int world_size() const override;
@@ -50,6 +55,10 @@ class ProcessGroupSync final : public GradientSync {
   void average_gradients(const std::vector<torch::Tensor>& params,
                          std::vector<CollectiveSample>& out) override;
   double mean_across_ranks(double value) override;
+  ShardOf optimizer_shard() const override;
+  void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
+  void sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) override;
+  void after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
   void begin_step(int64_t step) override;
   std::string backend() const override;
 
@@ -86,12 +95,14 @@ class ProcessGroupSync final : public GradientSync {
 
   std::unique_ptr<Communicator> comm_;
   int64_t bucket_bytes_;
+  std::optional<ZeroShards> zero_;  // data_parallel "zero"
   double canary_fault_offset_ = 0.0;
   int64_t sequence_checks_ = 0;  // names each store exchange uniquely
 };
 
 // LocalSync for one process; otherwise a ProcessGroupSync over a group built from `launch`
-// (Gloo for a CPU device, RCCL for a GPU), with cfg.bucket_mb and cfg.collective_timeout_s.
+// (Gloo for a CPU device, RCCL for a GPU), with cfg.bucket_mb, cfg.collective_timeout_s and
+// cfg.data_parallel (which, in a world of one, has nothing to shard: logged, not an error).
 std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
                                                  const torch::Device& device);
 

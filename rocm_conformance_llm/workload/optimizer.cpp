@@ -1,5 +1,6 @@
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -8,8 +9,10 @@
 namespace rcl {
 
 FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
-                     AdamWHyper hyper)
-    : hyper_(hyper) {
+                     AdamWHyper hyper, ShardOf shard)
+    : hyper_(hyper), shard_(shard) {
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+    throw std::invalid_argument("FlatAdamW: shard index out of range");
   parameters_ = decayed;
   parameters_.insert(parameters_.end(), not_decayed.begin(), not_decayed.end());
   if (parameters_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
@@ -23,11 +26,20 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
       throw std::invalid_argument("FlatAdamW: parameters differ in dtype or device");
     total += p.numel();
   }
-  for (const auto& p : decayed) decayed_numel_ += p.numel();
+  int64_t decayed_numel = 0;  // flat_params_[0, decayed_numel) takes weight decay
+  for (const auto& p : decayed) decayed_numel += p.numel();
 
   torch::NoGradGuard no_grad;
-  flat_params_ = torch::empty({total}, options);
-  flat_grads_ = torch::zeros({total}, options);
+  const int64_t shard_numel = (total + shard.count - 1) / shard.count;
+  // Zeros in the padding stay zero: no gradient reaches them, and AdamW maps 0 to 0.
+  padded_params_ = torch::zeros({shard_numel * shard.count}, options);
+  padded_grads_ = torch::zeros_like(padded_params_);
+  flat_params_ = padded_params_.narrow(0, 0, total);
+  flat_grads_ = padded_grads_.narrow(0, 0, total);
+  shard_offset_ = shard_numel * shard.index;
+  shard_params_ = padded_params_.narrow(0, shard_offset_, shard_numel);
+  shard_grads_ = padded_grads_.narrow(0, shard_offset_, shard_numel);
+  decayed_in_shard_ = std::clamp<int64_t>(decayed_numel - shard_offset_, 0, shard_numel);
   int64_t offset = 0;
   for (auto p : parameters_) {
     auto values = flat_params_.narrow(0, offset, p.numel());
@@ -36,18 +48,27 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
     p.mutable_grad() = flat_grads_.narrow(0, offset, p.numel()).view(p.sizes());
     offset += p.numel();
   }
-  state_.exp_avg = torch::zeros_like(flat_params_);
-  state_.exp_avg_sq = torch::zeros_like(flat_params_);
+  state_.exp_avg = torch::zeros_like(shard_params_);
+  state_.exp_avg_sq = torch::zeros_like(shard_params_);
 }
 
-void FlatAdamW::zero_grad() { flat_grads_.zero_(); }
+void FlatAdamW::zero_grad() { padded_grads_.zero_(); }
 
-torch::Tensor FlatAdamW::clip_grad_norm(double max_norm) {
+torch::Tensor FlatAdamW::clip_grad_norm(double max_norm, const std::function<void(torch::Tensor&)>& sum_over_shards) {
   torch::NoGradGuard no_grad;
-  const auto total = flat_grads_.norm();
+  torch::Tensor total;
+  if (sharded()) {
+    // ZeRO's global norm: the shards' sums of squares summed over ranks (one 1-element
+    // all-reduce), not bit for bit the unsharded norm (another summation order).
+    auto squares = shard_grads_.square().sum();
+    sum_over_shards(squares);
+    total = squares.sqrt();
+  } else {
+    total = flat_grads_.norm();
+  }
   if (max_norm > 0) {
     // The same arithmetic as torch::nn::utils::clip_grad_norm_, on the device.
-    flat_grads_.mul_((max_norm / (total + 1e-6)).clamp_max(1.0));
+    shard_grads_.mul_((max_norm / (total + 1e-6)).clamp_max(1.0));
   }
   return total;
 }
@@ -59,20 +80,21 @@ void FlatAdamW::step(double lr, const torch::Tensor& apply) {
   // withheld (0-dim device tensors: same float arithmetic as the scalars). The gradient is
   // zeroed where withheld, as it may hold the NaN that withheld it; an infinite eps turns the
   // parameter update into exactly 0.
-  const auto options = flat_params_.options();
+  const auto options = shard_params_.options();
   const auto either = [&](double applied, double withheld) {
     return torch::where(apply, torch::full({}, applied, options), torch::full({}, withheld, options));
   };
-  flat_grads_.masked_fill_(apply.logical_not(), 0.0);
-  // torch::optim::AdamW::step's sequence of ops, on the whole buffer at once.
-  if (decayed_numel_ > 0) flat_params_.narrow(0, 0, decayed_numel_).mul_(either(1.0 - lr * hyper_.weight_decay, 1.0));
-  state_.exp_avg.mul_(either(hyper_.beta1, 1.0)).add_(flat_grads_, 1.0 - hyper_.beta1);
-  state_.exp_avg_sq.mul_(either(hyper_.beta2, 1.0)).addcmul_(flat_grads_, flat_grads_, 1.0 - hyper_.beta2);
+  shard_grads_.masked_fill_(apply.logical_not(), 0.0);
+  // torch::optim::AdamW::step's sequence of ops, on the whole shard at once.
+  if (decayed_in_shard_ > 0)
+    shard_params_.narrow(0, 0, decayed_in_shard_).mul_(either(1.0 - lr * hyper_.weight_decay, 1.0));
+  state_.exp_avg.mul_(either(hyper_.beta1, 1.0)).add_(shard_grads_, 1.0 - hyper_.beta1);
+  state_.exp_avg_sq.mul_(either(hyper_.beta2, 1.0)).addcmul_(shard_grads_, shard_grads_, 1.0 - hyper_.beta2);
   const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step));
   const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step));
   const auto denom = (state_.exp_avg_sq.sqrt() / std::sqrt(bias_correction2))
                          .add_(either(hyper_.eps, std::numeric_limits<double>::infinity()));
-  flat_params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
+  shard_params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
 }
 
 FlatAdamW::State FlatAdamW::state() const {

@@ -7,6 +7,7 @@
 // The arithmetic is torch::optim::AdamW's, element for element (tests/unit/test_trainer.cpp).
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -20,26 +21,36 @@ struct AdamWHyper {
   double weight_decay = 0.0;  // applied to the `decayed` parameters only
 };
 
+// Which of `count` equal shards of the flat buffer this optimizer updates and keeps moments for
+// (ZeRO: each rank one shard). The buffer is padded with zeros to a multiple of `count`, so the
+// shards are the equal chunks a reduce-scatter and an all-gather need. {0, 1}: all of it.
+struct ShardOf {
+  int index = 0;
+  int count = 1;
+};
+
 class FlatAdamW {
  public:
   // Every parameter once, all of one dtype and device. Their values are moved into the flat
   // buffer (decayed ones first) and each gets a gradient that is a view of the flat gradient:
   // autograd accumulates into it in place, so the views stay valid for the whole run.
   FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
-            AdamWHyper hyper);
+            AdamWHyper hyper, ShardOf shard = {});
 
   void zero_grad();
   // torch::nn::utils::clip_grad_norm_ without its host read-back: returns the total L2 norm of
   // the gradients (before clipping) as a device scalar, so the step never waits for the GPU.
-  // max_norm 0 measures without clipping.
-  torch::Tensor clip_grad_norm(double max_norm);
+  // max_norm 0 measures without clipping. Sharded, the norm is over every rank's shard: this
+  // shard's sum of squares goes through `sum_over_shards` (an all-reduce, in place) first.
+  torch::Tensor clip_grad_norm(double max_norm, const std::function<void(torch::Tensor&)>& sum_over_shards = {});
   // Applies the update where `apply` (a device bool scalar) is true; where false, parameters
-  // and moments stay bit for bit as they were. Decided on the device: no host read.
+  // and moments stay bit for bit as they were. Decided on the device: no host read. Sharded,
+  // only this shard's parameters change (an all-gather then brings the others').
   void step(double lr, const torch::Tensor& apply);
   // Takes back `n` counted steps whose updates were withheld (bias correction counts updates).
   void forget_steps(int64_t n) { state_.steps -= n; }
 
-  // What a checkpoint holds besides the parameters.
+  // What a checkpoint holds besides the parameters: this shard's moments.
   struct State {
     torch::Tensor exp_avg;
     torch::Tensor exp_avg_sq;
@@ -54,11 +65,24 @@ class FlatAdamW {
   // planned in this order are views of the flat gradient (no copies around the all-reduce).
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
 
+  const ShardOf& shard() const { return shard_; }
+  bool sharded() const { return shard_.count > 1; }
+  // The buffers with their padding (count equal chunks), and this shard: chunk `index` of them.
+  const torch::Tensor& padded_params() const { return padded_params_; }
+  const torch::Tensor& padded_grads() const { return padded_grads_; }
+  const torch::Tensor& shard_params() const { return shard_params_; }
+  const torch::Tensor& shard_grads() const { return shard_grads_; }
+  int64_t shard_offset() const { return shard_offset_; }
+
  private:
   AdamWHyper hyper_;
+  ShardOf shard_;
   std::vector<torch::Tensor> parameters_;
+  torch::Tensor padded_params_, padded_grads_;  // the storage: flat_* and shard_* are views of it
   torch::Tensor flat_params_, flat_grads_;
-  int64_t decayed_numel_ = 0;  // flat_params_[0, decayed_numel_) takes weight decay
+  torch::Tensor shard_params_, shard_grads_;
+  int64_t shard_offset_ = 0;
+  int64_t decayed_in_shard_ = 0;  // shard_params_[0, decayed_in_shard_) takes weight decay
   State state_;
 };
 

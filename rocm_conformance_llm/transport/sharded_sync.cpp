@@ -1,0 +1,38 @@
+#include "rocm_conformance_llm/transport/sharded_sync.hpp"
+
+namespace rcl {
+
+void ZeroShards::reduce_scatter_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor padded = optimizer.padded_grads();
+  torch::Tensor mine = optimizer.shard_grads();
+  // A later sync in one step: this shard holds the earlier average plus this rank's micro-steps
+  // since; only those are averaged now (the other shards hold only them: zeroed at the last sync).
+  const bool later = syncs_this_step_++ > 0;
+  if (later) mine.sub_(synced_);
+  // In place: the shard is chunk rank() of the input, the aliasing RCCL's reduce-scatter allows.
+  out.push_back(comm_.reduce_scatter(mine, padded, ReduceOp::avg, "reduce_scatter_grads"));
+  if (later) mine.add_(synced_);
+  if (synced_.defined() && synced_.sizes() == mine.sizes())
+    synced_.copy_(mine);
+  else
+    synced_ = mine.clone();
+  const int64_t offset = optimizer.shard_offset();
+  padded.narrow(0, 0, offset).zero_();
+  const int64_t after = offset + mine.numel();
+  padded.narrow(0, after, padded.numel() - after).zero_();
+}
+
+void ZeroShards::sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSample>& out) {
+  out.push_back(comm_.all_reduce(value, ReduceOp::sum, "allreduce_grad_norm"));
+}
+
+void ZeroShards::gather_parameters(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor padded = optimizer.padded_params();
+  // A copy of the shard: Gloo's list all-gather (libtorch 1.13) must not read what it writes.
+  const torch::Tensor mine = optimizer.shard_params().clone();
+  out.push_back(comm_.all_gather_into(padded, mine, "allgather_params"));
+}
+
+}  // namespace rcl

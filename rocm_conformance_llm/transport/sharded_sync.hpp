@@ -1,0 +1,43 @@
+// ZeRO (stages 1 and 2, DeepSpeed's runtime/zero/stage_1_and_2.py) over the Communicator: each
+// rank owns one equal shard of the optimizer's flat buffer. Per step it issues what DeepSpeed
+// issues: a reduce-scatter (AVG) of the flat gradient per gradient sync, a 1-element all-reduce
+// of the squared gradient norm, and an all-gather of the updated parameters. Every collective
+// goes through the Communicator (RCCL's native kinds; Gloo's emulation) and is recorded.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/workload/optimizer.hpp"
+
+namespace rcl {
+
+// training.data_parallel's values, in the order of what they shard.
+inline constexpr const char* kDataParallelDdp = "ddp";
+inline constexpr const char* kDataParallelZero = "zero";
+inline constexpr const char* kDataParallelFsdp = "fsdp";
+
+class ZeroShards {
+ public:
+  explicit ZeroShards(Communicator& comm) : comm_(comm) {}
+
+  ShardOf shard() const { return {comm_.rank(), comm_.world_size()}; }
+  // A new optimizer step: its first gradient sync starts the average afresh.
+  void begin_step() { syncs_this_step_ = 0; }
+  // Reduce-scatter (AVG) of the whole padded gradient into this rank's shard; the other shards'
+  // gradients are then zeroed (ZeRO-2 frees them): nothing reads them, and a later sync in the
+  // same step must not count them twice. A later sync in the same step (grad_sync_interval <
+  // grad_accum_steps) averages only what was accumulated since, and adds the earlier average.
+  void reduce_scatter_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out);
+  void sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSample>& out);
+  // All-gather of every rank's updated shard into the whole padded parameter buffer.
+  void gather_parameters(FlatAdamW& optimizer, std::vector<CollectiveSample>& out);
+
+ private:
+  Communicator& comm_;
+  int syncs_this_step_ = 0;
+  torch::Tensor synced_;  // this shard's average as the last sync of this step left it
+};
+
+}  // namespace rcl
