@@ -108,7 +108,8 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   auto& cfg = ctx_.cfg;
   validate(cfg);
   const auto& device = ctx_.device;
-  set_deterministic(cfg.deterministic);
+  // Under "replay" the replay check switches them on around the steps it compares.
+  set_deterministic(determinism_of(cfg) == Determinism::all);
 
   data_ = make_data_source(cfg, sync_->rank(), sync_->world_size(), device);
   if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
