@@ -123,7 +123,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   setup_memory_.emplace_back("after_to_device", sample_memory(device));
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
-                                           AdamWHyper{.weight_decay = cfg.weight_decay});
+                                           AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()});
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);

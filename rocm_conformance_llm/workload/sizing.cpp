@@ -8,6 +8,7 @@
 
 #include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
 namespace {
@@ -165,7 +166,11 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
     p.step.push_back(logits >= workspace ? MemoryTerm{"logits_and_loss", logits, "12 B T V"}
                                          : MemoryTerm{"backward_workspace", workspace, "one block's gradients"});
   }
-  p.optimizer = {{"update_temporaries", 8 * P, "8 P (sqrt(v) and its quotient, float32)"}};
+  // ATen's fused kernel (libtorch >= 2.4) updates the buffers in place; the plain update's
+  // whole-buffer ops allocate sqrt(v) and its quotient.
+  p.optimizer = {fused_adamw_available()
+                     ? MemoryTerm{"update_temporaries", 0, "0 (ATen's fused AdamW kernel, in place)"}
+                     : MemoryTerm{"update_temporaries", 8 * P, "8 P (sqrt(v) and its quotient, float32)"}};
 
   const int64_t resident = sum(p.resident), step = sum(p.step), update = sum(p.optimizer);
   p.peak_phase = step >= update ? "backward" : "optimizer";
