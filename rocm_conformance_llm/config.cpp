@@ -62,6 +62,12 @@ std::string describe_check(const FieldCheck& c) {
 
 // Presets. `smoke` finishes in seconds on 2 CPU cores; `small` and `large` are sized for one
 // GPU (an MI250/MI300-class device for `large`). Stress intensities scale with the preset.
+// The GPU presets have real models' shapes and vocabularies, so the LM-head GEMM and the
+// cross-entropy over the vocabulary weigh what they weigh in real training: `small` is GPT-2
+// small (50257 tokens); `large` is Llama 3.2 1B (hidden 2048, 16 layers, 32 query and 8
+// key/value heads, SwiGLU width 8192, RMSNorm, rotary, 128256 tokens, tied LM head).
+constexpr int64_t kGpt2Vocab = 50257;
+constexpr int64_t kLlama3Vocab = 128256;
 std::vector<Preset> make_presets() {
   // Rotary positions and a high LR let 2 layers learn the copy spans within 300 steps.
   const Preset smoke{
@@ -93,9 +99,10 @@ std::vector<Preset> make_presets() {
 
   const Preset small{
       .name = "small",
-      .description = "One GPU, GPT-2-small shape (default when a GPU is present)",
+      .description = "One GPU, GPT-2-small shape and vocabulary (default when a GPU is present)",
       .training = {.hidden_size = 768, .num_layers = 12, .batch_size = 8, .seq_len = 1024,
-                   .mixed_precision = "bf16", .num_heads = 12, .steps = 500, .learning_rate = 6e-4,
+                   .mixed_precision = "bf16", .num_heads = 12, .vocab_size = kGpt2Vocab, .steps = 500,
+                   .learning_rate = 6e-4,
                    .warmup_steps = 50, .eval_interval = 100, .eval_batches = 8},
       .stress = nlohmann::json{
           {"gemm", {{"min_hidden_size", 2048}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
@@ -117,9 +124,11 @@ std::vector<Preset> make_presets() {
                             {"attention", {{"probe_seq_len", 4096}}}});
   const Preset large{
       .name = "large",
-      .description = "MI300-class memory (192 GB): a 1.5B-parameter-class model",
-      .training = {.hidden_size = 2048, .num_layers = 24, .batch_size = 8, .seq_len = 2048,
-                   .mixed_precision = "bf16", .num_heads = 16, .steps = 1000, .learning_rate = 3e-4,
+      .description = "MI300-class memory (192 GB): Llama-3.2-1B shape, GQA and vocabulary",
+      .training = {.hidden_size = 2048, .num_layers = 16, .ffn_multiplier = 6.0, .batch_size = 8,
+                   .seq_len = 2048, .mixed_precision = "bf16", .num_heads = 32, .num_key_value_heads = 8,
+                   .vocab_size = kLlama3Vocab, .position = "rotary", .norm = "rmsnorm", .activation = "swiglu",
+                   .steps = 1000, .learning_rate = 3e-4,
                    .warmup_steps = 100, .eval_interval = 200, .eval_batches = 8},
       .stress = large_stress};
 
@@ -127,6 +136,15 @@ std::vector<Preset> make_presets() {
 }
 
 }  // namespace
+
+int64_t key_value_heads(const TrainingConfig& cfg) {
+  return cfg.num_key_value_heads > 0 ? cfg.num_key_value_heads : cfg.num_heads;
+}
+
+Determinism determinism_of(const TrainingConfig& cfg) {
+  if (cfg.deterministic || cfg.determinism == "all") return Determinism::all;
+  return cfg.determinism == "replay" ? Determinism::replay : Determinism::off;
+}
 
 FieldCheck unchecked() { return {}; }
 FieldCheck at_least(double lo, std::string note) {
@@ -291,6 +309,8 @@ void validate(const TrainingConfig& c) {
   // Cross-field checks, once every field is in its own range.
   require(c.hidden_size % c.num_heads == 0, "hidden_size", show(c.hidden_size),
           "must be divisible by num_heads=" + show(c.num_heads));
+  require(c.num_key_value_heads == 0 || c.num_heads % c.num_key_value_heads == 0, "num_key_value_heads",
+          show(c.num_key_value_heads), "must divide num_heads=" + show(c.num_heads) + " (0 = num_heads)");
   require(c.grad_sync_interval <= c.grad_accum_steps, "grad_sync_interval", show(c.grad_sync_interval),
           "must be <= grad_accum_steps=" + show(c.grad_accum_steps) +
               " (gradients are synchronised at least once per optimizer step)");

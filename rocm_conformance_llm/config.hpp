@@ -58,6 +58,8 @@ struct ConfigField {
   X(std::string, mixed_precision, "fp32", one_of({"fp32", "bf16", "fp16"}), "autocast precision")       \
   /* --- model shape and knobs --- */                                                                   \
   X(int64_t, num_heads, 4, at_least(1), "attention heads")                                               \
+  X(int64_t, num_key_value_heads, 0, at_least(0, "0 = num_heads"),                                       \
+    "key/value heads: fewer than num_heads is grouped-query attention (must divide num_heads)")          \
   X(int64_t, vocab_size, 0, at_least(0), "vocabulary size (0: taken from the data source)")              \
   X(std::string, position, "learned", one_of({"learned", "rotary"}), "position encoding")                \
   X(std::string, norm, "layernorm", one_of({"layernorm", "rmsnorm"}), "normalisation")                   \
@@ -92,7 +94,10 @@ struct ConfigField {
   X(int64_t, eval_batches, 4, at_least(1), "batches per validation loss")                                \
   /* --- reproducibility and rng-mode checks --- */                                                     \
   X(uint64_t, seed, 1234, unchecked(), "seed for init, data order and dropout")                          \
-  X(bool, deterministic, false, unchecked(), "at::globalContext().setDeterministicAlgorithms")            \
+  X(bool, deterministic, false, unchecked(),                                                             \
+    "at::globalContext().setDeterministicAlgorithms for every step (true means determinism=all)")         \
+  X(std::string, determinism, "off", one_of({"off", "replay", "all"}),                                   \
+    "deterministic algorithms: off; replay (only around the steps a replay check compares); all steps")  \
   X(int64_t, replay_check_interval, 0, at_least(0), "steps between rewind-and-replay checks (0 = off)")  \
   X(int64_t, replay_steps, 2, at_least(1), "steps re-run by each replay check")                          \
   /* --- memory mode --- */                                                                             \
@@ -208,6 +213,14 @@ struct RocmConfig {
 };
 
 #undef RCL_DECLARE_MEMBER
+
+// Key/value heads of cfg's attention: num_key_value_heads, or num_heads when it is 0.
+int64_t key_value_heads(const TrainingConfig& cfg);
+
+// Deterministic algorithms, ordered off < replay < all: `determinism`, raised to all by the
+// stable bool `deterministic` (true means all).
+enum class Determinism { off, replay, all };
+Determinism determinism_of(const TrainingConfig& cfg);
 
 // The field tables, in declaration order.
 const std::vector<ConfigField>& training_fields();

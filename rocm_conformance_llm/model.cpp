@@ -185,10 +185,21 @@ std::string sdpa_kernel_choice(const torch::Tensor& q, const torch::Tensor& k, c
 #endif
 }
 
+torch::Tensor repeat_key_value_heads(const torch::Tensor& kv, int64_t groups) {
+  const auto s = kv.sizes();
+  return kv.unsqueeze(2).expand({s[0], s[1], groups, s[2], s[3]}).reshape({s[0], s[1] * groups, s[2], s[3]});
+}
+
 torch::Tensor strided_view_of(const torch::Tensor& v) {
   constexpr int64_t kRowGap = 8;
   return at::constant_pad_nd(v, {0, kRowGap}).narrow(-1, 0, v.size(-1));
 }
+
+int64_t key_value_width(const TrainingConfig& cfg) {
+  return key_value_heads(cfg) * (cfg.hidden_size / cfg.num_heads);
+}
+
+int64_t qkv_output_width(const TrainingConfig& cfg) { return cfg.hidden_size + 2 * key_value_width(cfg); }
 
 int64_t ffn_hidden_size(const TrainingConfig& cfg) {
   const double width = cfg.ffn_multiplier * double(cfg.hidden_size);
@@ -200,12 +211,13 @@ int64_t ffn_hidden_size(const TrainingConfig& cfg) {
 int64_t parameter_count(const TrainingConfig& cfg) {
   const int64_t c = cfg.hidden_size;
   const int64_t head_dim = c / cfg.num_heads;
+  const int64_t qkv_width = qkv_output_width(cfg);
   const int64_t ffn = ffn_hidden_size(cfg);
   const int64_t up_width = cfg.activation == "swiglu" ? 2 * ffn : ffn;
   int64_t block = 0;
   block += (cfg.norm_layout == "sandwich" ? 4 : 2) * norm_params(cfg.norm, c);
-  block += 3 * c * c + 3 * c;                          // qkv
-  block += 3 * c * cfg.qkv_conv_kernel;                // depthwise conv, no bias
+  block += c * qkv_width + qkv_width;                  // qkv (K and V narrower under GQA)
+  block += qkv_width * cfg.qkv_conv_kernel;            // depthwise conv, no bias
   if (cfg.qk_norm) block += 2 * norm_params(cfg.norm, head_dim);
   block += c * c + c;                                  // attention output projection
   const int64_t mlp = c * up_width + up_width + ffn * c + c;
@@ -254,6 +266,7 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, const ModelOptions& options)
     : num_heads_(cfg.num_heads),
+      kv_heads_(key_value_heads(cfg)),
       head_dim_(cfg.hidden_size / cfg.num_heads),
       dropout_(cfg.dropout),
       rotary_(cfg.position == "rotary"),
@@ -263,14 +276,16 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
       strided_v_(cfg.attention_noncontiguous_v),
       conv_kernel_(cfg.qkv_conv_kernel) {
   const int64_t c = cfg.hidden_size;
-  qkv = register_module("qkv", torch::nn::Linear(c, 3 * c));
+  const int64_t qkv_width = qkv_output_width(cfg);
+  qkv = register_module("qkv", torch::nn::Linear(c, qkv_width));
   proj = register_module("proj", torch::nn::Linear(c, c));
   if (conv_kernel_ > 0) {
     // Primer's depthwise causal convolution on each Q/K/V channel. On ROCm a Conv1d goes
     // through MIOpen, so this knob puts MIOpen kernels (and their fusion/tuning choices)
     // inside every attention layer of the fusion stress mode.
     qkv_conv_ = register_module(
-        "qkv_conv", torch::nn::Conv1d(torch::nn::Conv1dOptions(3 * c, 3 * c, conv_kernel_).groups(3 * c).bias(false)));
+        "qkv_conv",
+        torch::nn::Conv1d(torch::nn::Conv1dOptions(qkv_width, qkv_width, conv_kernel_).groups(qkv_width).bias(false)));
     // Start as the identity (weight 1 on the current position) so turning the knob on does
     // not change what the model computes at initialisation.
     torch::NoGradGuard no_grad;
@@ -293,11 +308,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
     const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
     qkv_out = qkv_conv_(channels_first).transpose(1, 2);
   }
-  const auto parts = qkv_out.split(width, -1);
-  auto heads = [&](const torch::Tensor& t) {
-    return t.reshape({batch, seq, num_heads_, head_dim_}).transpose(1, 2);  // [B, H, T, D]
+  const int64_t kv_width = kv_heads_ * head_dim_;
+  const auto parts = qkv_out.split_with_sizes({width, kv_width, kv_width}, -1);
+  auto heads = [&](const torch::Tensor& t, int64_t count) {
+    return t.reshape({batch, seq, count, head_dim_}).transpose(1, 2);  // [B, count, T, D]
   };
-  auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  auto q = heads(parts[0], num_heads_), k = heads(parts[1], kv_heads_), v = heads(parts[2], kv_heads_);
   if (!q_norm_.is_empty()) {
     q = q_norm_(q);
     k = k_norm_(k);
@@ -305,6 +321,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   if (rotary_) {
     q = apply_rotary(q);
     k = apply_rotary(k);
+  }
+  // Grouped-query attention: each key/value head serves num_heads / kv_heads consecutive query
+  // heads (Hugging Face's repeat_kv), so every attention backend sees as many K/V heads as Q.
+  if (kv_heads_ < num_heads_) {
+    k = repeat_key_value_heads(k, num_heads_ / kv_heads_);
+    v = repeat_key_value_heads(v, num_heads_ / kv_heads_);
   }
   if (capture_) {
     *capture_ = {q.detach(), k.detach(), v.detach()};

@@ -25,6 +25,12 @@ struct ModelOptions {
   bool attention_self_only = false;
 };
 
+// Width of K (and of V): key_value_heads(cfg) heads of hidden_size / num_heads; hidden_size
+// without grouped-query attention.
+int64_t key_value_width(const TrainingConfig& cfg);
+// Output width of the fused Q/K/V projection: hidden_size + 2 * key_value_width.
+int64_t qkv_output_width(const TrainingConfig& cfg);
+
 // Width of the MLP's hidden layer: ffn_multiplier * hidden for GELU; for SwiGLU 2/3 of that
 // rounded up to a multiple of 8 (as LLaMA does) so the three SwiGLU matrices cost about what
 // GELU's two do.
@@ -37,7 +43,8 @@ int64_t parameter_count(const TrainingConfig& cfg);
 //   6 * N + 12 * L * hidden * T
 // N = parameters that take part in a matrix multiply (everything except the learned position
 // table, which is only a lookup; the token table counts because the tied LM head multiplies
-// by it), L = layers, T = seq_len. The second term is attention's QK^T and AV products.
+// by it; grouped-query attention's narrower K/V projections count through N), L = layers,
+// T = seq_len. The second term is attention's QK^T and AV products over every query head.
 // Activation recomputation (checkpointing) is not counted: this is model FLOPs, not hardware.
 double flops_per_token(const TrainingConfig& cfg);
 
@@ -89,12 +96,16 @@ torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, con
 // "overrideable", "math" (no fused kernel takes the call) or "none". ConfigError without SDPA.
 std::string sdpa_kernel_choice(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double dropout);
+// K or V [B, KV, T, D] -> [B, KV * groups, T, D]: head j serves query heads j*groups ..
+// (j+1)*groups - 1, as Hugging Face's repeat_kv (expand + reshape).
+torch::Tensor repeat_key_value_heads(const torch::Tensor& kv, int64_t groups);
 // The same values as `v` [.., T, D], as a strided view whose rows are D + 8 elements apart
 // (last dimension still contiguous, as the fused kernels require): fused kernels that assumed
 // V's row stride gave wrong results (ROCm/pytorch#3230).
 torch::Tensor strided_view_of(const torch::Tensor& v);
 
-// One layer's attention inputs, each [B, H, T, D] after QK-norm and rotary, detached.
+// One layer's attention inputs, each [B, H, T, D] after QK-norm, rotary and the repeat of
+// grouped-query attention's K/V heads, detached.
 struct AttentionInputs {
   torch::Tensor q, k, v;
 };
@@ -123,7 +134,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // layer's mask, dropout and V layout), or "explicit" where the layer does not call SDPA.
   std::string training_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
 
-  torch::nn::Linear qkv{nullptr};
+  torch::nn::Linear qkv{nullptr};  // Q, K, V rows: hidden, then key_value_width twice
   torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
 
   // Tensor parallel: keeps this rank's heads of the full weights (workload/tensor_parallel_model.cpp).
@@ -135,6 +146,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor allowed_keys(const torch::Tensor& q) const;  // undefined: causal only
 
   int64_t num_heads_;
+  int64_t kv_heads_;  // < num_heads_: grouped-query attention
   int64_t head_dim_;
   double dropout_;
   bool rotary_;

@@ -32,7 +32,9 @@ std::vector<StressMode> builtin_modes() {
                  replace("mixed_precision", "fp32", intensity("precision"))}},
       // rocRAND: dropout and stochastic depth draw Philox masks every step on every layer;
       // deterministic algorithms plus rewind-and-replay checks make any RNG drift visible.
-      // Seeds are always fixed (--seed, default 1234); this mode adds the checks.
+      // Seeds are always fixed (--seed, default 1234); this mode adds the checks. Deterministic
+      // algorithms only around the steps a replay compares ("replay"): on every step they cost
+      // the fused attention backward its parallelism over keys (docs/stress-modes.md).
       {.name = "rng",
        .targets = "rocRAND",
        .components = {component::rocrand},
@@ -41,7 +43,7 @@ std::vector<StressMode> builtin_modes() {
                        {"min_drop_path", 0.1, within(0, 1, false), "drop_path floor"},
                        {"replay_check_interval", 20, at_least(1), "replay checks at least every this many steps"}},
        .rules = {raise_to("dropout", intensity("min_dropout")), raise_to("drop_path", intensity("min_drop_path")),
-                 switch_on("deterministic"),
+                 raise_to("determinism", fixed("replay")),
                  at_least_every("replay_check_interval", intensity("replay_check_interval"))}},
       // RCCL: small per-device batches make compute short relative to communication, and an
       // all-reduce after every micro-step multiplies the collectives per optimizer step;
@@ -148,6 +150,21 @@ void apply_mode(const StressMode& mode, const StressProfile& profile, const Capa
 
 std::string value_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
+// The allowed values of a one_of training field, weakest first (e.g. determinism: off, replay, all).
+const std::vector<std::string>& ordered_values(const std::string& field) {
+  for (const auto& f : training_fields())
+    if (f.name == field) return f.check.allowed;
+  throw ConfigError("no training field '" + field + "'");
+}
+
+// `slot` < `value`: numbers by value, a one_of string by its place in the field's allowed list.
+bool below(const std::string& field, const nlohmann::json& slot, const nlohmann::json& value) {
+  if (!slot.is_string()) return slot < value;
+  const auto& order = ordered_values(field);
+  return std::find(order.begin(), order.end(), slot.get<std::string>()) <
+         std::find(order.begin(), order.end(), value.get<std::string>());
+}
+
 }  // namespace
 
 RuleValue intensity(std::string key) { return {.intensity = std::move(key)}; }
@@ -235,7 +252,7 @@ void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities
   nlohmann::json& slot = config.at(rule.field);
   switch (rule.op) {
     case StressOp::kAtLeast:
-      if (!(slot < value)) return;
+      if (!below(rule.field, slot, value)) return;
       if (rule.multiple_of.empty()) {
         slot = value;
       } else {
@@ -267,6 +284,7 @@ std::string describe_op(const StressRule& rule, bool markdown) {
       rule.intensity.empty() ? value_text(rule.literal) : (markdown ? "*" + rule.intensity + "*" : "<" + rule.intensity + ">");
   switch (rule.op) {
     case StressOp::kAtLeast:
+      if (rule.literal.is_string()) return field + " >= " + value + " (" + join(ordered_values(rule.field), " < ") + ")";
       return field + " >= " + value +
              (rule.multiple_of.empty()
                   ? ""

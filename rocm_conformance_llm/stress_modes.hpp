@@ -21,7 +21,8 @@
 namespace rcl {
 
 enum class StressOp {
-  kAtLeast,  // raise to at least the value (optionally rounded up to a multiple of a read field)
+  kAtLeast,  // raise to at least the value (optionally rounded up to a multiple of a read field);
+             // a string field (one_of) is ordered by its allowed list, e.g. off < replay < all
   kAtMost,   // lower to at most the value
   kSwitchOn, // set a bool to true
   kEvery,    // an every-N-steps interval at least this often (0 = off counts as never)

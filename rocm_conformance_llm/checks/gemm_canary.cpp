@@ -76,7 +76,7 @@ std::vector<CanaryShape> model_gemm_shapes(const TrainingConfig& cfg) {
   // SwiGLU's up projection produces the gate and the value in one GEMM.
   const int64_t ffn_up_out = cfg.activation == "swiglu" ? 2 * ffn : ffn;
   std::vector<CanaryShape> shapes = {
-      {"qkv_proj", tokens, 3 * h, h, false, true, dtype},
+      {"qkv_proj", tokens, qkv_output_width(cfg), h, false, true, dtype},
       {"attn_out_proj", tokens, h, h, false, true, dtype},
       {"ffn_up", tokens, ffn_up_out, h, false, true, dtype},
       {"ffn_down", tokens, h, ffn, false, true, dtype},

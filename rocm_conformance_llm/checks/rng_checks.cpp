@@ -158,6 +158,12 @@ bool ReplayCheck::skewed(FaultKind kind) const {
   return faults_ && pending_ && faults_->fires(kind, pending_->saved_step, loop_.rank());
 }
 
+bool ReplayCheck::compares_bitwise() const { return determinism_of(loop_.ctx().cfg) != Determinism::off; }
+
+void ReplayCheck::deterministic_around_replay(bool on) {
+  if (determinism_of(loop_.ctx().cfg) == Determinism::replay) set_deterministic(on);
+}
+
 bool ReplayCheck::any_rank(bool mine) {
   if (loop_.world_size() == 1) return mine;
   return loop_.mean_across_ranks(mine ? 1.0 : 0.0) > 0;
@@ -172,6 +178,7 @@ void ReplayCheck::settle(int64_t step) {
   }
   std::filesystem::remove_all(scratch_dir_);
   pending_.reset();
+  deterministic_around_replay(false);
 }
 
 // A replay that ends with the run's last step is judged only after it.
@@ -191,6 +198,9 @@ void ReplayCheck::between_steps(int64_t step) {
   // Saved and reloaded through the checkpoint writer and loader (safetensors files on disk), so
   // the memory figure after the reload is the real loader's.
   const MemorySample before_save = sample_memory(device);
+  // Both runs of the compared steps (and any re-run) under deterministic algorithms; settle()
+  // switches them off again.
+  deterministic_around_replay(true);
   Pending replay{.saved_step = step, .first_step = step + 1, .saved = loop_.save_private_checkpoint(scratch_dir_)};
   for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(loop_.run_unpublished_step().loss);
   loop_.load_private_checkpoint(replay.saved);
@@ -206,7 +216,7 @@ void ReplayCheck::on_loss(int64_t step, double local_loss) {
   if (!pending_ || pending_->judged || step < pending_->first_step) return;
   pending_->second_run.push_back(local_loss);
   if (pending_->second_run.size() < pending_->first_run.size()) return;
-  const bool bitwise = loop_.ctx().cfg.deterministic;
+  const bool bitwise = compares_bitwise();
   pending_->mismatch = compare_replay(pending_->first_run, pending_->second_run, pending_->first_step, bitwise,
                                       cfg_.replay_rel_tolerance, loop_.rank());
   pending_->judged = true;
@@ -228,7 +238,7 @@ std::vector<double> ReplayCheck::replay_from_saved(bool fp32, bool skew) {
 
 void ReplayCheck::classify_and_report(Finding mismatch) {
   const auto& p = *pending_;
-  const bool bitwise = loop_.ctx().cfg.deterministic;
+  const bool bitwise = compares_bitwise();
   const int rank = loop_.rank();
   const auto unequal = [&](const std::vector<double>& a, const std::vector<double>& b) {
     return compare_replay(a, b, p.first_step, bitwise, cfg_.replay_rel_tolerance, rank).has_value();

@@ -79,7 +79,8 @@ std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t st
 // Loop-side (rng mode): rewind-and-replay. After step S the state is saved (a private
 // checkpoint), steps S+1..S+k run unpublished, the state is reloaded (the resume loader) and the
 // same steps run again, for real: the two loss sequences must match (bitwise under
-// deterministic algorithms: pytorch/pytorch#196164, ROCm/rocBLAS#1459). Training continues from
+// deterministic algorithms: pytorch/pytorch#196164, ROCm/rocBLAS#1459; determinism "replay"
+// switches them on for these steps only). Training continues from
 // the second run, so a healthy run logs the losses it would have logged without the check. At
 // the same point: the RNG-restore check, the cross-rank dropout-mask check (several ranks) and
 // memory back to its level after the reload.
@@ -113,6 +114,11 @@ class ReplayCheck final : public Detector {
   void classify_and_report(Finding mismatch);
   bool skewed(FaultKind kind) const;
   bool any_rank(bool mine);  // a vote every rank casts (one all-reduce with several ranks)
+  // Deterministic algorithms (determinism "replay" or "all"): the runs must be bitwise equal.
+  bool compares_bitwise() const;
+  // Under determinism "replay": deterministic algorithms on from the save to the judged replay
+  // (settle), off for every other step. Under "off" and "all" the run's setting stays.
+  void deterministic_around_replay(bool on);
 
   LoopAccess& loop_;
   const FaultPlan* faults_;

@@ -108,7 +108,8 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   auto& cfg = ctx_.cfg;
   validate(cfg);
   const auto& device = ctx_.device;
-  set_deterministic(cfg.deterministic);
+  // Under "replay" the replay check switches them on around the steps it compares.
+  set_deterministic(determinism_of(cfg) == Determinism::all);
 
   data_ = make_data_source(cfg, sync_->rank(), sync_->world_size(), device);
   if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
@@ -122,7 +123,8 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   setup_memory_.emplace_back("after_to_device", sample_memory(device));
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
   optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
-                                           AdamWHyper{.weight_decay = cfg.weight_decay}, sync_->optimizer_shard());
+                                           AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()},
+                                           sync_->optimizer_shard());
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);

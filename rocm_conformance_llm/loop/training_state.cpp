@@ -28,14 +28,17 @@ constexpr const char* kLayoutNames[] = {"native", "gpt2", "llama"};
 
 Layout layout_of(const TrainingConfig& c) {
   if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return Layout::native;
-  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu") return Layout::gpt2;
+  // GPT-2 has no grouped-query attention.
+  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu" && key_value_heads(c) == c.num_heads)
+    return Layout::gpt2;
   if (c.position == "rotary" && c.norm == "rmsnorm" && c.activation == "swiglu") return Layout::llama;
   return Layout::native;
 }
 
-// Our module path -> the stored names. A fused tensor is stored as equal row blocks, one name
-// each (Llama: Q, K, V of attn.qkv; gate and up of SwiGLU's mlp.up, in that order: the first
-// half goes through silu). GPT-2's Conv1D stores a Linear weight transposed ([in, out]).
+// Our module path -> the stored names. A fused tensor is stored as row blocks, one name each
+// (Llama: Q, K, V of attn.qkv, K and V narrower under grouped-query attention; gate and up of
+// SwiGLU's mlp.up, equal halves in that order: the first goes through silu). GPT-2's Conv1D
+// stores a Linear weight transposed ([in, out]).
 struct NameRule {
   const char* native;
   std::array<const char*, 3> stored;  // the row blocks' names; nullptr-terminated
@@ -58,6 +61,7 @@ constexpr NameRule kLlamaBlock[] = {
 
 struct StoredNames {
   std::vector<std::string> names;  // one per row block of the parameter
+  std::vector<int64_t> rows{};     // the blocks' rows (set by stored_names)
   bool transpose = false;
 };
 
@@ -88,11 +92,20 @@ StoredNames hf_names(const std::string& native, Layout layout) {
   return *mapped;
 }
 
-// Each parameter's names in model.safetensors.
+// Each parameter's names in model.safetensors, with the rows of each block: Q, K, V's widths for
+// the three blocks of attn.qkv, equal shares otherwise.
 std::vector<std::pair<std::string, StoredNames>> stored_names(GPT& model, Layout layout) {
+  const auto& cfg = model->config();
   std::vector<std::pair<std::string, StoredNames>> out;
-  for (const auto& item : model->named_parameters())
-    out.emplace_back(item.key(), layout == Layout::native ? StoredNames{{item.key()}} : hf_names(item.key(), layout));
+  for (const auto& item : model->named_parameters()) {
+    auto stored = layout == Layout::native ? StoredNames{{item.key()}} : hf_names(item.key(), layout);
+    const auto parts = static_cast<int64_t>(stored.names.size());
+    if (parts == 3)
+      stored.rows = {cfg.hidden_size, key_value_width(cfg), key_value_width(cfg)};
+    else
+      stored.rows.assign(stored.names.size(), item.value().size(0) / parts);
+    out.emplace_back(item.key(), std::move(stored));
+  }
   return out;
 }
 
@@ -107,7 +120,7 @@ nlohmann::json hf_config(const TrainingConfig& c, Layout layout) {
     return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
             {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
             {"intermediate_size", ffn_hidden_size(c)}, {"num_hidden_layers", c.num_layers},
-            {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_heads},
+            {"num_attention_heads", c.num_heads}, {"num_key_value_heads", key_value_heads(c)},
             {"head_dim", c.hidden_size / c.num_heads}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
             {"rope_theta", 10000.0}, {"attention_bias", true}, {"mlp_bias", true},
             {"attention_dropout", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
@@ -115,7 +128,7 @@ nlohmann::json hf_config(const TrainingConfig& c, Layout layout) {
   return {{"architectures", {"RclGPT"}}, {"model_type", "rcl-gpt"}, {"vocab_size", c.vocab_size},
           {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
           {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
-          {"intermediate_size", ffn_hidden_size(c)}, {"hidden_act", c.activation}, {"norm", c.norm},
+          {"num_key_value_heads", key_value_heads(c)}, {"intermediate_size", ffn_hidden_size(c)}, {"hidden_act", c.activation}, {"norm", c.norm},
           {"norm_layout", c.norm_layout}, {"position_embedding", c.position}, {"qk_norm", c.qk_norm},
           {"qkv_conv_kernel", c.qkv_conv_kernel}, {"moe_experts", c.moe_experts}, {"moe_top_k", c.moe_top_k},
           {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
@@ -180,7 +193,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   auto params = loop.model()->named_parameters();
   for (const auto& [native, stored] : stored_names(loop.model(), layout)) {
-    const auto blocks = params[native].chunk(static_cast<int64_t>(stored.names.size()), 0);
+    const auto blocks = params[native].split_with_sizes(stored.rows, 0);
     for (size_t i = 0; i < blocks.size(); ++i)
       weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
   }
@@ -220,11 +233,12 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   auto params = loop.model()->named_parameters();
   for (const auto& [native, stored] : names) {
     auto& param = params[native];
-    auto shape = param.sizes().vec();
-    shape[0] /= static_cast<int64_t>(stored.names.size());
-    if (stored.transpose) std::swap(shape[0], shape[1]);
     std::vector<torch::Tensor> blocks;
-    for (const auto& name : stored.names) {
+    for (size_t i = 0; i < stored.names.size(); ++i) {
+      auto shape = param.sizes().vec();
+      shape[0] = stored.rows[i];
+      if (stored.transpose) std::swap(shape[0], shape[1]);
+      const auto& name = stored.names[i];
       const auto t = require(weights, name, dir / kWeightsFile, param.scalar_type(), shape);
       blocks.push_back(stored.transpose ? t.t() : t);
     }

@@ -53,8 +53,11 @@ std::vector<std::string> differing_training_keys(const nlohmann::json& a, const 
   return keys;
 }
 
+// Every step under deterministic algorithms (determinism "all", or the stable bool): "replay"
+// switches them on only around the replay check's steps, so its losses are not bitwise stable.
 bool deterministic(const RunRecord& r) {
-  return r.config.value("training", nlohmann::json::object()).value("deterministic", false);
+  const auto training = r.config.value("training", nlohmann::json::object());
+  return training.value("deterministic", false) || training.value("determinism", "off") == "all";
 }
 
 std::vector<double> steady_times(const std::vector<StepPoint>& steps, int64_t warmup) {

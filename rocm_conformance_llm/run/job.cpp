@@ -201,7 +201,7 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
     throw ConfigError("--output-dir '" + run.output_dir +
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
-  const std::string gemm_env = prepare_gemm_environment(run.training.deterministic);
+  const std::string gemm_env = prepare_gemm_environment(determinism_of(run.training) != Determinism::off);
   s.device = resolve_device(run.training.device, s.launch.local_rank);
   if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
   check_attention_backend(run.training, s.device.type());

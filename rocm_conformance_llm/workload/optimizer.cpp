@@ -6,13 +6,29 @@
 #include <set>
 #include <stdexcept>
 
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define RCL_HAVE_FUSED_ADAMW 1
+#endif
+
 namespace rcl {
+
+bool fused_adamw_available() {
+#ifdef RCL_HAVE_FUSED_ADAMW
+  return true;
+#else
+  return false;
+#endif
+}
 
 FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
                      AdamWHyper hyper, ShardOf shard)
     : hyper_(hyper), shard_(shard) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     throw std::invalid_argument("FlatAdamW: shard index out of range");
+  if (hyper_.fused && !fused_adamw_available())
+    throw std::invalid_argument("FlatAdamW: the fused AdamW kernel needs libtorch >= 2.4");
   parameters_ = decayed;
   parameters_.insert(parameters_.end(), not_decayed.begin(), not_decayed.end());
   if (parameters_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
@@ -85,6 +101,7 @@ void FlatAdamW::step(double lr, const torch::Tensor& apply) {
     return torch::where(apply, torch::full({}, applied, options), torch::full({}, withheld, options));
   };
   shard_grads_.masked_fill_(apply.logical_not(), 0.0);
+  if (hyper_.fused) return fused_step(lr, apply, step);
   // torch::optim::AdamW::step's sequence of ops, on the whole shard at once.
   if (decayed_in_shard_ > 0)
     shard_params_.narrow(0, 0, decayed_in_shard_).mul_(either(1.0 - lr * hyper_.weight_decay, 1.0));
@@ -95,6 +112,26 @@ void FlatAdamW::step(double lr, const torch::Tensor& apply) {
   const auto denom = (state_.exp_avg_sq.sqrt() / std::sqrt(bias_correction2))
                          .add_(either(hyper_.eps, std::numeric_limits<double>::infinity()));
   shard_params_.addcdiv_(state_.exp_avg, denom, -lr / bias_correction1);
+}
+
+void FlatAdamW::fused_step(double lr, const torch::Tensor& apply, int64_t step) {
+#ifdef RCL_HAVE_FUSED_ADAMW
+  // found_inf = 1 makes the kernel leave parameters and moments untouched (a withheld update),
+  // decided on the device. The step count is read from a tensor (float32, as torch.optim's).
+  const auto withheld = apply.logical_not().to(torch::kFloat);
+  const auto steps = torch::full({}, double(step), shard_params_.options().dtype(torch::kFloat));
+  const auto group = [&](int64_t begin, int64_t length, double weight_decay) {
+    if (length == 0) return;
+    at::_fused_adamw_({shard_params_.narrow(0, begin, length)}, {shard_grads_.narrow(0, begin, length)},
+                      {state_.exp_avg.narrow(0, begin, length)}, {state_.exp_avg_sq.narrow(0, begin, length)},
+                      /*max_exp_avg_sqs=*/{}, {steps}, lr, hyper_.beta1, hyper_.beta2, weight_decay, hyper_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/{}, withheld);
+  };
+  group(0, decayed_in_shard_, hyper_.weight_decay);
+  group(decayed_in_shard_, shard_params_.numel() - decayed_in_shard_, 0.0);
+#else
+  (void)lr, (void)apply, (void)step;
+#endif
 }
 
 FlatAdamW::State FlatAdamW::state() const {

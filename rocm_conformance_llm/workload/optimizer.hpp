@@ -19,6 +19,7 @@ struct AdamWHyper {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.0;  // applied to the `decayed` parameters only
+  bool fused = false;         // ATen's fused AdamW kernel (needs fused_adamw_available())
 };
 
 // Which of `count` equal shards of the flat buffer this optimizer updates and keeps moments for
@@ -28,6 +29,11 @@ struct ShardOf {
   int index = 0;
   int count = 1;
 };
+
+// at::_fused_adamw_ serves every device this build runs on: libtorch >= 2.4 (its CPU kernel
+// came in 2.4; CUDA and ROCm builds have it since 2.0). One kernel reads and writes each buffer
+// once, where the plain update is a dozen whole-buffer ops.
+bool fused_adamw_available();
 
 class FlatAdamW {
  public:
@@ -75,6 +81,9 @@ class FlatAdamW {
   int64_t shard_offset() const { return shard_offset_; }
 
  private:
+  // The update of step(), at step `step`, through at::_fused_adamw_ (hyper_.fused).
+  void fused_step(double lr, const torch::Tensor& apply, int64_t step);
+
   AdamWHyper hyper_;
   ShardOf shard_;
   std::vector<torch::Tensor> parameters_;

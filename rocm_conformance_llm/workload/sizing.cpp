@@ -8,13 +8,14 @@
 
 #include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
 namespace {
 
 // The shapes and element sizes every formula reads (docs/sizing.md names them the same way).
 struct Shape {
-  int64_t B, T, BT, C, H, F, F_up, L, V;
+  int64_t B, T, BT, C, H, K, F, F_up, L, V;  // K: width of K and of V (C without GQA)
   int64_t a;     // bytes of an activation: the autocast dtype (2 for bf16/fp16), else 4
   int64_t r;     // bytes of the residual stream and of the parameters: float32
   int64_t drop;  // bytes per element a dropout keeps for backward: a bool mask on an accelerator
@@ -29,6 +30,7 @@ Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
   s.BT = s.B * s.T;
   s.C = cfg.hidden_size;
   s.H = cfg.num_heads;
+  s.K = key_value_width(cfg);
   s.F = ffn_hidden_size(cfg);
   s.swiglu = cfg.activation == "swiglu";
   s.F_up = s.swiglu ? 2 * s.F : s.F;
@@ -57,10 +59,11 @@ int64_t attention_bytes_per_token(const Shape& s) {
   int64_t b = 0;
   b += s.r * s.C;                                     // block input (LayerNorm 1 keeps it)
   b += s.a * s.C;                                     // LayerNorm 1 output as the QKV GEMM reads it
-  b += 3 * s.a * s.C;                                 // QKV output (Q, K, V are views of it)
-  if (s.conv) b += 3 * s.a * s.C;                     // the left-padded copy the convolution keeps
-  if (s.qk_norm && s.autocast) b += 2 * 4 * s.C;      // float32 copies of Q and K the norms keep
-  if (s.qk_norm || s.rotary) b += 2 * s.a * s.C;      // new Q and K (normed and/or rotated)
+  b += s.a * (s.C + 2 * s.K);                         // QKV output (Q, K, V are views of it)
+  if (s.conv) b += s.a * (s.C + 2 * s.K);             // the left-padded copy the convolution keeps
+  if (s.qk_norm && s.autocast) b += 4 * (s.C + s.K);  // float32 copies of Q and K the norms keep
+  if (s.qk_norm || s.rotary) b += s.a * (s.C + s.K);  // new Q and K (normed and/or rotated)
+  if (s.K < s.C) b += 2 * s.a * s.C;                  // GQA: K and V repeated to every query head
   if (!s.math_scores) b += s.a * s.C + 4 * s.H;       // fused attention output and log-sum-exp
   if (s.strided_v) b += s.a * (s.C + 8 * s.H);        // V padded by 8 per row (strided view)
   return b;
@@ -163,7 +166,11 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
     p.step.push_back(logits >= workspace ? MemoryTerm{"logits_and_loss", logits, "12 B T V"}
                                          : MemoryTerm{"backward_workspace", workspace, "one block's gradients"});
   }
-  p.optimizer = {{"update_temporaries", 8 * P, "8 P (sqrt(v) and its quotient, float32)"}};
+  // ATen's fused kernel (libtorch >= 2.4) updates the buffers in place; the plain update's
+  // whole-buffer ops allocate sqrt(v) and its quotient.
+  p.optimizer = {fused_adamw_available()
+                     ? MemoryTerm{"update_temporaries", 0, "0 (ATen's fused AdamW kernel, in place)"}
+                     : MemoryTerm{"update_temporaries", 8 * P, "8 P (sqrt(v) and its quotient, float32)"}};
 
   const int64_t resident = sum(p.resident), step = sum(p.step), update = sum(p.optimizer);
   p.peak_phase = step >= update ? "backward" : "optimizer";

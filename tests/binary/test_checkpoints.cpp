@@ -174,6 +174,8 @@ TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
 // The flags that give the smoke model a layout Hugging Face has (run/run_checkpoint.cpp's Layout).
 const std::string kGpt2Layout = "--set position=learned ";
 const std::string kLlamaLayout = "--set position=rotary --set norm=rmsnorm --set activation=swiglu ";
+// Grouped-query attention: smoke's 4 query heads share 2 key/value heads (k_proj, v_proj narrower).
+const std::string kLlamaGqaLayout = kLlamaLayout + "--set num_key_value_heads=2 ";
 
 TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   const fs::path dir = fresh_dir("ckpt", "gpt2");
@@ -280,6 +282,38 @@ TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") == bytes_of(checkpoint(dir, 2) / "model.safetensors"));
   fs::remove_all(dir);
   fs::remove_all(next);
+}
+
+// Grouped-query attention in Llama's layout: config.json names num_key_value_heads, K and V are
+// stored at their own (narrower) width, and the checkpoint resumes through them bit for bit.
+// GPT-2 has no GQA: a learned-position GQA model keeps our own layout.
+TEST(Checkpoints, GroupedQueryAttentionStoresNarrowKeyValueProjections) {
+  const std::string llama = kSmoke + kLlamaGqaLayout;
+  const fs::path dir = fresh_dir("ckpt", "llama-gqa");
+  ASSERT_EQ(run_cli(llama + "--steps 2 --checkpoint-interval 2 --output-dir " + dir.string()).exit_code, 0);
+  const json hf = json::parse(read_text(checkpoint(dir, 2) / "config.json"));
+  EXPECT_EQ(hf["model_type"], "llama");
+  EXPECT_EQ(hf["num_attention_heads"], 4);
+  EXPECT_EQ(hf["num_key_value_heads"], 2);
+  const int64_t c = hf["hidden_size"], kv = c / 2;
+  const auto t = spec_read(checkpoint(dir, 2) / "model.safetensors");
+  EXPECT_EQ(t.at("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{c, c}));
+  EXPECT_EQ(t.at("model.layers.0.self_attn.k_proj.weight").shape, (std::vector<int64_t>{kv, c}));
+  EXPECT_EQ(t.at("model.layers.1.self_attn.v_proj.bias").shape, (std::vector<int64_t>{kv}));
+  const fs::path next = fresh_dir("ckpt", "llama-gqa-next");
+  const auto resumed = run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() +
+                               " --output-dir " + next.string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") == bytes_of(checkpoint(dir, 2) / "model.safetensors"));
+  const fs::path gpt2 = fresh_dir("ckpt", "gpt2-gqa");
+  ASSERT_EQ(run_cli(kSmoke + kGpt2Layout + "--set num_key_value_heads=2 --steps 1 --checkpoint-interval 1 --output-dir " +
+                    gpt2.string()).exit_code, 0);
+  const json native = json::parse(read_text(checkpoint(gpt2, 1) / "config.json"));
+  EXPECT_EQ(native["model_type"], "rcl-gpt");
+  EXPECT_EQ(native["num_key_value_heads"], 2);
+  fs::remove_all(dir);
+  fs::remove_all(next);
+  fs::remove_all(gpt2);
 }
 
 TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {
@@ -489,7 +523,8 @@ TEST_P(TransformersLoads, OurCheckpointAndComputesOurLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
-                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout}),
+                         ::testing::Values(std::pair{"gpt2", &kGpt2Layout}, std::pair{"llama", &kLlamaLayout},
+                                           std::pair{"llama_gqa", &kLlamaGqaLayout}),
                          [](const auto& info) { return std::string(info.param.first); });
 #endif
 

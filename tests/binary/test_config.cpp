@@ -29,7 +29,8 @@ TEST(Cli, PrintConfigIsOneJsonObjectAndOrderIndependent) {
   EXPECT_EQ(ja.at("preset"), "smoke");
 }
 
-// Deterministic mode (the rng stress mode switches it on) makes libtorch refuse a GPU BLAS GEMM
+// Deterministic mode (the rng stress mode's determinism=replay switches it on around its replays,
+// deterministic=true for every step) makes libtorch refuse a GPU BLAS GEMM
 // unless CUBLAS_WORKSPACE_CONFIG is deterministic: the run sets it during setup, before any GEMM,
 // records it in config.json, and never overrides a user's value.
 TEST(Cli, DeterministicModeSetsTheBlasWorkspaceConfigBeforeTheFirstGemm) {

@@ -164,6 +164,21 @@ TEST(Baseline, OneUlpLossDifferenceFailsInDeterministicModeOnly) {
   EXPECT_EQ(f[0].severity, Severity::warn);
 }
 
+// determinism=all compares bitwise as deterministic=true does; determinism=replay (the rng mode's:
+// deterministic algorithms only around the replayed steps) compares within the tolerance.
+TEST(Baseline, OnlyDeterminismAllComparesBitwise) {
+  const auto steps = run_steps();
+  auto perturbed = steps;
+  perturbed[16].loss = std::nextafter(perturbed[16].loss, 100.0);  // step 17
+  for (const auto& [level, bitwise] : {std::pair{"all", true}, std::pair{"replay", false}}) {
+    auto doc = config_doc(false);
+    doc["training"]["determinism"] = level;
+    const auto then = load_run_record(write_run(std::string("level-") + level, steps, doc));
+    const auto c = compare_with_baseline(record_now(perturbed, doc), then, DiagnosticsConfig{}, 0);
+    EXPECT_EQ(only(c, "loss_mismatch_vs_baseline").size(), bitwise ? 1u : 0u) << level;
+  }
+}
+
 TEST(Baseline, SlowerStepsMoreMemoryAndChangedOpCountsFire) {
   const auto steps = run_steps();
   const auto then = load_run_record(write_run("perf", steps, config_doc(false)));

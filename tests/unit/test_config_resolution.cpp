@@ -49,6 +49,11 @@ TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
   expect_invalid(with([](auto& c) { c.attention_backend = "flash"; }), "allowed: math, sdpa");
   expect_invalid(with([](auto& c) { c.device = "tpu"; }), "allowed: auto, cpu, gpu");
   expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
+  expect_invalid(with([](auto& c) { c.num_key_value_heads = 3; }),
+                 "invalid num_key_value_heads=3: must divide num_heads=4 (0 = num_heads)");
+  expect_invalid(with([](auto& c) { c.num_key_value_heads = -1; }), "invalid num_key_value_heads=-1: must be >= 0");
+  expect_invalid(with([](auto& c) { c.determinism = "some"; }), "invalid determinism='some': allowed: off, replay, all");
+  EXPECT_NO_THROW(validate(with([](auto& c) { c.num_key_value_heads = 2; })));
 }
 
 TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {

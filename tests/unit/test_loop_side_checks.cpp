@@ -1,7 +1,11 @@
 // Active checks the trainer calls: GEMM canaries, non-finite localisation and fp32
 // re-classification, rocRAND replay / mask checks, and the crash-message classifier.
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -11,6 +15,7 @@
 #include "rocm_conformance_llm/checks/numerics.hpp"
 #include "rocm_conformance_llm/checks/rerun.hpp"
 #include "rocm_conformance_llm/checks/rng_checks.hpp"
+#include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 
@@ -311,6 +316,51 @@ TEST(RngChecks, ReplayBitwiseInDeterministicModeToleranceOtherwise) {
   ASSERT_TRUE(g);
   EXPECT_EQ(g->step, 42);
   EXPECT_THROW(compare_replay(original, {1.0}, 1, true, 0, 0), std::invalid_argument);
+}
+
+// Whether deterministic algorithms were on at the start of each step the loop ran (the
+// replay's unpublished steps and re-runs included), in the order they ran.
+class DeterminismProbe final : public StepHooks {
+ public:
+  void on_step_begin(int64_t step) override {
+    steps.emplace_back(step, at::globalContext().deterministicAlgorithms());
+  }
+  std::vector<std::pair<int64_t, bool>> steps;
+};
+
+// determinism "replay" (what the rng mode asks for): deterministic algorithms only around the
+// steps a replay check compares, the original run and its replay, which stay bitwise equal;
+// ordinary steps run with them off. "all" keeps them on for every step.
+TEST(RngChecks, ReplayDeterminismIsOnOnlyAroundTheComparedSteps) {
+  for (const std::string level : {"replay", "all"}) {
+    RunContext ctx;
+    auto& c = ctx.cfg;
+    c.hidden_size = 32, c.num_heads = 2, c.num_layers = 2, c.seq_len = 32, c.batch_size = 4;
+    c.dropout = 0.1, c.drop_path = 0.1, c.eval_interval = 0, c.device = "cpu";
+    c.steps = 10, c.replay_check_interval = 4, c.replay_steps = 2;
+    c.determinism = level;
+    ctx.output_dir = std::filesystem::temp_directory_path() / fmt::format("rcl-determinism-{}-{}", level, ::getpid());
+    set_deterministic(false);
+    FindingLog log;
+    Trainer trainer(ctx);
+    ReplayCheck replay(ctx.diag, log, trainer, nullptr);
+    DeterminismProbe probe;
+    trainer.add_hooks(&probe);
+    trainer.add_hooks(&replay);
+    trainer.run();
+    replay.finish();
+    EXPECT_EQ(log.size(), 0u) << "the replays reproduced bitwise";
+    std::map<int64_t, std::vector<bool>> runs;  // step -> on, per run of it
+    for (const auto& [step, on] : probe.steps) runs[step].push_back(on);
+    // Replays after steps 4 and 8: steps 5, 6, 9 and 10 run twice, every run deterministic.
+    for (int64_t step : {5, 6, 9, 10}) EXPECT_EQ(runs[step], (std::vector<bool>{true, true})) << level << " step " << step;
+    const bool ordinary = level == "all";
+    for (int64_t step : {1, 2, 3, 4, 8}) EXPECT_EQ(runs[step], std::vector<bool>{ordinary}) << level << " step " << step;
+    // The window closes once the replay is judged: off again after the run under "replay".
+    EXPECT_EQ(at::globalContext().deterministicAlgorithms(), ordinary) << level;
+    set_deterministic(false);
+    std::filesystem::remove_all(ctx.output_dir);
+  }
 }
 
 TEST(RngChecks, MaskHashesAcrossRanks) {

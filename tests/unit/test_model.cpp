@@ -55,19 +55,21 @@ TEST(Model, ParameterCountMatchesTheBuiltModelForEveryKnob) {
       for (const char* layout : {"pre", "sandwich"})
         for (bool qk_norm : {false, true})
           for (int64_t conv : {0, 3})
-            for (const char* position : {"learned", "rotary"}) {
-              auto cfg = tiny_config();
-              cfg.norm = norm;
-              cfg.activation = activation;
-              cfg.norm_layout = layout;
-              cfg.qk_norm = qk_norm;
-              cfg.qkv_conv_kernel = conv;
-              cfg.position = position;
-              GPT model(cfg);
-              const auto all = model->parameters();
-              EXPECT_EQ(parameter_count(cfg), numel_of(all)) << nlohmann::json(cfg).dump();
-              EXPECT_EQ(numel_of(model->decay_parameters()) + numel_of(model->no_decay_parameters()), numel_of(all));
-            }
+            for (const char* position : {"learned", "rotary"})
+              for (int64_t kv_heads : {0, 1}) {
+                auto cfg = tiny_config();
+                cfg.norm = norm;
+                cfg.activation = activation;
+                cfg.norm_layout = layout;
+                cfg.qk_norm = qk_norm;
+                cfg.qkv_conv_kernel = conv;
+                cfg.position = position;
+                cfg.num_key_value_heads = kv_heads;
+                GPT model(cfg);
+                const auto all = model->parameters();
+                EXPECT_EQ(parameter_count(cfg), numel_of(all)) << nlohmann::json(cfg).dump();
+                EXPECT_EQ(numel_of(model->decay_parameters()) + numel_of(model->no_decay_parameters()), numel_of(all));
+              }
 }
 
 TEST(Model, FlopsPerTokenFollowsThePalmFormula) {
@@ -80,6 +82,102 @@ TEST(Model, FlopsPerTokenFollowsThePalmFormula) {
   const double n = double(parameter_count(cfg) - 1024 * 768);  // learned positions are a lookup
   EXPECT_NEAR(parameter_count(cfg) / 1e6, 124.4, 0.1);       // the published GPT-2 small size
   EXPECT_DOUBLE_EQ(flops_per_token(cfg), 6 * n + 12.0 * 12 * 768 * 1024);
+}
+
+// Llama 3.2 1B (the `large` preset's shape): 1.24B parameters with the LM head tied, its
+// published size; the 128256-token vocabulary is a fifth of them and of the GEMM FLOPs.
+TEST(Model, TheLargePresetHasLlama32OneBsSizeAndVocabulary) {
+  const TrainingConfig cfg = find_preset("large").training;
+  EXPECT_EQ(cfg.vocab_size, 128256);
+  EXPECT_EQ(key_value_heads(cfg), 8);
+  EXPECT_EQ(ffn_hidden_size(cfg), 8192);
+  EXPECT_EQ(qkv_output_width(cfg), 2048 + 2 * 512);
+  const double p = double(parameter_count(cfg));
+  EXPECT_NEAR(p / 1e9, 1.236, 0.001) << "Llama 3.2 1B without its biases: 1,235,814,400";
+  EXPECT_DOUBLE_EQ(flops_per_token(cfg), 6 * p + 12.0 * 16 * 2048 * 2048);  // rotary: no position table
+  TrainingConfig mha = cfg;
+  mha.num_key_value_heads = 0;
+  EXPECT_EQ(parameter_count(mha) - parameter_count(cfg), 16 * 2 * (2048 - 512) * (2048 + 1));
+  EXPECT_EQ(find_preset("small").training.vocab_size, 50257);
+}
+
+// --- grouped-query attention ---
+
+// num_key_value_heads == num_heads is multi-head attention as before: the same parameters, drawn
+// from the same seed, and bit for bit the same logits and gradients as num_key_value_heads = 0.
+TEST(Model, KeyValueHeadsEqualToHeadsIsBitIdenticalToMultiHead) {
+  for (const char* position : {"learned", "rotary"}) {
+    auto cfg = tiny_config();
+    cfg.position = position;
+    cfg.qk_norm = true;
+    cfg.qkv_conv_kernel = 3;
+    auto explicit_heads = cfg;
+    explicit_heads.num_key_value_heads = cfg.num_heads;
+    torch::manual_seed(8);
+    GPT before(cfg);
+    torch::manual_seed(8);
+    GPT after(explicit_heads);
+    const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 9);
+    const auto a = before->forward(tokens), b = after->forward(tokens);
+    ASSERT_TRUE(torch::equal(a, b)) << position;
+    a.square().sum().backward();
+    b.square().sum().backward();
+    const auto pa = before->named_parameters(), pb = after->named_parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (const auto& item : pa) {
+      EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+      EXPECT_TRUE(torch::equal(item.value().grad(), pb[item.key()].grad())) << item.key();
+    }
+  }
+}
+
+// A GQA model computes what a multi-head model computes whose every K/V head is a copy of the
+// GQA head serving it (heads 2j and 2j+1 share KV head j, as Hugging Face's repeat_kv): on the
+// explicit path and through SDPA, with rotary positions and Q/K norms.
+TEST(Model, GroupedQueryAttentionIsMultiHeadWithKeyValueHeadsRepeated) {
+  std::vector<std::string> backends = {"math"};
+  if (sdpa_available()) backends.push_back("sdpa");
+  for (const auto& backend : backends)
+    for (bool qk_norm : {false, true}) {
+      auto cfg = tiny_config();
+      cfg.hidden_size = 16;
+      cfg.num_heads = 4;
+      cfg.position = "rotary";
+      cfg.qk_norm = qk_norm;
+      cfg.attention_backend = backend;
+      auto gqa_cfg = cfg;
+      gqa_cfg.num_key_value_heads = 2;
+      GPT gqa(gqa_cfg), mha(cfg);
+      const int64_t head_dim = 4, c = cfg.hidden_size;
+      {
+        torch::NoGradGuard no_grad;
+        auto mha_params = mha->named_parameters();
+        for (const auto& item : gqa->named_parameters()) {
+          auto& target = mha_params[item.key()];
+          if (item.key().find("attn.qkv.") == std::string::npos) {
+            target.copy_(item.value());
+            continue;
+          }
+          // Rows: Q (4 heads), K (2 heads), V (2 heads) -> Q, K and V with each KV head twice.
+          const auto parts = item.value().split_with_sizes({c, 2 * head_dim, 2 * head_dim}, 0);
+          const auto repeated = [&](const torch::Tensor& t) {
+            return t.reshape({2, head_dim, -1}).repeat_interleave(2, 0).reshape({4 * head_dim, -1}).squeeze(-1);
+          };
+          target.copy_(torch::cat({parts[0], repeated(parts[1]), repeated(parts[2])}, 0));
+        }
+      }
+      EXPECT_EQ(gqa->blocks()[0]->attn->qkv->weight.size(0), c + 2 * 2 * head_dim);
+      const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 10);
+      EXPECT_TRUE(torch::allclose(gqa->forward(tokens), mha->forward(tokens), 1e-5, 1e-6))
+          << backend << " qk_norm=" << qk_norm;
+    }
+}
+
+TEST(Model, RepeatedKeyValueHeadsServeConsecutiveQueryHeads) {
+  const auto kv = torch::arange(2, torch::kFloat).view({1, 2, 1, 1}).expand({1, 2, 3, 5});
+  const auto out = repeat_key_value_heads(kv, 3);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 6, 3, 5}));
+  for (int64_t h = 0; h < 6; ++h) EXPECT_EQ(out[0][h][0][0].item<float>(), float(h / 3)) << h;
 }
 
 TEST(Model, WeightDecayAppliesToLinearWeightsOnly) {
@@ -344,6 +442,7 @@ TEST(Model, BlockOutputsNameTheFirstNonFiniteBlock) {
 TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
   auto cfg = tiny_config();
   cfg.activation = "swiglu";
+  cfg.num_key_value_heads = 1;  // grouped-query attention: a narrower Q/K/V projection
   GPT model(cfg);
   const auto shapes = model_gemm_shapes(cfg);
   auto find = [&](const std::string& label) {

@@ -101,12 +101,15 @@ std::vector<Case> cases() {
   wide_vocab.vocab_size = 8192;
   TrainingConfig bf16 = smoke_at(16, 256);
   bf16.mixed_precision = "bf16";
+  TrainingConfig gqa = smoke_at(16, 256);
+  gqa.num_key_value_heads = 1;
   return {
       {"smoke preset", find_preset("smoke").training},
       {"smoke at batch 16, seq 256 (math attention)", smoke_at(16, 256)},
       {"the same, checkpointed", checkpointed},
       {"smoke, vocab 8192 (logits and loss)", wide_vocab},
       {"smoke, bf16 autocast", bf16},
+      {"smoke, grouped-query attention (1 KV head of 4)", gqa},
       {"smoke + fusion,rng", composed(smoke_at(8, 256), "fusion,rng")},
       {"cpu-medium preset", find_preset("cpu-medium").training},
       {"smoke + memory,gemm (checkpointed, bf16, ballast)", composed(smoke_at(8, 64), "memory,gemm"), kMemoryGemmBound},
@@ -126,7 +129,7 @@ TEST_P(SizingVsMeasured, PredictedPeakWithin15PercentOfTheMeasuredOne) {
   EXPECT_LT(std::abs(error), c.bound) << c.label;
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 8));
+INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 9));
 
 int64_t term(const std::vector<MemoryTerm>& terms, const std::string& name) {
   for (const auto& t : terms)
@@ -170,6 +173,30 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   EXPECT_LT(c.allocated_peak_bytes, predict_step(fused, gpu).allocated_peak_bytes);
   EXPECT_GT(c.hardware_flops_per_step, c.model_flops_per_step);
   EXPECT_EQ(gib_text(int64_t{3} << 29), "1.5 GiB");
+}
+
+// The Llama-shaped preset: its 128256-token vocabulary is in the parameters (the tied LM head),
+// the FLOPs (6 V C per token) and the logits and cross-entropy; GQA's narrower K and V are in
+// the parameters and the activations, whose repeat to every query head is counted too.
+TEST(Sizing, VocabularyAndGroupedQueryAttentionAreCounted) {
+  const DeviceDescription gpu{.name = "posed", .capacity_bytes = 192'000'000'000, .peak_flops = 1e15};
+  const TrainingConfig cfg = find_preset("large").training;
+  const auto p = predict_step(cfg, gpu);
+  const int64_t tokens = cfg.batch_size * cfg.seq_len;
+  EXPECT_EQ(p.vocab_size, 128256);
+  EXPECT_EQ(term(p.step, "logits_and_loss"), 12 * tokens * cfg.vocab_size);
+  TrainingConfig small_vocab = cfg;
+  small_vocab.vocab_size = 64;
+  EXPECT_DOUBLE_EQ(p.model_flops_per_step - predict_step(small_vocab, gpu).model_flops_per_step,
+                   6.0 * double((cfg.vocab_size - 64) * cfg.hidden_size) * double(tokens * cfg.grad_accum_steps));
+  TrainingConfig mha = cfg;
+  mha.num_key_value_heads = 0;
+  const auto m = predict_step(mha, gpu);
+  EXPECT_LT(p.parameters, m.parameters);
+  EXPECT_LT(p.model_flops_per_step, m.model_flops_per_step);
+  // Per token and block: K and V at 512 wide instead of 2048 (QKV output, rotated K), plus the
+  // repeated K and V at full width: (2 + 1) x 1536 fewer, 2 x 2048 more, in bf16.
+  EXPECT_EQ(p.activation_bytes_per_layer - m.activation_bytes_per_layer, tokens * 2 * (2 * 2048 - 3 * 1536));
 }
 
 }  // namespace

@@ -64,6 +64,12 @@ TrainingConfig random_valid_base(std::mt19937_64& rng) {
   c.qk_norm = pick(0, 1);
   c.qkv_conv_kernel = pick(0, 1) ? 0 : pick(1, 7);
   c.deterministic = pick(0, 1);
+  const std::vector<std::string> levels{"off", "replay", "all"};
+  c.determinism = levels[pick(0, 2)];
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= c.num_heads; ++d)
+    if (c.num_heads % d == 0) divisors.push_back(d);
+  c.num_key_value_heads = pick(0, 1) ? 0 : divisors[pick(0, int64_t(divisors.size()) - 1)];
   c.replay_check_interval = pick(0, 100);
   c.checksum_interval = pick(0, 50);
   c.memory_pressure_bytes = pick(0, 1) ? 0 : pick(1, int64_t{1} << 34);
@@ -97,11 +103,14 @@ nlohmann::json random_value(const ConfigField& field, const nlohmann::json& valu
   return std::uniform_real_distribution<double>(0, top)(rng);
 }
 
-// How much a numeric value stresses, in the rule's direction: a numeric rule only moves its
-// field up this order (monotone). Not order-preserving: gemm's rounding maps a hidden_size just
-// under its floor above one just over it, and composition does not need it.
-double stress_rank(StressOp op, const nlohmann::json& v) {
-  const double x = v.get<double>();
+// How much a value stresses, in the rule's direction: an ordered rule only moves its field up
+// this order (monotone). A string (a one_of field such as determinism) ranks by its place in the
+// field's allowed list. Not order-preserving: gemm's rounding maps a hidden_size just under its
+// floor above one just over it, and composition does not need it.
+double stress_rank(const ConfigField& field, StressOp op, const nlohmann::json& v) {
+  const auto& allowed = field.check.allowed;
+  const double x = v.is_string() ? double(std::find(allowed.begin(), allowed.end(), v.get<std::string>()) - allowed.begin())
+                                 : v.get<double>();
   switch (op) {
     case StressOp::kAtLeast: return x;
     case StressOp::kAtMost: return -x;
@@ -132,8 +141,8 @@ std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std
     for (const auto& [key, v] : a.items())
       if (key != rule.field && fa.at(key) != v) return where + " changed " + key;
     if (numeric) {
-      if (stress_rank(rule.op, y) < stress_rank(rule.op, x)) return where + " moved against its direction";
-      if (stress_rank(rule.op, y) < stress_rank(rule.op, value)) return where + " stopped short of its value";
+      if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, x)) return where + " moved against its direction";
+      if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, value)) return where + " stopped short of its value";
     } else {
       const bool ok = rule.op == StressOp::kReplace ? (x == rule.replaces ? y == value : y == x) : y == value;
       if (!ok) return where + " is not the rule's value";
@@ -380,7 +389,8 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
   EXPECT_NE(with("gemm").mixed_precision, "fp32");
   EXPECT_GT(with("rng").dropout, b.dropout);
   EXPECT_GT(with("rng").drop_path, 0.0);
-  EXPECT_TRUE(with("rng").deterministic);
+  EXPECT_EQ(with("rng").determinism, "replay");  // not every step: only the replayed ones
+  EXPECT_FALSE(with("rng").deterministic);
   EXPECT_GT(with("rng").replay_check_interval, 0);
   EXPECT_LT(with("comm").batch_size, b.batch_size);
   EXPECT_EQ(with("comm").grad_sync_interval, 1);
@@ -395,6 +405,36 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
   // Intensities scale with the preset: the smoke preset's memory mode stays CPU-sized.
   EXPECT_LT(compose(find_preset("smoke").training, {"memory"}, find_preset("smoke").stress).seq_len,
             8192);
+}
+
+// determinism is ordered off < replay < all: the rng mode raises off to replay and leaves a
+// user's all alone (and the stable bool deterministic=true still means all).
+TEST(StressModes, RngModeRaisesDeterminismToReplayAndNeverLowersAll) {
+  const Preset& p = find_preset("small");
+  for (const auto& [level, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"off", "replay"}, {"replay", "replay"}, {"all", "all"}}) {
+    TrainingConfig base = p.training;
+    base.determinism = level;
+    EXPECT_EQ(compose(base, {"rng"}, p.stress).determinism, expected) << level;
+  }
+  TrainingConfig legacy = p.training;
+  legacy.deterministic = true;
+  EXPECT_EQ(determinism_of(compose(legacy, {"rng"}, p.stress)), Determinism::all);
+  EXPECT_EQ(determinism_of(compose(p.training, {"rng"}, p.stress)), Determinism::replay);
+  EXPECT_NE(describe_stress_modes(false).find("determinism >= replay (off < replay < all)"), std::string::npos);
+}
+
+// The padded batch's attention mask is the attention mode's: any composition without it keeps
+// attention_pad_fraction 0, so long sequences go through SDPA's causal path (is_causal, no mask
+// tensor), which the flash kernels take.
+TEST(StressModes, OnlyTheAttentionModePadsBatches) {
+  const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
+  for (const auto& preset : presets())
+    for (auto subset : all_subsets()) {
+      const bool attention = std::find(subset.begin(), subset.end(), "attention") != subset.end();
+      const auto composed = compose_stress_modes(preset.training, subset, preset.stress, gpu2).training;
+      EXPECT_EQ(composed.attention_pad_fraction > 0, attention) << preset.name << nlohmann::json(subset).dump();
+    }
 }
 
 TEST(StressModes, ModesOnlyRaiseOrLowerTowardTheirIntensity) {
