@@ -131,13 +131,19 @@ std::string read_text(const fs::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
+std::vector<nlohmann::json> records(const fs::path& metrics) {
+  std::vector<nlohmann::json> out;
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
-    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!record.is_discarded()) out.push_back(record.at("loss").get<double>());  // skips a line being written
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_discarded()) out.push_back(std::move(record));  // skips a line being written
   }
+  return out;
+}
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> out;
+  for (const auto& record : records(metrics)) out.push_back(record.at("loss").get<double>());
   return out;
 }
 
@@ -428,9 +434,10 @@ TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
   fs::remove_all(out);
 }
 
-// The comm mode's collective battery on real processes: 4 ranks verify every kind, op and dtype
-// and end PASS over several seeds, with the table in report.json and report.html; a rank that
-// stalls inside the battery's reduce-scatter is named by its peers, with the kind and group.
+// The comm mode's collective battery on real processes: 4 ranks verify every kind, op and dtype,
+// train sharded (ZeRO) and end PASS over several seeds, with the table in report.json and
+// report.html; a rank that stalls inside the battery's reduce-scatter is named by its peers,
+// with the kind and group.
 std::vector<std::string> comm_mode_args(const fs::path& out, const std::string& seed) {
   return {"--device", "cpu", "--stress", "comm", "--steps", "6", "--seed", seed, "--output-dir", out.string(),
           "--set", "num_threads=1", "--set", "collective_check_interval=3", "--set", "eval_interval=0"};
@@ -461,6 +468,17 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
         EXPECT_GT(row.at("bus_bandwidth_gbps").get<double>(), 0.0) << row.dump();
       }
       EXPECT_EQ(kinds, (std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}));
+      // The mode shards (ZeRO): every step reduce-scatters the gradients, all-reduces their
+      // norm and all-gathers the parameters, where DDP all-reduced buckets.
+      EXPECT_EQ(report.at("data_parallel").at("effect"), "sharded");
+      EXPECT_EQ(report.at("data_parallel").at("optimizer_shards"), 4);
+      std::map<std::string, int> training_ops;
+      for (const auto& m : records(out / rank_file("metrics", "jsonl", r))) {
+        for (const auto& c : m.value("collectives", nlohmann::json::array())) ++training_ops[c.at("op").get<std::string>()];
+      }
+      for (const char* op : {"reduce_scatter_grads", "allreduce_grad_norm", "allgather_params"})
+        EXPECT_EQ(training_ops[op], 6) << op << " per step, rank " << r;
+      EXPECT_EQ(training_ops["allreduce"], 0) << "no DDP bucket all-reduce under zero";
     }
     EXPECT_NE(read_text(out / "report.html").find("id=\"collectives\""), std::string::npos);
     fs::remove_all(out);
