@@ -463,8 +463,12 @@ TEST(FlatAdamW, FusedKernelMatchesThePlainUpdate) {
   const double max_param_diff = (plain.flat_params() - fused.flat_params()).abs().max().item<double>();
   std::cout << "fused vs plain AdamW after 20 steps: max |param difference| " << max_param_diff << "\n";
   EXPECT_TRUE(torch::allclose(plain.flat_params(), fused.flat_params(), 1e-5, 1e-6)) << max_param_diff;
-  EXPECT_TRUE(torch::allclose(plain.state().exp_avg, fused.state().exp_avg, 1e-5, 1e-7));
-  EXPECT_TRUE(torch::allclose(plain.state().exp_avg_sq, fused.state().exp_avg_sq, 1e-5, 1e-8));
+  // The moments are O(1) and O(1e-1) here: float32 rounding of a different op order (the kernel
+  // interpolates exp_avg with lerp) is ~1e-7 absolute.
+  EXPECT_TRUE(torch::allclose(plain.state().exp_avg, fused.state().exp_avg, 1e-5, 1e-6))
+      << (plain.state().exp_avg - fused.state().exp_avg).abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(plain.state().exp_avg_sq, fused.state().exp_avg_sq, 1e-5, 1e-6))
+      << (plain.state().exp_avg_sq - fused.state().exp_avg_sq).abs().max().item<double>();
   EXPECT_GT((fused.flat_params() - start).abs().max().item<double>(), 1e-3) << "the updates moved the parameters";
 }
 
