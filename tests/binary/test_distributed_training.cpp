@@ -281,6 +281,22 @@ TEST(GpuHostReadsTest, TwoRanksReadOnlyForTheirDeviceCollectives) {
   fs::remove_all(out);
 }
 
+// Two ranks, 8 steps straight and resumed from step 4: the resumed losses continue the straight
+// ones bit for bit on both ranks, and the step-8 checkpoints' `files` are byte-identical.
+void expect_resume_bit_exact(const fs::path& straight, const fs::path& resumed, const std::vector<std::string>& files) {
+  for (int r = 0; r < 2; ++r) {
+    const auto all = losses(straight / rank_file("metrics", "jsonl", r));
+    const auto tail = losses(resumed / rank_file("metrics", "jsonl", r));
+    ASSERT_EQ(all.size(), 8u);
+    ASSERT_EQ(tail.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(tail[i], all[4 + i]) << "rank " << r << " step " << 5 + i;
+  }
+  for (const auto& file : files)
+    EXPECT_EQ(read_text(straight / "checkpoints" / "step-00000008" / file),
+              read_text(resumed / "checkpoints" / "step-00000008" / file))
+        << file;
+}
+
 // Two ranks: N steps straight equal N/2 + resume N/2 bit for bit on every rank (each rank's RNG
 // state comes back from its own rank-R file; dropout makes the ranks' streams matter).
 TEST(DistributedCheckpointTest, TwoRanksResumeBitExactly) {
@@ -300,17 +316,8 @@ TEST(DistributedCheckpointTest, TwoRanksResumeBitExactly) {
   ASSERT_TRUE(fs::exists(half / "rank-1.safetensors"));
   Ranks second = launch(2, args(resumed, {"--resume", half.string()}), resumed);
   for (const auto& code : second.wait_all(180)) ASSERT_EQ(code, 0) << read_text(resumed / "rank1.log");
-  for (int r = 0; r < 2; ++r) {
-    const auto all = losses(straight / rank_file("metrics", "jsonl", r));
-    const auto tail = losses(resumed / rank_file("metrics", "jsonl", r));
-    ASSERT_EQ(all.size(), 8u);
-    ASSERT_EQ(tail.size(), 4u);
-    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(tail[i], all[4 + i]) << "rank " << r << " step " << 5 + i;
-  }
-  for (const char* file : {"model.safetensors", "optimizer.safetensors", "rank-0.safetensors", "rank-1.safetensors"})
-    EXPECT_EQ(read_text(straight / "checkpoints" / "step-00000008" / file),
-              read_text(resumed / "checkpoints" / "step-00000008" / file))
-        << file;
+  expect_resume_bit_exact(straight, resumed,
+                          {"model.safetensors", "optimizer.safetensors", "rank-0.safetensors", "rank-1.safetensors"});
   fs::remove_all(straight);
   fs::remove_all(resumed);
 }
@@ -348,18 +355,9 @@ TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout
 
   Ranks second = launch(2, args(2, resumed, "zero", {"--resume", half.string()}), resumed);
   for (const auto& code : second.wait_all(180)) ASSERT_EQ(code, 0) << read_text(resumed / "rank1.log");
-  for (int r = 0; r < 2; ++r) {
-    const auto all = losses(straight / rank_file("metrics", "jsonl", r));
-    const auto tail = losses(resumed / rank_file("metrics", "jsonl", r));
-    ASSERT_EQ(all.size(), 8u);
-    ASSERT_EQ(tail.size(), 4u);
-    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(tail[i], all[4 + i]) << "rank " << r << " step " << 5 + i;
-  }
-  for (const char* file : {"model.safetensors", "optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors",
-                           "rank-0.safetensors", "rank-1.safetensors"})
-    EXPECT_EQ(read_text(straight / "checkpoints" / "step-00000008" / file),
-              read_text(resumed / "checkpoints" / "step-00000008" / file))
-        << file;
+  expect_resume_bit_exact(straight, resumed,
+                          {"model.safetensors", "optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors",
+                           "rank-0.safetensors", "rank-1.safetensors"});
 
   struct Refused {
     int world;

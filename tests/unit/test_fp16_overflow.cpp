@@ -4,17 +4,14 @@
 // skips there only, saying so.
 #include <gtest/gtest.h>
 
+#include "support/step_recorder.hpp"
 #include "support/cpu_fp16.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 
 namespace rcl {
 namespace {
 
-class Recorder final : public StepObserver {
- public:
-  void on_step(const StepRecord& r) override { records.push_back(r); }
-  std::vector<StepRecord> records;
-};
+using Recorder = test::StepRecorder;
 
 // A loss scale of 2^24 overflows fp16 for real: the LM head's logit gradients are about
 // 1/(B*T) = 1/128 each, times 2^24 is 131072 > 65504, so autocast's fp16 backward gives Inf.

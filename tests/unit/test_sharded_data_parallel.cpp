@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/step_recorder.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
@@ -46,11 +47,7 @@ RunContext tiny_run(int world, const std::string& precision, double grad_clip) {
   return ctx;
 }
 
-class Recorder final : public StepObserver {
- public:
-  void on_step(const StepRecord& r) override { records.push_back(r); }
-  std::vector<StepRecord> records;
-};
+using Recorder = test::StepRecorder;
 
 struct RankResult {
   std::vector<StepRecord> records;

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include "support/step_recorder.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/metrics_writer.hpp"
@@ -41,11 +42,7 @@ RunContext tiny_run(int64_t steps = 6) {
   return ctx;
 }
 
-class Recorder final : public StepObserver {
- public:
-  void on_step(const StepRecord& r) override { records.push_back(r); }
-  std::vector<StepRecord> records;
-};
+using Recorder = test::StepRecorder;
 
 struct SplitLoss {
   double copied = 0;  // targets inside copy spans: predictable only through attention
