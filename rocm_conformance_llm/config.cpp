@@ -319,6 +319,9 @@ void validate(const TrainingConfig& c) {
   // Model parallelism: what holds whatever the world (the world's own rules: plan_parallel_layout).
   require(c.num_heads % c.tensor_parallel_degree == 0, "tensor_parallel_degree", show(c.tensor_parallel_degree),
           "must divide num_heads=" + show(c.num_heads) + " (each rank keeps whole heads)");
+  const int64_t kv_heads = c.num_key_value_heads == 0 ? c.num_heads : c.num_key_value_heads;
+  require(kv_heads % c.tensor_parallel_degree == 0, "tensor_parallel_degree", show(c.tensor_parallel_degree),
+          "must divide num_key_value_heads=" + show(kv_heads) + " (each rank keeps whole key/value heads)");
   require(!c.sequence_parallel || c.seq_len % c.tensor_parallel_degree == 0, "sequence_parallel", "true",
           "needs seq_len=" + show(c.seq_len) + " divisible by tensor_parallel_degree=" + show(c.tensor_parallel_degree));
   require(c.moe_experts == 0 || c.moe_top_k <= c.moe_experts, "moe_top_k", show(c.moe_top_k),

@@ -301,8 +301,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   const auto x = tp_.enter(input);  // tensor parallel: the whole sequence, on every rank of the group
   const int64_t batch = x.size(0), seq = x.size(1);
-  auto qkv_out = tapped_linear(qkv, x);  // [B, T, 3C] (tensor parallel: this rank's heads' share)
-  const int64_t width = qkv_out.size(-1) / 3;
+  auto qkv_out = tapped_linear(qkv, x);  // [B, T, C + 2 KV] (tensor parallel: this rank's heads' share)
+  const int64_t width = num_heads_ * head_dim_;
   if (conv_kernel_ > 0) {
     // Left padding only: position t sees t-k+1..t, never the future.
     const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));

@@ -155,9 +155,9 @@ torch::Tensor TensorParallelLink::row_parallel_linear(const torch::Tensor& x, co
   return bias.defined() ? reduced + bias : reduced;
 }
 
-torch::Tensor column_shard(const torch::Tensor& full, int64_t parts, int rank, int degree) {
+torch::Tensor column_shard(const torch::Tensor& full, const std::vector<int64_t>& block_rows, int rank, int degree) {
   std::vector<torch::Tensor> pieces;
-  for (const auto& part : full.chunk(parts, 0)) {
+  for (const auto& part : full.split_with_sizes(block_rows, 0)) {
     TORCH_CHECK(part.size(0) % degree == 0, "tensor parallel: ", part.size(0), " rows do not split over ", degree);
     const int64_t rows = part.size(0) / degree;
     pieces.push_back(part.narrow(0, rank * rows, rows));

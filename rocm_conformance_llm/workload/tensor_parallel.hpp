@@ -59,10 +59,11 @@ class TensorParallelLink {
 };
 
 // --- shards of the full weights -------------------------------------------------------------
-// Rows [rank * n / degree, (rank + 1) * n / degree) of each of `parts` equal consecutive row
-// blocks of `full` (e.g. Q, K, V of a fused QKV weight, or gate and up of SwiGLU), concatenated:
-// a column-parallel weight's (or bias's) shard.
-torch::Tensor column_shard(const torch::Tensor& full, int64_t parts, int rank, int degree);
+// Rows [rank * n / degree, (rank + 1) * n / degree) of each consecutive row block of `full`, n
+// rows each as `block_rows` lists them (e.g. Q, K, V of a fused QKV weight, K and V narrower
+// under grouped-query attention; gate and up of SwiGLU), concatenated: a column-parallel
+// weight's (or bias's) shard.
+torch::Tensor column_shard(const torch::Tensor& full, const std::vector<int64_t>& block_rows, int rank, int degree);
 // Columns (dim 1) of `full` split the same way: a row-parallel weight's shard.
 torch::Tensor row_shard(const torch::Tensor& full, int rank, int degree);
 // Replaces `param`'s values by `shard` (a new shape), keeping the same parameter object.

@@ -10,25 +10,30 @@ namespace rcl {
 void CausalSelfAttentionImpl::shard(const ModelParallel& parallel, const std::string& name) {
   const int degree = parallel.tensor_degree(), rank = parallel.tensor_rank();
   TORCH_CHECK(num_heads_ % degree == 0, "tensor parallel: ", num_heads_, " heads do not split over ", degree);
-  // Q, K and V are three row blocks of the fused weight; heads are consecutive rows in each.
-  assign_shard(qkv->weight, column_shard(qkv->weight, 3, rank, degree));
-  assign_shard(qkv->bias, column_shard(qkv->bias, 3, rank, degree));
+  TORCH_CHECK(kv_heads_ % degree == 0, "tensor parallel: ", kv_heads_, " key/value heads do not split over ", degree);
+  // Q, K and V are three row blocks of the fused weight (K and V narrower under grouped-query
+  // attention); heads are consecutive rows in each, so each rank keeps whole query groups.
+  const std::vector<int64_t> blocks{num_heads_ * head_dim_, kv_heads_ * head_dim_, kv_heads_ * head_dim_};
+  assign_shard(qkv->weight, column_shard(qkv->weight, blocks, rank, degree));
+  assign_shard(qkv->bias, column_shard(qkv->bias, blocks, rank, degree));
   if (conv_kernel_ > 0) {
     // Depthwise: one filter per Q/K/V channel, so the channels split with the heads.
-    assign_shard(qkv_conv_->weight, column_shard(qkv_conv_->weight, 3, rank, degree));
+    assign_shard(qkv_conv_->weight, column_shard(qkv_conv_->weight, blocks, rank, degree));
     qkv_conv_->options.in_channels(qkv_conv_->weight.size(0)).out_channels(qkv_conv_->weight.size(0))
         .groups(qkv_conv_->weight.size(0));
   }
   assign_shard(proj->weight, row_shard(proj->weight, rank, degree));
   num_heads_ /= degree;
+  kv_heads_ /= degree;
   tp_ = TensorParallelLink(parallel.tensor, parallel.sequence_parallel, name);
 }
 
 void MlpImpl::shard(const ModelParallel& parallel, const std::string& name) {
   const int degree = parallel.tensor_degree(), rank = parallel.tensor_rank();
   const int64_t parts = swiglu_ ? 2 : 1;  // SwiGLU: gate and up, each split the same way
-  assign_shard(up->weight, column_shard(up->weight, parts, rank, degree));
-  assign_shard(up->bias, column_shard(up->bias, parts, rank, degree));
+  const std::vector<int64_t> blocks(parts, up->weight.size(0) / parts);
+  assign_shard(up->weight, column_shard(up->weight, blocks, rank, degree));
+  assign_shard(up->bias, column_shard(up->bias, blocks, rank, degree));
   assign_shard(down->weight, row_shard(down->weight, rank, degree));
   tp_ = TensorParallelLink(parallel.tensor, parallel.sequence_parallel, name);
 }
