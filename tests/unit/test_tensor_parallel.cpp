@@ -29,13 +29,15 @@ TrainingConfig small_model(const std::string& flavour) {
   cfg.seq_len = 8;
   cfg.vocab_size = 24;
   cfg.batch_size = kBatchPerReplica;
-  if (flavour == "llama") {  // every knob the split touches: fused gate/up, per-head norms, conv
+  if (flavour.rfind("llama", 0) == 0) {  // every knob the split touches: fused gate/up, per-head norms, conv
     cfg.activation = "swiglu";
     cfg.position = "rotary";
     cfg.norm = "rmsnorm";
     cfg.qk_norm = true;
     cfg.qkv_conv_kernel = 3;
   }
+  // Grouped-query attention: K and V blocks narrower than Q's, split at their own widths.
+  if (flavour == "llama_gqa") cfg.num_key_value_heads = 2;
   return cfg;
 }
 
@@ -180,7 +182,8 @@ TEST_P(TensorParallelTest, SameLossesAsTheUnsplitModel) {
 INSTANTIATE_TEST_SUITE_P(Worlds, TensorParallelTest,
                          ::testing::Values(Case{"gpt2", 2, 2, false}, Case{"llama", 2, 2, false},
                                            Case{"gpt2", 4, 2, false}, Case{"llama", 4, 4, false},
-                                           Case{"gpt2", 2, 2, true}, Case{"llama", 4, 2, true}),
+                                           Case{"gpt2", 2, 2, true}, Case{"llama", 4, 2, true},
+                                           Case{"llama_gqa", 2, 2, false}, Case{"llama_gqa", 4, 2, true}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return c.flavour + "_world" + std::to_string(c.world) + "_tp" + std::to_string(c.degree) +
