@@ -25,10 +25,19 @@ for glibc in $(seq 17 39); do target+=(--platform "manylinux_2_${glibc}_x86_64")
 "$python" -m pip install -q --dry-run --ignore-installed --target "$dest/.resolve" --report "$report" \
   "${target[@]}" "$(pin torch)" "$(pin transformers)" "$(pin accelerate)" "$(pin safetensors)"
 mapfile -t wanted < <("$python" - "$report" <<'PY'
-import json, sys
+import json, re, sys
 items = json.load(open(sys.argv[1]))["install"]
-torch_own = {"torch", "triton", "numpy", "typing-extensions", "filelock", "fsspec", "sympy", "networkx",
-             "jinja2", "markupsafe", "mpmath", "setuptools"}
+def name(requirement):
+    return re.split(r"[<>=!~;\[ (]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+requires = {name(i["metadata"]["name"]): [name(r) for r in i["metadata"].get("requires_dist", []) if "extra ==" not in r]
+            for i in items}
+# torch and everything its wheel pulls in are on the machine; numpy too (the header's precondition).
+torch_own, todo = {"numpy"}, ["torch"]
+while todo:
+    dep = todo.pop()
+    if dep not in torch_own:
+        torch_own.add(dep)
+        todo += requires.get(dep, [])
 for item in items:
     meta = item["metadata"]
     name = meta["name"].lower().replace("_", "-")
