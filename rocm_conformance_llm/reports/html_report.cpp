@@ -414,6 +414,30 @@ std::string collectives_section(const json& collectives) {
   return s + "</table>\n";
 }
 
+// The training's own collectives (reports/training_collectives.hpp): group x kind x dtype x size.
+// No row is flagged: a message's bus bandwidth depends on its size (small ones are latency-bound),
+// so comparing rows would be a false alarm; the battery's slow finding judges the link.
+std::string training_collectives_section(const json& collectives) {
+  const json rows = collectives.value("training", json::array());
+  if (rows.empty()) return "";
+  std::string s = "<h2>Training collectives</h2>\n<table id=\"training-collectives\"><tr><th>group</th><th>kind</th>"
+                  "<th>op</th><th>dtype</th><th>bytes</th><th>bus bandwidth (GB/s, median)</th><th>latency (ms, "
+                  "median)</th><th>latency (ms, p95)</th><th>calls</th><th>total bytes</th><th>issued as</th></tr>\n";
+  for (const json& r : rows) {
+    std::string ops;
+    for (const json& op : r.value("ops", json::array())) ops += (ops.empty() ? "" : ", ") + op.get<std::string>();
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                     "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                     "<td class=\"num\">{}</td><td>{}</td></tr>\n",
+                     xml_escape(r.value("group", "")), xml_escape(r.value("kind", "")),
+                     xml_escape(r.value("reduce_op", "")), xml_escape(r.value("dtype", "")),
+                     r.value("bytes", int64_t{0}), num(number(r, "bus_bandwidth_gbps")),
+                     num(1e3 * number(r, "latency_median_s")), num(1e3 * number(r, "latency_p95_s")),
+                     r.value("calls", int64_t{0}), r.value("total_bytes", int64_t{0}), xml_escape(ops));
+  }
+  return s + "</table>\n";
+}
+
 std::string plots_section(const json& report, const std::filesystem::path& metrics_path) {
   SeriesTable table = read_series(metrics_path);
   const auto markers = finding_markers(report.value("findings", json::array()));
@@ -503,6 +527,7 @@ std::string report_html(const json& report, const std::filesystem::path& metrics
   body += plots_section(report, metrics_path);
   body += "<h2>Summary</h2>\n" + key_value_table(report.value("summary", json::object()));
   body += collectives_section(report.value("collectives", json::object()));
+  body += training_collectives_section(report.value("collectives", json::object()));
   for (const char* section : {"interruption", "baseline", "faults"})
     if (report.contains(section) && !report[section].empty())
       body += fmt::format("<h2>{}</h2>\n<pre>{}</pre>\n", section, xml_escape(report[section].dump(2)));

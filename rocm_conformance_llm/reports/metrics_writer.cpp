@@ -37,7 +37,8 @@ nlohmann::json to_json(const StepRecord& r) {
     auto& list = j["collectives"] = nlohmann::json::array();
     for (const auto& c : r.collectives)
       list.push_back({{"op", c.op}, {"bytes", c.bytes}, {"seconds", c.seconds},
-                      {"bus_bandwidth_gbps", c.bus_bandwidth_gbps}, {"sequence", c.sequence}});
+                      {"bus_bandwidth_gbps", c.bus_bandwidth_gbps}, {"sequence", c.sequence}, {"kind", c.kind},
+                      {"reduce_op", c.reduce_op}, {"dtype", c.dtype}, {"group", c.group}});
   }
   if (r.val_loss) j["val_loss"] = *r.val_loss;
   if (!r.op_counts.empty()) j["op_counts"] = r.op_counts;

@@ -203,6 +203,11 @@ void ReportWriter::add_section(const std::string& key, nlohmann::json value) {
   sections_[key] = std::move(value);
 }
 
+void ReportWriter::set_training_collectives(const TrainingCollectives& table) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  training_collectives_ = &table;
+}
+
 void ReportWriter::set_coverage(RunCoverage coverage) {
   std::lock_guard<std::mutex> lock(mutex_);
   coverage_ = std::move(coverage);
@@ -258,6 +263,9 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
          {"exercised", s.exercised}, {"reason", s.reason}, {"checks", s.checks}});
   for (const auto& f : findings) report["findings"].push_back(to_json(f));
   for (const auto& [key, value] : sections_.items()) report[key] = value;
+  if (training_collectives_) {
+    if (auto rows = training_collectives_->rows(); !rows.empty()) report["collectives"]["training"] = std::move(rows);
+  }
 
   try {
     write_file_atomically(report_path_, report.dump(2) + "\n");

@@ -23,6 +23,7 @@
 #include "rocm_conformance_llm/checks/coverage.hpp"
 #include "rocm_conformance_llm/checks/finding_log.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
+#include "rocm_conformance_llm/reports/training_collectives.hpp"
 
 namespace rcl {
 
@@ -85,6 +86,9 @@ class ReportWriter {
   // What the run exercised (the "coverage" section, each component's PASS or NOT_RUN); until
   // set, nothing was.
   void set_coverage(RunCoverage coverage);
+  // The training's collectives, read when the report is written (a crash's or a hang's too) into
+  // `collectives.training`, beside the battery's keys; no key while the table is empty.
+  void set_training_collectives(const TrainingCollectives& table);
 
   // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
   // report.html, the final metrics.prom and ocp.jsonl (reports/ocp_output.hpp) beside them, and logs the component table; returns
@@ -117,6 +121,7 @@ class ReportWriter {
   std::mutex mutex_;
   nlohmann::json sections_ = nlohmann::json::object();
   RunCoverage coverage_;
+  const TrainingCollectives* training_collectives_ = nullptr;
   bool ocp_to_stdout_ = false;
   std::optional<int> written_exit_code_;
 };

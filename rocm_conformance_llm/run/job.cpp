@@ -35,6 +35,7 @@
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
+#include "rocm_conformance_llm/reports/training_collectives.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 #include "rocm_conformance_llm/run/signals.hpp"
@@ -247,9 +248,11 @@ class Job {
       : run_(run),
         s_(std::move(setup)),
         config_doc_(config_doc()),
+        training_collectives_(run.diagnostics.warmup_steps),
         report_(run.output_dir, s_.launch.rank, config_doc_, s_.environment, findings_, summary_,
                 run.diagnostics.warmup_steps) {
     report_.add_section("faults", s_.faults.to_json());
+    report_.set_training_collectives(training_collectives_);
     if (run.ocp_stdout && s_.launch.rank == 0) report_.print_ocp_to_stdout();
   }
   ~Job() { signals::set_force_stop({}); }
@@ -383,6 +386,7 @@ class Job {
     wiring.add(part::metrics, &*metrics_);
     wiring.add(part::prometheus, &*prometheus_);
     wiring.add(part::console, &*console_);
+    wiring.add(part::training_collectives, &training_collectives_);
     if (run_.diagnostics.count_host_reads) {
       host_reads_.emplace(*trainer_);
       wiring.add(part::host_read_count, &*host_reads_);
@@ -529,6 +533,7 @@ class Job {
   FindingLog findings_;
   RunSummary summary_;
   nlohmann::json config_doc_;
+  TrainingCollectives training_collectives_;
   ReportWriter report_;
   std::shared_ptr<GradientSync> sync_;
   std::unique_ptr<Trainer> trainer_;

@@ -19,6 +19,9 @@ constexpr std::array kRunWiring = {
     WiringSlot{part::prometheus, Attach::observer, "before the checks, as metrics.jsonl"},
     WiringSlot{part::console, Attach::observer,
                "before the checks, as metrics.jsonl: the step is shown even when a check of it ends the run"},
+    WiringSlot{part::training_collectives, Attach::observer,
+               "before the checks, as metrics.jsonl: a crash's or a hang's report counts the collectives of the "
+               "step a check of it ended"},
     WiringSlot{part::host_read_count, Attach::hooks,
                "first hooks (diagnostics.count_host_reads): a step's window of blocking reads opens before any "
                "other hook of it can read"},

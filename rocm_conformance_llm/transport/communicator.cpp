@@ -223,6 +223,7 @@ struct Communicator::Impl {
   std::string backend;
   // The process group's name in messages: the world's; subgroups (tensor / data parallel) name theirs.
   std::string group_name = "world";
+  std::string group_label = "world";  // the same, bare: what samples carry (CollectiveSample::group)
   std::chrono::milliseconds timeout{0};
   std::string store_address;  // "host:port", for messages
   std::string store_server;   // who serves it, for messages: "rank 0" or the launcher
@@ -370,9 +371,12 @@ struct Communicator::Impl {
   // collective, so where events can time, a DeviceInterval around it times it on the stream,
   // read when the step is published: no host
   // wait per gradient bucket, which would drain the queue the GPU works from. Otherwise (Gloo, whose wait blocks anyway;
-  // libtorch 1.13) the device is drained first and the host clock times it.
+  // libtorch 1.13) the device is drained first and the host clock times it. `tensor` (the
+  // caller's, before any wire conversion) gives the sample its dtype and where it lives.
   template <typename Start>
-  CollectiveSample run(const std::string& op, CollectiveKind kind, int64_t bytes, bool on_device, Start&& start) {
+  CollectiveSample run(const std::string& op, CollectiveKind kind, std::optional<ReduceOp> reduce,
+                       const torch::Tensor& tensor, int64_t bytes, Start&& start) {
+    const bool on_device = !tensor.is_cpu();
     const int64_t seq = ++sequence;
     std::optional<c10::DeviceGuard> guard;
     std::shared_ptr<DeviceInterval> on_stream;
@@ -394,7 +398,10 @@ struct Communicator::Impl {
       throw CollectiveError(diagnose(seq, op, kind, seconds_since(started), e.what()));
     }
     const double seconds = seconds_since(started);
-    CollectiveSample sample{op, bytes, seconds, bus_bandwidth_gbps(kind, bytes, seconds, world_size), seq};
+    CollectiveSample sample{.op = op, .bytes = bytes, .seconds = seconds,
+                            .bus_bandwidth_gbps = bus_bandwidth_gbps(kind, bytes, seconds, world_size), .sequence = seq,
+                            .kind = to_string(kind), .reduce_op = reduce ? to_string(*reduce) : "",
+                            .dtype = c10::toString(tensor.scalar_type()), .group = group_label};
     if (on_stream) {
       on_stream->stop();
       sample.settle = settle_on_device_time([on_stream] { return on_stream->seconds(); }, seconds, kind, world_size);
@@ -477,6 +484,7 @@ std::unique_ptr<Communicator> Communicator::split(const std::string& name, const
   impl->device = world.device;
   impl->backend = world.backend;
   impl->group_name = fmt::format("{} (world ranks {})", name, fmt::join(ranks, ","));
+  impl->group_label = name;
   impl->timeout = world.timeout;
   impl->store_address = world.store_address;
   impl->store_server = world.store_server;
@@ -515,7 +523,7 @@ CollectiveSample Communicator::all_reduce_sum(torch::Tensor& tensor, const std::
 CollectiveSample Communicator::all_reduce(torch::Tensor& tensor, ReduceOp reduce, const std::string& op) {
   const CollectiveRoute route = impl_->route(CollectiveKind::all_reduce, reduce, tensor);
   std::vector<at::Tensor> tensors{on_wire(tensor, route)};
-  CollectiveSample sample = impl_->run(op, CollectiveKind::all_reduce, byte_size(tensor), !tensor.is_cpu(), [&] {
+  CollectiveSample sample = impl_->run(op, CollectiveKind::all_reduce, reduce, tensor, byte_size(tensor), [&] {
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(route.sum_then_divide ? ReduceOp::sum : reduce);
     return impl_->group_for(tensor)->allreduce(tensors, options);
@@ -542,7 +550,7 @@ CollectiveSample Communicator::all_gather_into(torch::Tensor& out, const torch::
   const CollectiveRoute route = impl_->route(CollectiveKind::all_gather, ReduceOp::sum, in);
   std::vector<at::Tensor> inputs{on_wire(in.contiguous(), route).reshape(-1)};
   torch::Tensor received = on_wire(out, route).view(-1);  // data movement only: a view, written through
-  return impl_->run(op, CollectiveKind::all_gather, byte_size(out), !in.is_cpu(), [&] {
+  return impl_->run(op, CollectiveKind::all_gather, std::nullopt, in, byte_size(out), [&] {
     if (route.native) return impl_->group_for(in)->_allgather_base(received, inputs[0]);
     // Gloo 1.13: the list form, whose outputs are views of `out` (Gloo copies each rank's part in).
     std::vector<std::vector<at::Tensor>> outputs(1);
@@ -560,7 +568,7 @@ CollectiveSample Communicator::reduce_scatter(torch::Tensor& out, const torch::T
   if (route.native) {
     torch::Tensor input = in.contiguous().view(-1);
     torch::Tensor output = out.view(-1);
-    return impl_->run(op, CollectiveKind::reduce_scatter, byte_size(in), !in.is_cpu(), [&] {
+    return impl_->run(op, CollectiveKind::reduce_scatter, reduce, in, byte_size(in), [&] {
       c10d::ReduceScatterOptions options;
       options.reduceOp = to_c10d(reduce);
       return impl_->group_for(in)->_reduce_scatter_base(output, input, options);
@@ -571,7 +579,7 @@ CollectiveSample Communicator::reduce_scatter(torch::Tensor& out, const torch::T
   // bandwidth is still counted on reduce-scatter's bytes, so Gloo's figure reads low.
   std::vector<at::Tensor> whole{route.carried_as ? in.to(*route.carried_as).reshape(-1)
                                                  : in.reshape(-1).clone(at::MemoryFormat::Contiguous)};
-  CollectiveSample sample = impl_->run(op, CollectiveKind::reduce_scatter, byte_size(in), !in.is_cpu(), [&] {
+  CollectiveSample sample = impl_->run(op, CollectiveKind::reduce_scatter, reduce, in, byte_size(in), [&] {
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(route.sum_then_divide ? ReduceOp::sum : reduce);
     return impl_->group_for(in)->allreduce(whole, options);
@@ -591,7 +599,7 @@ CollectiveSample Communicator::all_to_all(torch::Tensor& out, const torch::Tenso
   torch::Tensor input = on_wire(in.contiguous(), route);
   torch::Tensor output = on_wire(out, route);  // data movement only: a view, written through
   std::vector<int64_t> send = in_splits, receive = out_splits;
-  return impl_->run(op, CollectiveKind::all_to_all, byte_size(in), !in.is_cpu(), [&] {
+  return impl_->run(op, CollectiveKind::all_to_all, std::nullopt, in, byte_size(in), [&] {
     return impl_->group_for(in)->alltoall_base(output, input, receive, send, c10d::AllToAllOptions());
   });
 }
@@ -622,7 +630,7 @@ torch::Tensor Communicator::all_to_all_uneven(const torch::Tensor& in, const std
 CollectiveSample Communicator::broadcast(torch::Tensor& tensor, int root, const std::string& op) {
   const CollectiveRoute route = impl_->route(CollectiveKind::broadcast, ReduceOp::sum, tensor);
   std::vector<at::Tensor> tensors{on_wire(tensor, route)};  // data movement only: a view, written through
-  return impl_->run(op, CollectiveKind::broadcast, byte_size(tensor), !tensor.is_cpu(), [&] {
+  return impl_->run(op, CollectiveKind::broadcast, std::nullopt, tensor, byte_size(tensor), [&] {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     return impl_->group_for(tensor)->broadcast(tensors, options);

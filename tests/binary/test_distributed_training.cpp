@@ -164,6 +164,8 @@ class DataParallelTrainingTest : public ::testing::TestWithParam<int> {
     Ranks single = launch(1, training_args(1, out), out);
     ASSERT_EQ(single.wait_all(120)[0], 0) << read_text(out / "rank0.log");
     reference_ = losses(out / "metrics.jsonl");
+    // One rank issues no collective: no training collectives table.
+    EXPECT_FALSE(nlohmann::json::parse(read_text(out / "report.json")).contains("collectives"));
     // config.json records which c10d group carried the collectives: none for one process.
     EXPECT_EQ(nlohmann::json::parse(read_text(out / "config.json")).at("collective_backend"), "none");
     fs::remove_all(out);
@@ -481,6 +483,111 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
     EXPECT_NE(read_text(out / "report.html").find("id=\"collectives\""), std::string::npos);
     fs::remove_all(out);
   }
+}
+
+// report.json's `collectives.training` on real processes: every collective the training issued,
+// by group, kind, reduce op, dtype and size (reports/training_collectives.hpp). DDP's buckets add up
+// to every parameter's gradient each step; the comm mode's ZeRO reduce-scatters and all-gathers the
+// padded flat buffer once a step; the battery's cases stay in `cases`, out of the table.
+nlohmann::json training_rows(const fs::path& out, int rank) {
+  const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", rank)));
+  return report.at("collectives").at("training");
+}
+
+int64_t parameter_count(const fs::path& out) {
+  return nlohmann::json::parse(read_text(out / "config.json")).at("sizing").at("parameters").get<int64_t>();
+}
+
+void expect_only_training_ops(const nlohmann::json& rows) {
+  for (const auto& row : rows)
+    for (const auto& op : row.at("ops")) {
+      const std::string name = op.get<std::string>();
+      EXPECT_TRUE(name.find("canary") == std::string::npos && name.find("battery") == std::string::npos &&
+                  name != "allreduce_scalar")
+          << "not a training collective: " << row.dump();
+    }
+}
+
+TEST(TrainingCollectivesTest, TwoRanksTableHasEveryBucketAllReduceOfTheGradients) {
+  constexpr int kTableSteps = 6;
+  const fs::path out = fresh_dir("training-collectives-ddp");
+  std::vector<std::string> args = training_args(2, out);
+  args[3] = std::to_string(kTableSteps);  // --steps
+  Ranks ranks = launch(2, args, out);
+  for (const auto& code : ranks.wait_all(300)) ASSERT_EQ(code, 0) << read_text(out / "rank1.log");
+  ranks.pids.clear();  // reaped
+  const int64_t gradient_bytes = 4 * parameter_count(out);  // float32 gradients
+  for (int r = 0; r < 2; ++r) {
+    const nlohmann::json rows = training_rows(out, r);
+    ASSERT_FALSE(rows.empty()) << "rank " << r;
+    expect_only_training_ops(rows);
+    int64_t bucket_bytes = 0;
+    for (const auto& row : rows) {
+      if (row.at("ops") != nlohmann::json({"allreduce"})) continue;
+      EXPECT_EQ(row.at("group"), "world") << row.dump();
+      EXPECT_EQ(row.at("kind"), "all_reduce") << row.dump();
+      EXPECT_EQ(row.at("reduce_op"), "sum") << row.dump();
+      EXPECT_EQ(row.at("dtype"), "Float") << row.dump();
+      // Each bucket once a step (buckets of one size share a row).
+      EXPECT_EQ(row.at("calls").get<int64_t>() % kTableSteps, 0) << row.dump();
+      EXPECT_EQ(row.at("total_bytes"), row.at("calls").get<int64_t>() * row.at("bytes").get<int64_t>()) << row.dump();
+      EXPECT_GT(row.at("latency_median_s").get<double>(), 0.0) << row.dump();
+      EXPECT_GE(row.at("latency_p95_s").get<double>(), row.at("latency_median_s").get<double>()) << row.dump();
+      EXPECT_GT(row.at("bus_bandwidth_gbps").get<double>(), 0.0) << row.dump();
+      bucket_bytes += row.at("total_bytes").get<int64_t>();
+    }
+    EXPECT_EQ(bucket_bytes, kTableSteps * gradient_bytes) << "rank " << r << ": " << rows.dump(1);
+    // metrics.jsonl's collectives carry the same names.
+    for (const auto& m : records(out / rank_file("metrics", "jsonl", r)))
+      for (const auto& c : m.value("collectives", nlohmann::json::array())) {
+        EXPECT_EQ(c.at("kind"), "all_reduce") << c.dump();
+        EXPECT_EQ(c.at("group"), "world") << c.dump();
+        EXPECT_EQ(c.at("dtype"), "Float") << c.dump();
+      }
+  }
+  const std::string html = read_text(out / "report.html");
+  EXPECT_NE(html.find("<table id=\"training-collectives\">"), std::string::npos);
+  EXPECT_EQ(html.find("id=\"collectives\""), std::string::npos) << "no battery without the comm mode";
+  fs::remove_all(out);
+}
+
+TEST(TrainingCollectivesTest, TwoRanksCommModeTableHasZeroShardsCollectivesAndNotTheBattery) {
+  const fs::path out = fresh_dir("training-collectives-zero");
+  Ranks ranks = launch(2, comm_mode_args(out, "5"), out);
+  for (const auto& code : ranks.wait_all(300)) ASSERT_EQ(code, 0) << read_text(out / "rank1.log");
+  ranks.pids.clear();  // reaped
+  const int64_t padded = (parameter_count(out) + 1) / 2 * 2;  // the flat buffer, a multiple of the ranks
+  for (int r = 0; r < 2; ++r) {
+    const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
+    EXPECT_FALSE(report.at("collectives").at("cases").empty()) << "the battery's table stays";
+    const nlohmann::json& rows = report.at("collectives").at("training");
+    expect_only_training_ops(rows);
+    std::map<std::string, nlohmann::json> by_op;
+    for (const auto& row : rows) {
+      ASSERT_EQ(row.at("ops").size(), 1u) << row.dump();
+      by_op[row.at("ops")[0].get<std::string>()] = row;
+    }
+    EXPECT_EQ(by_op.size(), 3u) << rows.dump(1);
+    const auto expect_row = [&](const std::string& op, const std::string& kind, const std::string& reduce_op) {
+      ASSERT_TRUE(by_op.count(op)) << op << ": " << rows.dump(1);
+      const auto& row = by_op[op];
+      EXPECT_EQ(row.at("group"), "world");
+      EXPECT_EQ(row.at("kind"), kind);
+      EXPECT_EQ(row.at("reduce_op"), reduce_op);
+      EXPECT_EQ(row.at("dtype"), "Float");
+      EXPECT_EQ(row.at("calls"), 6) << "once a step: " << row.dump();
+    };
+    expect_row("reduce_scatter_grads", "reduce_scatter", "avg");
+    expect_row("allgather_params", "all_gather", "");
+    expect_row("allreduce_grad_norm", "all_reduce", "sum");
+    // Both move the whole padded buffer (reduce-scatter's input, all-gather's output).
+    EXPECT_EQ(by_op["reduce_scatter_grads"].at("bytes"), 4 * padded);
+    EXPECT_EQ(by_op["allgather_params"].at("bytes"), 4 * padded);
+  }
+  const std::string html = read_text(out / "report.html");
+  EXPECT_NE(html.find("id=\"collectives\""), std::string::npos);
+  EXPECT_NE(html.find("<table id=\"training-collectives\">"), std::string::npos);
+  fs::remove_all(out);
 }
 
 TEST(CommModeTest, RankStalledInReduceScatterIsNamedWithTheKindAndGroup) {

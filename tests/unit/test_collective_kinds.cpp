@@ -184,6 +184,40 @@ TEST_P(CollectiveKindsTest, BroadcastFromEveryRoot) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveKindsTest, ::testing::Values(2, 4, 8));
 
+// What ran is named where it ran (the Communicator), not parsed from the op label: the training
+// collectives table (reports/training_collectives.hpp) groups by it.
+TEST(CollectiveSampleTest, NamesItsKindReduceOpDtypeAndGroup) {
+  Problems problems(2);
+  run_communicators(2, [&](std::shared_ptr<Communicator>& comm, int r) {
+    const auto expect = [&](const CollectiveSample& c, const std::string& kind, const std::string& reduce_op,
+                            const std::string& dtype, const std::string& group) {
+      const std::string got = fmt::format("{} {} '{}' {} {}", c.op, c.kind, c.reduce_op, c.dtype, c.group);
+      if (got != fmt::format("{} {} '{}' {} {}", c.op, kind, reduce_op, dtype, group)) problems[r].push_back(got);
+    };
+    torch::Tensor bf16 = torch::ones({4}, torch::kBFloat16);
+    expect(comm->all_reduce(bf16, ReduceOp::avg, "a"), "all_reduce", "avg", "BFloat16", "world");
+    torch::Tensor gathered = torch::empty({4}, torch::kFloat);
+    expect(comm->all_gather_into(gathered, torch::ones({2}), "b"), "all_gather", "", "Float", "world");
+    torch::Tensor mine = torch::empty({1}, torch::kLong);
+    expect(comm->reduce_scatter(mine, torch::ones({2}, torch::kLong), ReduceOp::sum, "c"), "reduce_scatter", "sum",
+           "Long", "world");
+    std::vector<CollectiveSample> moved;
+    comm->all_to_all_uneven(torch::ones({2, 3}), {1, 1}, "d", &moved);
+    if (moved.size() == 2) {
+      expect(moved[0], "all_to_all", "", "Long", "world");  // the row counts
+      expect(moved[1], "all_to_all", "", "Float", "world");
+    } else {
+      problems[r].push_back("all_to_all_uneven: not two samples");
+    }
+    torch::Tensor half = torch::ones({2}, torch::kHalf);
+    expect(comm->broadcast(half, 0, "e"), "broadcast", "", "Half", "world");
+    std::unique_ptr<Communicator> tp = comm->split("tp", {0, 1});
+    torch::Tensor t = torch::ones({3});
+    expect(tp->all_reduce_sum(t, "f"), "all_reduce", "sum", "Float", "tp");
+  });
+  expect_no_problems(problems);
+}
+
 // The emulation choice is one table: RCCL does everything natively; Gloo emulates what the
 // libtorch it is built with lacks.
 TEST(CollectiveRouteTest, RcclNativeGlooEmulatesWhatItLacks) {

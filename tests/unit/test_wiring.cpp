@@ -27,15 +27,15 @@ TEST(RunWiringTable, EverySlotOnceWithItsReason) {
     EXPECT_TRUE(names.insert(slot.part).second) << slot.part << " twice";
     EXPECT_GT(slot.reason.size(), 20u) << slot.part;
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 12u);
 }
 
 TEST(RunWiringTable, OrderRules) {
   const auto slots = run_wiring();
   // The summary first: a crash report has every finished step.
   EXPECT_EQ(slots.front().part, part::run_summary);
-  // The files and the console hear a step before any check of it can end the run.
-  for (const auto output : {part::metrics, part::prometheus, part::console})
+  // The files, the console and the collectives table hear a step before any check of it can end the run.
+  for (const auto output : {part::metrics, part::prometheus, part::console, part::training_collectives})
     EXPECT_LT(position(output), position(part::detectors)) << output;
   // The fault injector's hooks run before every check's, so the checks see the fault.
   for (const auto check : {part::detectors, part::memory_profile, part::node_monitor, part::watchdog})
