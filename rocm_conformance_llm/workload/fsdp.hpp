@@ -110,7 +110,8 @@ class FsdpModel {
   void keep_own_chunks();
   void release_all();
 
-  int shards() const { return group_->size(); }
+  // Units: the blocks and the root.
+  int64_t units() const { return int64_t(block_units_.size()) + 1; }
   // Bytes of full (gathered) block and root parameters now resident.
   int64_t resident_parameter_bytes() const;
   // Bytes of this rank's shards (the optimizer's parameters).

@@ -1,8 +1,8 @@
 // Sharded data parallel (training.data_parallel) on real c10d groups over loopback (ranks are
-// threads of this process, Gloo): ZeRO's loss trajectory is DDP's for the same seed and data, at
-// 2 and 4 ranks, fp32 and bf16, with and without gradient clipping; each rank keeps only its
-// shard of the optimizer state; the collectives it issues are recorded; and in a world of one it
-// is DDP exactly.
+// threads of this process, Gloo): ZeRO's and FSDP's loss trajectories are DDP's for the same seed
+// and data, at 2 and 4 ranks, fp32 and bf16, with and without gradient clipping; each rank keeps
+// only its shard of the optimizer state (FSDP: of the parameters too); the collectives each
+// issues are recorded; and in a world of one ZeRO is DDP exactly.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -230,6 +230,40 @@ TEST(ShardedCollectives, ZeroRecordsReduceScatterNormAndAllGather) {
     EXPECT_NEAR(zero[0].records[i].loss, once[0].records[i].loss, 1e-6 * once[0].records[i].loss);
   const auto ddp = train(ctx, 2, "ddp");
   for (const auto& c : ddp[0].records.front().collectives) EXPECT_EQ(c.op, "allreduce");
+}
+
+// Per step FSDP issues what FSDP2 does: for each block an all-gather of its parameters before its
+// forward, another before its (recomputed) backward, a reduce-scatter of its gradients after it;
+// the root gathered per forward and its gradients reduce-scattered per gradient sync; the
+// 1-element all-reduce of the squared norm. Every all-gather of one unit moves its padded size.
+TEST(ShardedCollectives, FsdpGathersEachBlockTwiceAndReduceScattersItOnce) {
+  RunContext ctx = tiny_run(2, "fp32", 1.0);
+  ctx.cfg.steps = 3;
+  ctx.cfg.grad_accum_steps = 2;
+  ctx.cfg.grad_sync_interval = 2;  // one gradient sync per step: the blocks still reduce-scatter per backward
+  const auto fsdp = train(ctx, 2, "fsdp");
+  std::map<std::string, int> expected{{"fsdp:all_gather.root.fwd", 2}, {"fsdp:reduce_scatter.root", 1},
+                                      {"allreduce_grad_norm", 1}};
+  for (int b = 0; b < ctx.cfg.num_layers; ++b)
+    for (const char* op : {"fsdp:all_gather.block{}.fwd", "fsdp:all_gather.block{}.bwd", "fsdp:reduce_scatter.block{}"})
+      expected[fmt::format(fmt::runtime(op), b)] = 2;  // once per micro-batch
+  for (int r = 0; r < 2; ++r)
+    for (const auto& rec : fsdp[r].records) {
+      std::map<std::string, int> ops;
+      std::map<std::string, int64_t> bytes;
+      for (const auto& c : rec.collectives) {
+        ++ops[c.op];
+        bytes[c.op] = c.bytes;
+      }
+      EXPECT_EQ(ops, expected) << "rank " << r << " step " << rec.step;
+      EXPECT_EQ(bytes["allreduce_grad_norm"], 4);
+      for (int b = 0; b < ctx.cfg.num_layers; ++b) {
+        const auto block = fmt::format("block{}", b);
+        EXPECT_GT(bytes["fsdp:all_gather." + block + ".fwd"], 0);
+        EXPECT_EQ(bytes["fsdp:all_gather." + block + ".fwd"], bytes["fsdp:all_gather." + block + ".bwd"]);
+        EXPECT_EQ(bytes["fsdp:all_gather." + block + ".fwd"], bytes["fsdp:reduce_scatter." + block]);
+      }
+    }
 }
 
 // After ZeRO's all-gather every rank holds the whole model, so the cross-rank parameter checksum
