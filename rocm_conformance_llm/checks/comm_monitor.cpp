@@ -28,7 +28,16 @@ void CommMonitor::report_all(std::vector<Finding> findings) {
 void CommMonitor::preflight() {
   sync_->broadcast_parameters(params_);
   report_all(sync_->run_canary());
-  report_all(sync_->compare_parameters(params_));
+  report_all(compare_parameters());
+}
+
+std::vector<Finding> CommMonitor::compare_parameters() {
+  FsdpModel* fsdp = loop_ ? loop_->model()->fsdp() : nullptr;
+  if (!fsdp) return sync_->compare_parameters(params_);
+  fsdp->gather_all();
+  auto findings = sync_->compare_parameters(params_);
+  fsdp->release_all();
+  return findings;
 }
 
 void CommMonitor::on_step(const StepRecord& record) {
@@ -63,7 +72,7 @@ void CommMonitor::on_step(const StepRecord& record) {
 
   if (check) {
     report_all(sync_->run_canary());
-    report_all(sync_->compare_parameters(params_));
+    report_all(compare_parameters());
     if (options_.log_step_time_spread && sync_->rank() == 0) {
       const StepTimeSpread step = spread(times.step_s);
       const StepTimeSpread busy = spread(times.busy_s);

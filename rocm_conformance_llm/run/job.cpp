@@ -187,6 +187,11 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
                                   "moe_experts={}: fsdp shards dense blocks only; allowed: fsdp with "
                                   "tensor_parallel_degree=1 and moe_experts=0, or data_parallel ddp, zero",
                                   t.tensor_parallel_degree, t.moe_experts));
+  // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
+  // block's own forward.
+  if (run.training.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 && s.faults.requested(FaultKind::nan))
+    throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
+                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel ddp, zero");
   if (run.resume == kResumeAuto) {
     s.resume_from = resolve_resume_auto(run.output_dir, identity_of(run, s.launch.world_size));
     s.resume_in_place = true;  // its own directory: a checkpoint of it, or an earlier attempt without one
