@@ -403,14 +403,15 @@ TEST(DistributedConfigTest, FsdpWithTensorParallelIsRefusedBeforeAnythingIsWritt
   fs::remove_all(out);
 }
 
-TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
+// Rank 1 freezes mid-run under `data_parallel`; rank 0 names it within the collective timeout.
+void expect_stopped_rank_named_within_the_timeout(const std::string& data_parallel) {
   constexpr double kTimeoutS = 2.0;
-  const fs::path out = fresh_dir("stopped");
+  const fs::path out = fresh_dir("stopped-" + data_parallel);
   Ranks ranks = launch(2,
                        {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(), "--set",
                         "num_threads=1", "--set", "collective_timeout_s=" + std::to_string(kTimeoutS),
                         "--set", "checksum_interval=0",  // only step collectives: the timeout lands in one
-                        "--watchdog-timeout", "120"},
+                        "--set", "training.data_parallel=" + data_parallel, "--watchdog-timeout", "120"},
                        out);
   // Let the run reach steady training, then freeze rank 1 (a hung GPU, a stuck process).
   const auto started = Clock::now();
@@ -441,9 +442,18 @@ TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
   EXPECT_TRUE(message.find("rank 1 never entered it") != std::string::npos ||
               message.find("rank 1 stopped updating its heartbeat") != std::string::npos)
       << timeout->dump(2);
-  std::cout << "rank 0 exited " << waited << " s after rank 1 stopped (collective timeout " << kTimeoutS << " s)\n";
+  std::cout << data_parallel << ": rank 0 exited " << waited << " s after rank 1 stopped (collective timeout "
+            << kTimeoutS << " s): " << message << "\n";
   fs::remove_all(out);
 }
+
+TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
+  expect_stopped_rank_named_within_the_timeout("ddp");
+}
+
+// FSDP's collectives run inside the forward and the backward (most of a step's): a rank stopped
+// there is named the same way, the collective by its op ("fsdp:all_gather.block1.bwd").
+TEST(DistributedFailureTest, StoppedRankIsNamedUnderFsdp) { expect_stopped_rank_named_within_the_timeout("fsdp"); }
 
 // The comm mode's collective battery on real processes: 4 ranks verify every kind, op and dtype,
 // train sharded (ZeRO) and end PASS over several seeds, with the table in report.json and

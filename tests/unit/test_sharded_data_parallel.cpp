@@ -266,13 +266,14 @@ TEST(ShardedCollectives, FsdpGathersEachBlockTwiceAndReduceScattersItOnce) {
     }
 }
 
-// After ZeRO's all-gather every rank holds the whole model, so the cross-rank parameter checksum
-// applies as under DDP: silent on a clean run, and naming the rank whose gathered copy of
-// another rank's shard came back wrong (what a corrupt all-gather leaves behind).
-TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+// After ZeRO's all-gather every rank holds the whole model (FSDP gathers it for the check: the
+// comm monitor's compare_parameters), so the cross-rank parameter checksum applies as under DDP:
+// silent on a clean run, and naming the rank whose gathered copy of another rank's shard came
+// back wrong (what a corrupt all-gather leaves behind).
+void expect_checksum_names_a_wrong_gathered_shard(const std::string& data_parallel) {
   RunContext ctx = tiny_run(2, "fp32", 1.0);
   ctx.cfg.steps = 3;
-  ctx.cfg.data_parallel = "zero";
+  ctx.cfg.data_parallel = data_parallel;
   std::vector<std::vector<Finding>> clean(2), corrupt(2);
   std::mutex building;
   test::run_loopback_ranks(
@@ -286,6 +287,9 @@ TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
         trainer->run();
         auto group = std::dynamic_pointer_cast<ProcessGroupSync>(sync);
         ASSERT_TRUE(group);
+        FsdpModel* fsdp = trainer->model()->fsdp();
+        ASSERT_EQ(fsdp != nullptr, data_parallel == "fsdp");
+        if (fsdp) fsdp->gather_all();
         const auto params = trainer->model()->parameters();
         clean[rank] = group->compare_parameters(params);
         // Rank 1's copy of rank 0's shard (the first elements: the first parameter) is off by one ulp.
@@ -295,6 +299,7 @@ TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
           first.copy_(torch::nextafter(first, first + 1));
         }
         corrupt[rank] = group->compare_parameters(params);
+        if (fsdp) fsdp->release_all();
       });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(clean[r].empty()) << "rank " << r;
@@ -302,6 +307,14 @@ TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
     EXPECT_EQ(corrupt[r][0].signature, "parameter_divergence");
     EXPECT_NE(corrupt[r][0].message.find("rank 1"), std::string::npos) << corrupt[r][0].message;
   }
+}
+
+TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+  expect_checksum_names_a_wrong_gathered_shard("zero");
+}
+
+TEST(ShardedCollectives, FsdpParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+  expect_checksum_names_a_wrong_gathered_shard("fsdp");
 }
 
 // A world of one has nothing to shard: zero is recorded but trains exactly as ddp.
