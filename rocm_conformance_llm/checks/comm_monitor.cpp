@@ -26,18 +26,20 @@ void CommMonitor::report_all(std::vector<Finding> findings) {
 }
 
 void CommMonitor::preflight() {
-  sync_->broadcast_parameters(params_);
+  {
+    GatheredParameters full(fsdp());  // FSDP: rank 0's whole model, then each rank keeps its shards of it
+    sync_->broadcast_parameters(params_);
+    full.keep_values();
+  }
   report_all(sync_->run_canary());
   report_all(compare_parameters());
 }
 
+FsdpModel* CommMonitor::fsdp() const { return loop_ ? loop_->model()->fsdp() : nullptr; }
+
 std::vector<Finding> CommMonitor::compare_parameters() {
-  FsdpModel* fsdp = loop_ ? loop_->model()->fsdp() : nullptr;
-  if (!fsdp) return sync_->compare_parameters(params_);
-  fsdp->gather_all();
-  auto findings = sync_->compare_parameters(params_);
-  fsdp->release_all();
-  return findings;
+  const GatheredParameters full(fsdp());
+  return sync_->compare_parameters(params_);
 }
 
 void CommMonitor::on_step(const StepRecord& record) {

@@ -50,6 +50,7 @@ class CommMonitor final : public Detector {
   // every rank gathers the whole model from them for it (a wrong all-gather leaves one rank's copy
   // different), and frees it after.
   std::vector<Finding> compare_parameters();
+  FsdpModel* fsdp() const;  // the trainer's model's FSDP units; null unless data_parallel=fsdp
 
   std::shared_ptr<ProcessGroupSync> sync_;
   std::vector<torch::Tensor> params_;

@@ -178,27 +178,6 @@ nlohmann::json read_checkpoint_json(const fs::path& path) {
   }
 }
 
-// FSDP (workload/fsdp.hpp): the whole model gathered while a checkpoint writes or reads it, on
-// every rank (the gathers are collectives), and freed after; elsewhere nothing to do.
-class FullParameters {
- public:
-  explicit FullParameters(GPT& model) : fsdp_(model->fsdp()) {
-    if (fsdp_) fsdp_->gather_all();
-  }
-  ~FullParameters() {
-    if (fsdp_) fsdp_->release_all();
-  }
-  FullParameters(const FullParameters&) = delete;
-  FullParameters& operator=(const FullParameters&) = delete;
-  // The values loaded into the full parameters become this rank's shards.
-  void keep_loaded_values() {
-    if (fsdp_) fsdp_->keep_own_chunks();
-  }
-
- private:
-  FsdpModel* fsdp_;
-};
-
 void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, const fs::path& dir, bool shared,
                           const nlohmann::json& run_fields) {
   std::vector<std::pair<std::string, torch::Tensor>> rng{{"rng.cpu", snap.rng.cpu_state}};
@@ -208,7 +187,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
                                                                    {"exp_avg_sq", snap.optimizer.exp_avg_sq}};
   const bool sharded = snap.optimizer_shard.count > 1;
   if (sharded) write_safetensors(dir / optimizer_shard_file(snap.optimizer_shard.index), moments);
-  const FullParameters full(loop.model());
+  const GatheredParameters full(loop.model()->fsdp());  // FSDP: on every rank; rank 0 writes it
   if (!shared) return;
   const auto& cfg = loop.ctx().cfg;
   const Layout layout = layout_of(cfg);
@@ -248,7 +227,7 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   // under FSDP gathered, and this rank's shards kept from them).
   const auto weights = read_safetensors(dir / kWeightsFile);
   {
-    FullParameters full(loop.model());
+    GatheredParameters full(loop.model()->fsdp());
     const auto names = stored_names(loop.model(), layout);
     size_t stored_tensors = 0;
     for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
@@ -269,7 +248,7 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
       }
       param.copy_(torch::cat(blocks, 0));
     }
-    full.keep_loaded_values();
+    full.keep_values();
   }
   // Everything else a step reads, into the loop's own snapshot (the caller restores it).
   auto snap = loop.snapshot();

@@ -55,7 +55,6 @@ class FsdpUnit {
   void gather(const std::string& when);
   // Frees the full parameters: each parameter is left as an empty tensor.
   void release();
-  bool gathered() const { return gathered_; }
   // Reduce-scatter (AVG, "fsdp:reduce_scatter.<name>") of the full gradients (in parameter order,
   // undefined ones as zeros); returns this rank's chunk as {decayed part, the rest}.
   std::vector<torch::Tensor> reduce_scatter(const std::vector<torch::Tensor>& grads);
@@ -90,7 +89,7 @@ class FsdpModel {
   std::vector<torch::Tensor> decayed_shards() const;
   std::vector<torch::Tensor> plain_shards() const;
 
-  // The start of a forward: the root gathered ("fsdp:all_gather.root").
+  // The start of a forward: the root gathered ("fsdp:all_gather.root.fwd").
   void begin_forward();
   // The end of a forward: without gradients (evaluation) no backward follows, and the root is
   // freed at once.
@@ -122,6 +121,28 @@ class FsdpModel {
   std::vector<std::shared_ptr<BlockImpl>> blocks_;
   std::vector<std::shared_ptr<FsdpUnit>> block_units_;
   std::shared_ptr<FsdpUnit> root_;
+};
+
+// While alive, the whole model gathered (FsdpModel::gather_all: collectives, so every rank opens
+// one), as a checkpoint or a cross-rank check reads or writes it; freed after. Nothing for a null
+// model (not sharded).
+class GatheredParameters {
+ public:
+  explicit GatheredParameters(FsdpModel* fsdp) : fsdp_(fsdp) {
+    if (fsdp_) fsdp_->gather_all();
+  }
+  ~GatheredParameters() {
+    if (fsdp_) fsdp_->release_all();
+  }
+  GatheredParameters(const GatheredParameters&) = delete;
+  GatheredParameters& operator=(const GatheredParameters&) = delete;
+  // The values written into the gathered parameters (loaded, broadcast) become this rank's shards.
+  void keep_values() {
+    if (fsdp_) fsdp_->keep_own_chunks();
+  }
+
+ private:
+  FsdpModel* fsdp_;
 };
 
 }  // namespace rcl
