@@ -206,7 +206,8 @@ Trainer::PendingStep Trainer::train_step() {
     update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
-  if (optimizer_->sharded()) {  // ZeRO: each rank updated its shard; gather the others' (a comm phase); FSDP: free the root
+  // ZeRO: each rank updated its shard; gather the others' (a comm phase). FSDP: the root is freed.
+  if (optimizer_->sharded()) {
     auto in_phase = enter(phase::grad_sync, rec);
     sync_->after_update(*optimizer_, rec.collectives);
   }

@@ -191,7 +191,8 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   // block's own forward.
   if (run.training.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 && s.faults.requested(FaultKind::nan))
     throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
-                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel ddp, zero");
+                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
+                      "ddp, zero");
   if (run.resume == kResumeAuto) {
     s.resume_from = resolve_resume_auto(run.output_dir, identity_of(run, s.launch.world_size));
     s.resume_in_place = true;  // its own directory: a checkpoint of it, or an earlier attempt without one

@@ -388,19 +388,27 @@ TEST(DistributedCheckpointTest, FsdpShardsResumeBitExactlyAndRefuseAnotherLayout
 }
 
 // FSDP shards dense blocks over the data-parallel ranks only: with tensor parallelism (or
-// experts) the run refuses it rather than run something else under its name (exit 2, one line
-// naming the values, nothing written).
-TEST(DistributedConfigTest, FsdpWithTensorParallelIsRefusedBeforeAnythingIsWritten) {
-  const fs::path out = fresh_dir("fsdp-refused");
-  std::vector<std::string> args = training_args(2, out);
-  args.insert(args.end(), {"--set", "training.data_parallel=fsdp", "--set", "tensor_parallel_degree=2"});
-  Ranks ranks = launch(2, args, out);
-  for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
-  EXPECT_NE(read_text(out / "rank0.log").find("invalid training.data_parallel 'fsdp' with tensor_parallel_degree=2"),
-            std::string::npos)
-      << read_text(out / "rank0.log");
-  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
-  fs::remove_all(out);
+// experts) the run refuses it rather than run something else under its name; so is the nan
+// fault, whose weight is not resident between blocks (exit 2, one line naming the values,
+// nothing written).
+TEST(DistributedConfigTest, FsdpWithTensorParallelOrTheNanFaultIsRefusedBeforeAnythingIsWritten) {
+  struct Refused {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  for (const auto& refused :
+       {Refused{{"--set", "tensor_parallel_degree=2"}, "invalid training.data_parallel 'fsdp' with tensor_parallel_degree=2"},
+        Refused{{"--inject", "nan@step=2"}, "invalid --inject nan with training.data_parallel 'fsdp'"}}) {
+    const fs::path out = fresh_dir("fsdp-refused");
+    std::vector<std::string> args = training_args(2, out);
+    args.insert(args.end(), {"--set", "training.data_parallel=fsdp"});
+    args.insert(args.end(), refused.args.begin(), refused.args.end());
+    Ranks ranks = launch(2, args, out);
+    for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
+    EXPECT_NE(read_text(out / "rank0.log").find(refused.names), std::string::npos) << read_text(out / "rank0.log");
+    for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
+    fs::remove_all(out);
+  }
 }
 
 // Rank 1 freezes mid-run under `data_parallel`; rank 0 names it within the collective timeout.

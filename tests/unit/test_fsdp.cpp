@@ -115,8 +115,8 @@ TEST(FsdpUnitTest, ShardedModelHasTheUnshardedLossAndGradientsWithDropoutOn) {
   // Each block was gathered for its forward and again for its backward, and reduce-scattered once;
   // before any gather no other block's parameters were held: at most the root's.
   for (int64_t b = 0; b < cfg.num_layers; ++b)
-    for (const auto& op : {"all_gather.block" + std::to_string(b) + ".fwd", "all_gather.block" + std::to_string(b) + ".bwd",
-                           "reduce_scatter.block" + std::to_string(b)})
+    for (const auto& op : {"all_gather.block" + std::to_string(b) + ".fwd",
+                           "all_gather.block" + std::to_string(b) + ".bwd", "reduce_scatter.block" + std::to_string(b)})
       EXPECT_EQ(std::count(group->ops.begin(), group->ops.end(), op), 1) << op;
   const int64_t root_bytes = shards_decayed.back().numel() * 4 + shards_plain.back().numel() * 4;
   for (const int64_t bytes : group->resident_before_gather) EXPECT_LE(bytes, root_bytes);
