@@ -106,7 +106,7 @@ struct ConfigField {
   X(bool, log_per_rank, false, unchecked(), "every rank logs, not only rank 0")                          \
   X(double, bucket_mb, 25.0, above(0), "gradient all-reduce bucket size (MB)")                           \
   X(std::string, data_parallel, "ddp", one_of({"ddp", "zero", "fsdp"}),                                   \
-    "data parallelism, ordered by what it shards: ddp (nothing) < zero (optimizer state, gradients) < fsdp (parameters too; not built yet: refused on several ranks); no effect on one rank") \
+    "data parallelism, ordered by what it shards: ddp (nothing) < zero (optimizer state, gradients) < fsdp (parameters too, per block; not with tensor_parallel_degree > 1 or moe_experts); no effect on one rank") \
   X(double, collective_timeout_s, 120.0, above(0), "timeout of every collective (PyTorch's default is 600)") \
   X(int64_t, checksum_interval, 10, at_least(0), "steps between cross-rank parameter checksums (0 = off)") \
   X(int64_t, collective_check_interval, 0, at_least(0),                                                  \

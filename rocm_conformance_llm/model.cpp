@@ -442,21 +442,34 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   const int64_t seq = tokens.size(1);
   TORCH_CHECK(wpe_.is_empty() || seq <= cfg_.seq_len, "sequence of ", seq,
               " tokens is longer than the learned position table (seq_len=", cfg_.seq_len, ")");
+  if (fsdp_) fsdp_->begin_forward();
   auto x = wte_(tokens);
   if (!wpe_.is_empty()) x = x + wpe_(torch::arange(seq, tokens.options()));
   x = torch::dropout(x, cfg_.dropout, is_training());
   if (parallel_.sequence_parallel) x = split_sequence(x, *parallel_.tensor, "embedding.out");
   if (block_outputs) block_outputs->push_back(x);
 
+  // FSDP recomputes every block in its backward already: activation checkpointing is implied.
   const bool recompute = cfg_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
-  for (auto& block : blocks_) {
-    x = recompute ? checkpoint([block](const torch::Tensor& in) mutable { return block->forward(in); }, x)
-                  : block->forward(x);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    auto& block = blocks_[i];
+    if (fsdp_)
+      x = fsdp_->block_forward(int64_t(i), x);
+    else
+      x = recompute ? checkpoint([block](const torch::Tensor& in) mutable { return block->forward(in); }, x)
+                    : block->forward(x);
     if (block_outputs) block_outputs->push_back(x);
   }
   x = final_norm_(x);
   if (parallel_.sequence_parallel) x = gather_sequence_for_replicated(x, *parallel_.tensor, "lm_head.in");
-  return tapped_linear(x, wte_->weight);  // LM head tied to the token embedding
+  auto logits = tapped_linear(x, wte_->weight);  // LM head tied to the token embedding
+  if (fsdp_) fsdp_->end_forward();
+  return logits;
+}
+
+void GPTImpl::shard_fully(std::shared_ptr<ShardGroup> group) {
+  if (fsdp_) throw std::logic_error("GPT::shard_fully: already sharded");
+  fsdp_ = std::make_shared<FsdpModel>(*this, std::move(group));
 }
 
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {

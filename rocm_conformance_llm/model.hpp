@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/workload/fsdp.hpp"
 #include "rocm_conformance_llm/workload/model_parallel.hpp"
 #include "rocm_conformance_llm/workload/moe.hpp"
 #include "rocm_conformance_llm/workload/tensor_parallel.hpp"
@@ -234,6 +235,12 @@ class GPTImpl : public torch::nn::Module {
   // data-parallel average, so they stay equal across it.
   std::vector<torch::Tensor> partial_gradient_parameters();
 
+  // Fully sharded data parallel (workload/fsdp.hpp): this rank keeps a shard of every block's
+  // and of the root's parameters; forward gathers each where it is used. Call once, after the
+  // model is on its device and before its parameters go to an optimizer (the shards do instead).
+  void shard_fully(std::shared_ptr<ShardGroup> group);
+  FsdpModel* fsdp() const { return fsdp_.get(); }
+
  private:
   std::vector<torch::Tensor> parameters_with_decay(bool decayed);
 
@@ -243,6 +250,7 @@ class GPTImpl : public torch::nn::Module {
   std::vector<Block> blocks_;
   Norm final_norm_{nullptr};
   ModelParallel parallel_;
+  std::shared_ptr<FsdpModel> fsdp_;
 };
 TORCH_MODULE(GPT);
 

@@ -26,9 +26,20 @@ void CommMonitor::report_all(std::vector<Finding> findings) {
 }
 
 void CommMonitor::preflight() {
-  sync_->broadcast_parameters(params_);
+  {
+    GatheredParameters full(fsdp());  // FSDP: rank 0's whole model, then each rank keeps its shards of it
+    sync_->broadcast_parameters(params_);
+    full.keep_values();
+  }
   report_all(sync_->run_canary());
-  report_all(sync_->compare_parameters(params_));
+  report_all(compare_parameters());
+}
+
+FsdpModel* CommMonitor::fsdp() const { return loop_ ? loop_->model()->fsdp() : nullptr; }
+
+std::vector<Finding> CommMonitor::compare_parameters() {
+  const GatheredParameters full(fsdp());
+  return sync_->compare_parameters(params_);
 }
 
 void CommMonitor::on_step(const StepRecord& record) {
@@ -63,7 +74,7 @@ void CommMonitor::on_step(const StepRecord& record) {
 
   if (check) {
     report_all(sync_->run_canary());
-    report_all(sync_->compare_parameters(params_));
+    report_all(compare_parameters());
     if (options_.log_step_time_spread && sync_->rank() == 0) {
       const StepTimeSpread step = spread(times.step_s);
       const StepTimeSpread busy = spread(times.busy_s);

@@ -46,6 +46,11 @@ class CommMonitor final : public Detector {
 
  private:
   void report_all(std::vector<Finding> findings);
+  // The parameter checksum across ranks. Under FSDP a rank holds only its shards between steps:
+  // every rank gathers the whole model from them for it (a wrong all-gather leaves one rank's copy
+  // different), and frees it after.
+  std::vector<Finding> compare_parameters();
+  FsdpModel* fsdp() const;  // the trainer's model's FSDP units; null unless data_parallel=fsdp
 
   std::shared_ptr<ProcessGroupSync> sync_;
   std::vector<torch::Tensor> params_;

@@ -122,7 +122,10 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   model_->to(device);
   setup_memory_.emplace_back("after_to_device", sample_memory(device));
   seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
-  optimizer_ = std::make_unique<FlatAdamW>(model_->decay_parameters(), model_->no_decay_parameters(),
+  sync_->shard_parameters(model_);  // FSDP: the optimizer takes this rank's shards of the parameters
+  const FsdpModel* fsdp = model_->fsdp();
+  optimizer_ = std::make_unique<FlatAdamW>(fsdp ? fsdp->decayed_shards() : model_->decay_parameters(),
+                                           fsdp ? fsdp->plain_shards() : model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()},
                                            sync_->optimizer_shard());
 
@@ -187,7 +190,7 @@ Trainer::PendingStep Trainer::train_step() {
     // gives the gradient one sync at the end would; only the all-reduce count (comm stress) grows.
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
       auto in_phase = enter(phase::grad_sync, rec);
-      sync_->sync_gradients(*optimizer_, rec.collectives);  // DDP: buckets are views; ZeRO: reduce-scatter
+      sync_->sync_gradients(*optimizer_, rec.collectives);  // DDP: buckets are views; ZeRO, FSDP: reduce-scatter
     }
   }
   hooks_.on_gradients(rec.step, optimizer_->parameters(), loss_sum, first_micro_batch);
@@ -203,7 +206,8 @@ Trainer::PendingStep Trainer::train_step() {
     update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
-  if (optimizer_->sharded()) {  // ZeRO: each rank updated its shard; gather the others' (a comm phase)
+  // ZeRO: each rank updated its shard; gather the others' (a comm phase). FSDP: the root is freed.
+  if (optimizer_->sharded()) {
     auto in_phase = enter(phase::grad_sync, rec);
     sync_->after_update(*optimizer_, rec.collectives);
   }

@@ -187,6 +187,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
                                                                    {"exp_avg_sq", snap.optimizer.exp_avg_sq}};
   const bool sharded = snap.optimizer_shard.count > 1;
   if (sharded) write_safetensors(dir / optimizer_shard_file(snap.optimizer_shard.index), moments);
+  const GatheredParameters full(loop.model()->fsdp());  // FSDP: on every rank; rank 0 writes it
   if (!shared) return;
   const auto& cfg = loop.ctx().cfg;
   const Layout layout = layout_of(cfg);
@@ -222,27 +223,32 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   if (state.value("weights", "") != kLayoutNames[int(layout)])
     throw CheckpointError("checkpoint " + dir.string() + ": state.json's weights layout does not fit this model");
   torch::NoGradGuard no_grad;
-  // Weights: by name, shape and dtype, into the parameters (views of the optimizer's flat buffer).
+  // Weights: by name, shape and dtype, into the parameters (views of the optimizer's flat buffer;
+  // under FSDP gathered, and this rank's shards kept from them).
   const auto weights = read_safetensors(dir / kWeightsFile);
-  const auto names = stored_names(loop.model(), layout);
-  size_t stored_tensors = 0;
-  for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
-  if (weights.tensors.size() != stored_tensors)
-    throw CheckpointError(fmt::format("checkpoint {}: {} holds {} tensors, this model stores {}", dir.string(),
-                                      kWeightsFile, weights.tensors.size(), stored_tensors));
-  auto params = loop.model()->named_parameters();
-  for (const auto& [native, stored] : names) {
-    auto& param = params[native];
-    std::vector<torch::Tensor> blocks;
-    for (size_t i = 0; i < stored.names.size(); ++i) {
-      auto shape = param.sizes().vec();
-      shape[0] = stored.rows[i];
-      if (stored.transpose) std::swap(shape[0], shape[1]);
-      const auto& name = stored.names[i];
-      const auto t = require(weights, name, dir / kWeightsFile, param.scalar_type(), shape);
-      blocks.push_back(stored.transpose ? t.t() : t);
+  {
+    GatheredParameters full(loop.model()->fsdp());
+    const auto names = stored_names(loop.model(), layout);
+    size_t stored_tensors = 0;
+    for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
+    if (weights.tensors.size() != stored_tensors)
+      throw CheckpointError(fmt::format("checkpoint {}: {} holds {} tensors, this model stores {}", dir.string(),
+                                        kWeightsFile, weights.tensors.size(), stored_tensors));
+    auto params = loop.model()->named_parameters();
+    for (const auto& [native, stored] : names) {
+      auto& param = params[native];
+      std::vector<torch::Tensor> blocks;
+      for (size_t i = 0; i < stored.names.size(); ++i) {
+        auto shape = param.sizes().vec();
+        shape[0] = stored.rows[i];
+        if (stored.transpose) std::swap(shape[0], shape[1]);
+        const auto& name = stored.names[i];
+        const auto t = require(weights, name, dir / kWeightsFile, param.scalar_type(), shape);
+        blocks.push_back(stored.transpose ? t.t() : t);
+      }
+      param.copy_(torch::cat(blocks, 0));
     }
-    param.copy_(torch::cat(blocks, 0));
+    full.keep_values();
   }
   // Everything else a step reads, into the loop's own snapshot (the caller restores it).
   auto snap = loop.snapshot();

@@ -4,8 +4,9 @@
 //                          computes what that architecture computes
 //   config.json            Hugging Face style model config
 //   optimizer.safetensors  AdamW moments (flat, in the optimizer's buffer order)
-//   optimizer-shard-<R>.safetensors  instead, where the optimizer is sharded (ZeRO): rank R's
-//                          shard of the moments, written by that rank
+//   optimizer-shard-<R>.safetensors  instead, where the optimizer is sharded (ZeRO, FSDP): rank
+//                          R's shard of the moments, written by that rank (under FSDP the
+//                          weights are gathered from every rank's shards for model.safetensors)
 //   rank-<R>.safetensors   each rank's RNG states (CPU generator, device generator)
 //   state.json             step, data cursor, optimizer steps, loss scaler, weights layout, and
 //                          what the writer says about the run

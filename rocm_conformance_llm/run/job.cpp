@@ -179,12 +179,21 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
   check_output_dir(run.output_dir);
-  // FSDP's per-block parameter sharding is not built yet; refused rather than run as another
-  // strategy under its name. One rank has nothing to shard, so there it is a recorded no-op.
-  if (run.training.data_parallel == kDataParallelFsdp && s.launch.world_size > 1)
-    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with {} ranks: not available in this "
-                                  "build; allowed: ddp, zero",
-                                  s.launch.world_size));
+  // FSDP shards whole blocks over the data-parallel ranks; its units do not split tensor-parallel
+  // or expert-parallel weights further. Refused rather than run as something else under its name.
+  // One rank has nothing to shard, so there it is a recorded no-op.
+  if (const auto& t = run.training; t.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 &&
+                                    (t.tensor_parallel_degree > 1 || t.moe_experts > 0))
+    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with tensor_parallel_degree={} and "
+                                  "moe_experts={}: fsdp shards dense blocks only; allowed: fsdp with "
+                                  "tensor_parallel_degree=1 and moe_experts=0, or data_parallel ddp, zero",
+                                  t.tensor_parallel_degree, t.moe_experts));
+  // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
+  // block's own forward.
+  if (run.training.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 && s.faults.requested(FaultKind::nan))
+    throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
+                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
+                      "ddp, zero");
   if (run.resume == kResumeAuto) {
     s.resume_from = resolve_resume_auto(run.output_dir, identity_of(run, s.launch.world_size));
     s.resume_in_place = true;  // its own directory: a checkpoint of it, or an earlier attempt without one
@@ -353,12 +362,10 @@ class Job {
     stage_ = stage::rendezvous;
     s_.faults.stop_rank_if_planned(phase::rendezvous, 0, s_.launch.rank);
     sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
-    if (cfg.data_parallel != kDataParallelDdp)  // as it ran: a world of one has nothing to shard
-      report_.add_section("data_parallel",
-                          {{"requested", cfg.data_parallel}, {"optimizer_shards", sync_->optimizer_shard().count},
-                           {"effect", sync_->world_size() > 1 ? "sharded" : "none: one rank has nothing to shard"}});
     stage_ = stage::model;
     trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, s_.device, run_.output_dir}, sync_);
+    if (cfg.data_parallel != kDataParallelDdp)  // as it ran: a world of one has nothing to shard
+      report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);

@@ -1,8 +1,8 @@
 // The trainer's only view of other ranks: gradient averaging plus the few scalar reductions a
 // step needs. A single process uses LocalSync; a c10d group (Gloo on CPU; on a GPU c10d's
 // "nccl" group, RCCL on ROCm) implements the same interface in transport/. The data-parallel
-// strategy (training.data_parallel: DDP, or ZeRO's sharded optimizer) lives behind it too: the
-// step calls the same four points whichever it is (docs/distributed.md, "Sharded data parallel").
+// strategy (training.data_parallel: DDP, ZeRO's sharded optimizer, or FSDP's sharded parameters)
+// lives behind it too: the step calls the same four points whichever it is (docs/distributed.md, "Sharded data parallel").
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/transport/collective_sample.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
@@ -32,9 +33,12 @@ class GradientSync {
   // Which shard of the flat optimizer buffer this rank updates: all of it ({0, 1}) unless the
   // optimizer is sharded across ranks.
   virtual ShardOf optimizer_shard() const { return {}; }
+  // Called once with the model on its device, before the optimizer takes its parameters: FSDP
+  // shards the parameters themselves here (GPTImpl::shard_fully); the others leave it whole.
+  virtual void shard_parameters(GPT& /*model*/) {}
   // The accumulated gradients made ready for the update (every grad_sync_interval micro-steps):
   // DDP averages them all (average_gradients); ZeRO reduce-scatters them so this rank holds the
-  // average of its shard.
+  // average of its shard; FSDP reduce-scattered each block's in its backward and now does the root's.
   virtual void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
     average_gradients(optimizer.parameters(), out);
   }

@@ -96,9 +96,8 @@ std::string human_bytes(int64_t bytes) {
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
                                    const std::string& data_parallel)
     : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
-  if (data_parallel == kDataParallelFsdp)
-    throw std::invalid_argument("data_parallel fsdp: not available in this build (the run refuses it at setup)");
   if (data_parallel == kDataParallelZero) zero_.emplace(*comm_);
+  if (data_parallel == kDataParallelFsdp) fsdp_.emplace(*comm_);
 }
 
 int ProcessGroupSync::rank() const { return comm_->rank(); }
@@ -149,21 +148,32 @@ std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::
   return out;
 }
 
-ShardOf ProcessGroupSync::optimizer_shard() const { return zero_ ? zero_->shard() : ShardOf{}; }
+ShardOf ProcessGroupSync::optimizer_shard() const {
+  if (fsdp_) return fsdp_->optimizer_shard();
+  return zero_ ? zero_->shard() : ShardOf{};
+}
+
+void ProcessGroupSync::shard_parameters(GPT& model) {
+  if (fsdp_) fsdp_->shard_model(model);
+}
 
 void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
   if (zero_)
     zero_->reduce_scatter_gradients(optimizer, out);
+  else if (fsdp_)
+    fsdp_->sync_gradients(out);
   else
     average_gradients(optimizer.parameters(), out);
 }
 
 void ProcessGroupSync::sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) {
   if (zero_) zero_->sum_over_ranks(value, out);
+  if (fsdp_) fsdp_->sum_over_ranks(value, out);
 }
 
 void ProcessGroupSync::after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
   if (zero_) zero_->gather_parameters(optimizer, out);
+  if (fsdp_) fsdp_->after_update(out);
 }
 
 void ProcessGroupSync::begin_step(int64_t step) {

@@ -13,6 +13,7 @@
 #include "rocm_conformance_llm/transport/collective_battery.hpp"
 #include "rocm_conformance_llm/transport/comm_checks.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/fsdp_sync.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/sharded_sync.hpp"
@@ -44,8 +45,8 @@ class ProcessGroupSync final : public GradientSync {
   // `bucket_mb`: gradients are flattened into buckets of about this size per all-reduce
   // (bigger buckets: fewer, larger RCCL messages; a tensor larger than a bucket goes alone).
   // Validated with the config (bucket_mb > 0).
-  // `data_parallel`: "ddp" (bucketed all-reduce), or "zero" (ZeroShards: the optimizer state
-  // and the gradients sharded across the ranks).
+  // `data_parallel`: "ddp" (bucketed all-reduce), "zero" (ZeroShards: the optimizer state
+  // and the gradients sharded across the ranks) or "fsdp" (FsdpShards: the parameters too).
   ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, const std::string& data_parallel = kDataParallelDdp);
 
   int rank() const override;
@@ -56,6 +57,7 @@ class ProcessGroupSync final : public GradientSync {
                          std::vector<CollectiveSample>& out) override;
   double mean_across_ranks(double value) override;
   ShardOf optimizer_shard() const override;
+  void shard_parameters(GPT& model) override;
   void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
   void sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) override;
   void after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
@@ -96,6 +98,7 @@ class ProcessGroupSync final : public GradientSync {
   std::unique_ptr<Communicator> comm_;
   int64_t bucket_bytes_;
   std::optional<ZeroShards> zero_;  // data_parallel "zero"
+  std::optional<FsdpShards> fsdp_;  // data_parallel "fsdp"
   double canary_fault_offset_ = 0.0;
   int64_t sequence_checks_ = 0;  // names each store exchange uniquely
 };

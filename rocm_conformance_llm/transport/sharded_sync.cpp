@@ -2,6 +2,23 @@
 
 namespace rcl {
 
+nlohmann::json data_parallel_section(const std::string& requested, const GradientSync& sync, GPT& model) {
+  nlohmann::json section = {{"requested", requested}, {"optimizer_shards", sync.optimizer_shard().count},
+                            {"effect", sync.world_size() > 1 ? "sharded" : "none: one rank has nothing to shard"}};
+  if (const FsdpModel* fsdp = model->fsdp()) {
+    // What FSDP changes beyond ZeRO: the parameters themselves are sharded, so between steps a
+    // rank holds its shards only; each block is gathered for its forward and again for its
+    // recomputed backward.
+    section["parameters"] = "sharded";
+    section["parameter_units"] = fsdp->units();
+    section["parameter_shard_bytes"] = fsdp->shard_bytes();
+    section["activation_recomputation"] = true;
+  } else if (sync.world_size() > 1) {
+    section["parameters"] = "replicated";
+  }
+  return section;
+}
+
 void ZeroShards::reduce_scatter_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
   torch::NoGradGuard no_grad;
   torch::Tensor padded = optimizer.padded_grads();

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
@@ -17,6 +20,9 @@ namespace rcl {
 inline constexpr const char* kDataParallelDdp = "ddp";
 inline constexpr const char* kDataParallelZero = "zero";
 inline constexpr const char* kDataParallelFsdp = "fsdp";
+
+// report.json's `data_parallel` section: what `requested` did in this run (`model` as trained).
+nlohmann::json data_parallel_section(const std::string& requested, const GradientSync& sync, GPT& model);
 
 class ZeroShards {
  public:

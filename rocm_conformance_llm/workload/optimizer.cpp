@@ -46,13 +46,14 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
   for (const auto& p : decayed) decayed_numel += p.numel();
 
   torch::NoGradGuard no_grad;
-  const int64_t shard_numel = (total + shard.count - 1) / shard.count;
+  const int splits = shard.given ? 1 : shard.count;
+  const int64_t shard_numel = (total + splits - 1) / splits;
   // Zeros in the padding stay zero: no gradient reaches them, and AdamW maps 0 to 0.
-  padded_params_ = torch::zeros({shard_numel * shard.count}, options);
+  padded_params_ = torch::zeros({shard_numel * splits}, options);
   padded_grads_ = torch::zeros_like(padded_params_);
   flat_params_ = padded_params_.narrow(0, 0, total);
   flat_grads_ = padded_grads_.narrow(0, 0, total);
-  shard_offset_ = shard_numel * shard.index;
+  shard_offset_ = shard.given ? 0 : shard_numel * shard.index;
   shard_params_ = padded_params_.narrow(0, shard_offset_, shard_numel);
   shard_grads_ = padded_grads_.narrow(0, shard_offset_, shard_numel);
   decayed_in_shard_ = std::clamp<int64_t>(decayed_numel - shard_offset_, 0, shard_numel);

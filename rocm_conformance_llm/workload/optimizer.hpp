@@ -25,9 +25,12 @@ struct AdamWHyper {
 // Which of `count` equal shards of the flat buffer this optimizer updates and keeps moments for
 // (ZeRO: each rank one shard). The buffer is padded with zeros to a multiple of `count`, so the
 // shards are the equal chunks a reduce-scatter and an all-gather need. {0, 1}: all of it.
+// `given` (FSDP): the parameters handed to the optimizer are already this rank's shards of the
+// model (workload/fsdp.hpp); the whole buffer is shard `index`, not split again.
 struct ShardOf {
   int index = 0;
   int count = 1;
+  bool given = false;
 };
 
 // at::_fused_adamw_ serves every device this build runs on: libtorch >= 2.4 (its CPU kernel

@@ -324,24 +324,25 @@ TEST(DistributedCheckpointTest, TwoRanksResumeBitExactly) {
   fs::remove_all(resumed);
 }
 
-// ZeRO: each rank writes its own shard of the optimizer moments beside the full model (rank 0,
-// after the all-gather: the Hugging Face export stays whole), and state.json records the shard
+// A sharded data_parallel ("zero", "fsdp"): each rank writes its own shard of the optimizer
+// moments beside the full model (rank 0; ZeRO's model is whole after its all-gather, FSDP gathers
+// it for the checkpoint: the Hugging Face export stays whole), and state.json records the shard
 // count. Resumed on the same world size the run continues bit for bit; on another world size or
 // with another data_parallel it is refused before anything is written: exit 2, one line naming
 // the checkpoint's value and this run's.
-TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout) {
-  const auto args = [](int world, const fs::path& out, const std::string& data_parallel, std::vector<std::string> extra) {
+void expect_sharded_checkpoints_resume_bit_exactly(const std::string& data_parallel, const std::string& other) {
+  const auto args = [](int world, const fs::path& out, const std::string& dp, std::vector<std::string> extra) {
     std::vector<std::string> a = training_args(world, out);
     a[3] = "8";  // --steps
     for (const char* s : {"--set", "dropout=0.1", "--set", "eval_interval=0", "--checkpoint-interval", "4"})
       a.push_back(s);
-    a.insert(a.end(), {"--set", "training.data_parallel=" + data_parallel});
+    a.insert(a.end(), {"--set", "training.data_parallel=" + dp});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const fs::path straight = fresh_dir("zero-straight");
-  const fs::path resumed = fresh_dir("zero-resumed");
-  Ranks first = launch(2, args(2, straight, "zero", {}), straight);
+  const fs::path straight = fresh_dir(data_parallel + "-straight");
+  const fs::path resumed = fresh_dir(data_parallel + "-resumed");
+  Ranks first = launch(2, args(2, straight, data_parallel, {}), straight);
   for (const auto& code : first.wait_all(180)) ASSERT_EQ(code, 0) << read_text(straight / "rank1.log");
   const fs::path half = straight / "checkpoints" / "step-00000004";
   for (const char* file : {"optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors", "model.safetensors",
@@ -351,11 +352,12 @@ TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout
   const auto state = nlohmann::json::parse(read_text(half / "state.json"));
   EXPECT_EQ(state.at("optimizer_shards"), 2);
   EXPECT_EQ(state.at("world_size"), 2);
-  EXPECT_EQ(state.at("training").at("data_parallel"), "zero");
+  EXPECT_EQ(state.at("training").at("data_parallel"), data_parallel);
   const auto report = nlohmann::json::parse(read_text(straight / "report.json"));
   EXPECT_EQ(report.at("data_parallel").at("effect"), "sharded");
+  EXPECT_EQ(report.at("data_parallel").at("parameters"), data_parallel == "fsdp" ? "sharded" : "replicated");
 
-  Ranks second = launch(2, args(2, resumed, "zero", {"--resume", half.string()}), resumed);
+  Ranks second = launch(2, args(2, resumed, data_parallel, {"--resume", half.string()}), resumed);
   for (const auto& code : second.wait_all(180)) ASSERT_EQ(code, 0) << read_text(resumed / "rank1.log");
   expect_resume_bit_exact(straight, resumed,
                           {"model.safetensors", "optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors",
@@ -365,9 +367,10 @@ TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout
     int world;
     std::string data_parallel, names;
   };
-  for (const auto& refused : {Refused{4, "zero", "world size 2 (this run: 4)"},
-                              Refused{2, "ddp", "training.data_parallel=\"zero\" (this run: \"ddp\")"}}) {
-    const fs::path out = fresh_dir("zero-refused");
+  for (const auto& refused :
+       {Refused{4, data_parallel, "world size 2 (this run: 4)"},
+        Refused{2, other, fmt::format("training.data_parallel=\"{}\" (this run: \"{}\")", data_parallel, other)}}) {
+    const fs::path out = fresh_dir(data_parallel + "-refused");
     Ranks ranks = launch(refused.world, args(refused.world, out, refused.data_parallel, {"--resume", half.string()}), out);
     for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
     EXPECT_NE(read_text(out / "rank0.log").find(refused.names), std::string::npos) << read_text(out / "rank0.log");
@@ -378,28 +381,47 @@ TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout
   fs::remove_all(resumed);
 }
 
-// FSDP's per-block parameter sharding is not built: with several ranks the run refuses it
-// rather than run another strategy under its name (exit 2, nothing written).
-TEST(DistributedConfigTest, FsdpIsRefusedOnSeveralRanksBeforeAnythingIsWritten) {
-  const fs::path out = fresh_dir("fsdp-refused");
-  std::vector<std::string> args = training_args(2, out);
-  args.insert(args.end(), {"--set", "training.data_parallel=fsdp"});
-  Ranks ranks = launch(2, args, out);
-  for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
-  EXPECT_NE(read_text(out / "rank0.log").find("invalid training.data_parallel 'fsdp' with 2 ranks"), std::string::npos)
-      << read_text(out / "rank0.log");
-  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
-  fs::remove_all(out);
+TEST(DistributedCheckpointTest, ZeroShardsResumeBitExactlyAndRefuseAnotherLayout) {
+  expect_sharded_checkpoints_resume_bit_exactly("zero", "ddp");
 }
 
-TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
+TEST(DistributedCheckpointTest, FsdpShardsResumeBitExactlyAndRefuseAnotherLayout) {
+  expect_sharded_checkpoints_resume_bit_exactly("fsdp", "zero");
+}
+
+// FSDP shards dense blocks over the data-parallel ranks only: with tensor parallelism (or
+// experts) the run refuses it rather than run something else under its name; so is the nan
+// fault, whose weight is not resident between blocks (exit 2, one line naming the values,
+// nothing written).
+TEST(DistributedConfigTest, FsdpWithTensorParallelOrTheNanFaultIsRefusedBeforeAnythingIsWritten) {
+  struct Refused {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  for (const auto& refused :
+       {Refused{{"--set", "tensor_parallel_degree=2"}, "invalid training.data_parallel 'fsdp' with tensor_parallel_degree=2"},
+        Refused{{"--inject", "nan@step=2"}, "invalid --inject nan with training.data_parallel 'fsdp'"}}) {
+    const fs::path out = fresh_dir("fsdp-refused");
+    std::vector<std::string> args = training_args(2, out);
+    args.insert(args.end(), {"--set", "training.data_parallel=fsdp"});
+    args.insert(args.end(), refused.args.begin(), refused.args.end());
+    Ranks ranks = launch(2, args, out);
+    for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
+    EXPECT_NE(read_text(out / "rank0.log").find(refused.names), std::string::npos) << read_text(out / "rank0.log");
+    for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
+    fs::remove_all(out);
+  }
+}
+
+// Rank 1 freezes mid-run under `data_parallel`; rank 0 names it within the collective timeout.
+void expect_stopped_rank_named_within_the_timeout(const std::string& data_parallel) {
   constexpr double kTimeoutS = 2.0;
-  const fs::path out = fresh_dir("stopped");
+  const fs::path out = fresh_dir("stopped-" + data_parallel);
   Ranks ranks = launch(2,
                        {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(), "--set",
                         "num_threads=1", "--set", "collective_timeout_s=" + std::to_string(kTimeoutS),
                         "--set", "checksum_interval=0",  // only step collectives: the timeout lands in one
-                        "--watchdog-timeout", "120"},
+                        "--set", "training.data_parallel=" + data_parallel, "--watchdog-timeout", "120"},
                        out);
   // Let the run reach steady training, then freeze rank 1 (a hung GPU, a stuck process).
   const auto started = Clock::now();
@@ -430,9 +452,18 @@ TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
   EXPECT_TRUE(message.find("rank 1 never entered it") != std::string::npos ||
               message.find("rank 1 stopped updating its heartbeat") != std::string::npos)
       << timeout->dump(2);
-  std::cout << "rank 0 exited " << waited << " s after rank 1 stopped (collective timeout " << kTimeoutS << " s)\n";
+  std::cout << data_parallel << ": rank 0 exited " << waited << " s after rank 1 stopped (collective timeout "
+            << kTimeoutS << " s): " << message << "\n";
   fs::remove_all(out);
 }
+
+TEST(DistributedFailureTest, StoppedRankIsNamedByTheOthersWithinTheTimeout) {
+  expect_stopped_rank_named_within_the_timeout("ddp");
+}
+
+// FSDP's collectives run inside the forward and the backward (most of a step's): a rank stopped
+// there is named the same way, the collective by its op ("fsdp:all_gather.block1.bwd").
+TEST(DistributedFailureTest, StoppedRankIsNamedUnderFsdp) { expect_stopped_rank_named_within_the_timeout("fsdp"); }
 
 // The comm mode's collective battery on real processes: 4 ranks verify every kind, op and dtype,
 // train sharded (ZeRO) and end PASS over several seeds, with the table in report.json and

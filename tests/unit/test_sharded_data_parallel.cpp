@@ -1,8 +1,8 @@
 // Sharded data parallel (training.data_parallel) on real c10d groups over loopback (ranks are
-// threads of this process, Gloo): ZeRO's loss trajectory is DDP's for the same seed and data, at
-// 2 and 4 ranks, fp32 and bf16, with and without gradient clipping; each rank keeps only its
-// shard of the optimizer state; the collectives it issues are recorded; and in a world of one it
-// is DDP exactly.
+// threads of this process, Gloo): ZeRO's and FSDP's loss trajectories are DDP's for the same seed
+// and data, at 2 and 4 ranks, fp32 and bf16, with and without gradient clipping; each rank keeps
+// only its shard of the optimizer state (FSDP: of the parameters too); the collectives each
+// issues are recorded; and in a world of one ZeRO is DDP exactly.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,6 +53,8 @@ struct RankResult {
   std::vector<StepRecord> records;
   torch::Tensor params;  // the flat parameters at the end
   int64_t moments = 0;   // elements of AdamW's first moment this rank keeps
+  int64_t resident_parameter_bytes = 0;  // FSDP: full block and root parameters held after the run
+  int64_t shard_bytes = 0;               // FSDP: this rank's shards
 };
 
 // `world` ranks train `ctx` with `data_parallel`; every rank's records and final state.
@@ -76,9 +78,17 @@ std::vector<RankResult> train(const RunContext& base, int world, const std::stri
         trainer->add_observer(&recorder);
         trainer->run();
         out[rank].records = recorder.records;
+        // FSDP: what a rank holds between steps, then the whole model gathered to compare it.
+        FsdpModel* fsdp = trainer->model()->fsdp();
+        if (fsdp) {
+          out[rank].resident_parameter_bytes = fsdp->resident_parameter_bytes();
+          out[rank].shard_bytes = fsdp->shard_bytes();
+          fsdp->gather_all();
+        }
         std::vector<torch::Tensor> flat;
-        for (const auto& p : trainer->model()->parameters()) flat.push_back(p.detach().reshape(-1));
+        for (const auto& p : trainer->model()->parameters()) flat.push_back(p.detach().reshape(-1).clone());
         out[rank].params = torch::cat(flat);
+        if (fsdp) fsdp->release_all();
         out[rank].moments = static_cast<LoopAccess&>(*trainer).snapshot().optimizer.exp_avg.numel();
       });
   return out;
@@ -136,6 +146,50 @@ TEST_P(ShardedTrajectoryTest, ZeroFollowsDdp) {
   std::cout << "ZeRO vs DDP, largest relative loss difference over " << kSteps << " steps: " << worst << "\n";
 }
 
+// FSDP computes each block's gradients from a recomputation of its forward (the same ops on the
+// same inputs: the same values) and reduce-scatters them per block, with the AVG of Gloo's route
+// (SUM, then divided by the world size, as DDP divides); AdamW is element-wise. So what differs
+// is again summation order only: the reduce-scatter's ring against DDP's bucketed all-reduce (the
+// same for 2 ranks), and the clipped norm summed over the ranks' shards of each unit. Bit for bit
+// at 2 ranks without clipping; otherwise within ZeRO's tolerances.
+TEST_P(ShardedTrajectoryTest, FsdpFollowsDdp) {
+  const auto [world, precision, clip] = GetParam();
+  const RunContext ctx = tiny_run(world, precision, clip);
+  const auto ddp = train(ctx, world, "ddp");
+  const auto fsdp = train(ctx, world, "fsdp");
+  const auto reference = losses_of(ddp[0]);
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
+  ASSERT_LT(reference.back(), reference.front() - 0.5) << "the DDP run did not train";
+  const bool bitwise = world == 2 && clip == 0.0;
+  const double tolerance = precision == "bf16" ? 1e-4 : 2e-6;
+  int64_t total = 0;
+  for (const auto& p : Trainer(ctx).model()->parameters()) total += p.numel();
+  double worst = 0;
+  for (int r = 0; r < world; ++r) {
+    const auto trajectory = losses_of(fsdp[r]);
+    ASSERT_EQ(trajectory.size(), reference.size()) << "rank " << r;
+    for (size_t i = 0; i < trajectory.size(); ++i) {
+      worst = std::max(worst, std::abs(trajectory[i] - reference[i]) / reference[i]);
+      if (bitwise)
+        EXPECT_EQ(trajectory[i], reference[i]) << "rank " << r << " step " << i + 1;
+      else
+        EXPECT_NEAR(trajectory[i], reference[i], tolerance * reference[i]) << "rank " << r << " step " << i + 1;
+    }
+    // The model gathered from the shards is the same on every rank.
+    EXPECT_TRUE(torch::equal(fsdp[r].params, fsdp[0].params)) << "rank " << r;
+    // Between steps a rank holds no full block or root parameter, only its shards: about 1/world
+    // of the model (each unit padded to a multiple of the world size), moments for them alone.
+    EXPECT_EQ(fsdp[r].resident_parameter_bytes, 0) << "rank " << r;
+    const int64_t units = ctx.cfg.num_layers + 1;
+    EXPECT_GE(fsdp[r].shard_bytes, total * 4 / world) << "rank " << r;
+    EXPECT_LT(fsdp[r].shard_bytes, (total / world + units) * 4) << "rank " << r;
+    EXPECT_EQ(fsdp[r].moments * 4, fsdp[r].shard_bytes) << "rank " << r;
+  }
+  if (bitwise) EXPECT_TRUE(torch::equal(fsdp[0].params, ddp[0].params));
+  RecordProperty("max_relative_loss_difference", fmt::format("{:.3g}", worst));
+  std::cout << "FSDP vs DDP, largest relative loss difference over " << kSteps << " steps: " << worst << "\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldsPrecisionsClipping, ShardedTrajectoryTest,
                          ::testing::Values(std::make_tuple(2, std::string("fp32"), 0.0),
                                            std::make_tuple(2, std::string("fp32"), 1.0),
@@ -178,13 +232,48 @@ TEST(ShardedCollectives, ZeroRecordsReduceScatterNormAndAllGather) {
   for (const auto& c : ddp[0].records.front().collectives) EXPECT_EQ(c.op, "allreduce");
 }
 
-// After ZeRO's all-gather every rank holds the whole model, so the cross-rank parameter checksum
-// applies as under DDP: silent on a clean run, and naming the rank whose gathered copy of
-// another rank's shard came back wrong (what a corrupt all-gather leaves behind).
-TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+// Per step FSDP issues what FSDP2 does: for each block an all-gather of its parameters before its
+// forward, another before its (recomputed) backward, a reduce-scatter of its gradients after it;
+// the root gathered per forward and its gradients reduce-scattered per gradient sync; the
+// 1-element all-reduce of the squared norm. Every all-gather of one unit moves its padded size.
+TEST(ShardedCollectives, FsdpGathersEachBlockTwiceAndReduceScattersItOnce) {
   RunContext ctx = tiny_run(2, "fp32", 1.0);
   ctx.cfg.steps = 3;
-  ctx.cfg.data_parallel = "zero";
+  ctx.cfg.grad_accum_steps = 2;
+  ctx.cfg.grad_sync_interval = 2;  // one gradient sync per step: the blocks still reduce-scatter per backward
+  const auto fsdp = train(ctx, 2, "fsdp");
+  std::map<std::string, int> expected{{"fsdp:all_gather.root.fwd", 2}, {"fsdp:reduce_scatter.root", 1},
+                                      {"allreduce_grad_norm", 1}};
+  for (int b = 0; b < ctx.cfg.num_layers; ++b)
+    for (const char* op : {"fsdp:all_gather.block{}.fwd", "fsdp:all_gather.block{}.bwd", "fsdp:reduce_scatter.block{}"})
+      expected[fmt::format(fmt::runtime(op), b)] = 2;  // once per micro-batch
+  for (int r = 0; r < 2; ++r)
+    for (const auto& rec : fsdp[r].records) {
+      std::map<std::string, int> ops;
+      std::map<std::string, int64_t> bytes;
+      for (const auto& c : rec.collectives) {
+        ++ops[c.op];
+        bytes[c.op] = c.bytes;
+      }
+      EXPECT_EQ(ops, expected) << "rank " << r << " step " << rec.step;
+      EXPECT_EQ(bytes["allreduce_grad_norm"], 4);
+      for (int b = 0; b < ctx.cfg.num_layers; ++b) {
+        const auto block = fmt::format("block{}", b);
+        EXPECT_GT(bytes["fsdp:all_gather." + block + ".fwd"], 0);
+        EXPECT_EQ(bytes["fsdp:all_gather." + block + ".fwd"], bytes["fsdp:all_gather." + block + ".bwd"]);
+        EXPECT_EQ(bytes["fsdp:all_gather." + block + ".fwd"], bytes["fsdp:reduce_scatter." + block]);
+      }
+    }
+}
+
+// After ZeRO's all-gather every rank holds the whole model (FSDP gathers it for the check: the
+// comm monitor's compare_parameters), so the cross-rank parameter checksum applies as under DDP:
+// silent on a clean run, and naming the rank whose gathered copy of another rank's shard came
+// back wrong (what a corrupt all-gather leaves behind).
+void expect_checksum_names_a_wrong_gathered_shard(const std::string& data_parallel) {
+  RunContext ctx = tiny_run(2, "fp32", 1.0);
+  ctx.cfg.steps = 3;
+  ctx.cfg.data_parallel = data_parallel;
   std::vector<std::vector<Finding>> clean(2), corrupt(2);
   std::mutex building;
   test::run_loopback_ranks(
@@ -198,6 +287,9 @@ TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
         trainer->run();
         auto group = std::dynamic_pointer_cast<ProcessGroupSync>(sync);
         ASSERT_TRUE(group);
+        FsdpModel* fsdp = trainer->model()->fsdp();
+        ASSERT_EQ(fsdp != nullptr, data_parallel == "fsdp");
+        if (fsdp) fsdp->gather_all();
         const auto params = trainer->model()->parameters();
         clean[rank] = group->compare_parameters(params);
         // Rank 1's copy of rank 0's shard (the first elements: the first parameter) is off by one ulp.
@@ -207,6 +299,7 @@ TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
           first.copy_(torch::nextafter(first, first + 1));
         }
         corrupt[rank] = group->compare_parameters(params);
+        if (fsdp) fsdp->release_all();
       });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(clean[r].empty()) << "rank " << r;
@@ -214,6 +307,14 @@ TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
     EXPECT_EQ(corrupt[r][0].signature, "parameter_divergence");
     EXPECT_NE(corrupt[r][0].message.find("rank 1"), std::string::npos) << corrupt[r][0].message;
   }
+}
+
+TEST(ShardedCollectives, ParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+  expect_checksum_names_a_wrong_gathered_shard("zero");
+}
+
+TEST(ShardedCollectives, FsdpParameterChecksumNamesTheRankWithAWrongGatheredShard) {
+  expect_checksum_names_a_wrong_gathered_shard("fsdp");
 }
 
 // A world of one has nothing to shard: zero is recorded but trains exactly as ddp.
