@@ -233,6 +233,10 @@ class GPTImpl : public torch::nn::Module {
   // Their gradients are summed over the group (all_reduce_replicated_gradients) before the
   // data-parallel average, so they stay equal across it.
   std::vector<torch::Tensor> partial_gradient_parameters();
+  // Every parameter the split made rank-specific or partial (SplitParameters); all empty when
+  // nothing is split. Gradient averaging, the global gradient norm, the cross-rank parameter
+  // checks and the checkpoints treat each kind its own way.
+  SplitParameters split_parameters();
 
  private:
   std::vector<torch::Tensor> parameters_with_decay(bool decayed);

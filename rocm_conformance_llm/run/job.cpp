@@ -150,20 +150,21 @@ struct RunSetup {
   ParallelLayout parallel;    // tensor / data / expert parallel degrees this world allows
 };
 
-// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). The
-// training loop does not split the model yet (its gradient norm, parameter checks and checkpoints
-// assume whole replicas): a layout that needs subgroups is refused before anything is written.
-// The split itself is built and tested in transport/subgroups.hpp, workload/tensor_parallel.hpp
-// and workload/moe.hpp (docs/distributed.md, "Tensor and expert parallelism").
+// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). What the
+// data-parallel strategies cannot combine with a split model is refused before anything is
+// written: FSDP with either split, and ZeRO with experts sharded over its data-parallel group
+// (its shards would average different experts' values; docs/distributed.md).
 ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size) {
   ParallelLayout layout = plan_parallel_layout(cfg, world_size);
-  if (layout.tensor_degree > 1)
-    throw ConfigError(fmt::format("invalid tensor_parallel_degree={}: the training loop does not split the model "
-                                  "across {} ranks yet; allowed here: 1 (or a world it does not divide)",
-                                  cfg.tensor_parallel_degree, world_size));
-  if (layout.expert_degree > 1)
-    throw ConfigError(fmt::format("invalid moe_experts={}: the training loop does not shard experts over {} ranks yet; "
-                                  "allowed here: 0, or a count sharing no factor with the {} data-parallel ranks",
+  const bool split = layout.tensor_degree > 1 || layout.expert_degree > 1;
+  if (split && cfg.data_parallel == kDataParallelFsdp)
+    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with tensor_parallel_degree={} and "
+                                  "moe_experts={} splitting the model over {} ranks: allowed with a split model: ddp, zero",
+                                  cfg.tensor_parallel_degree, cfg.moe_experts, world_size));
+  if (layout.expert_degree > 1 && cfg.data_parallel == kDataParallelZero)
+    throw ConfigError(fmt::format("invalid training.data_parallel 'zero' with moe_experts={} sharded over {} ranks: "
+                                  "allowed with sharded experts: ddp (or moe_experts sharing no factor with the {} "
+                                  "data-parallel ranks)",
                                   cfg.moe_experts, layout.expert_degree, layout.data_degree));
   return layout;
 }

@@ -55,6 +55,24 @@ void GPTImpl::shard(const ModelParallel& parallel) {
   }
 }
 
+namespace {
+
+// Column- and row-parallel weights (and column-parallel biases): each rank keeps its slice.
+bool is_tensor_split(const std::string& key) {
+  return key.find(".qkv.") != std::string::npos || key.find(".qkv_conv.") != std::string::npos ||
+         key.find(".up.") != std::string::npos || key.find("proj.weight") != std::string::npos ||
+         key.find("down.weight") != std::string::npos;
+}
+
+bool is_expert(const std::string& key) {
+  if (key.find(".moe.") == std::string::npos) return false;
+  for (const char* leaf : {".moe.w_up", ".moe.b_up", ".moe.w_down", ".moe.b_down"})
+    if (key.ends_with(leaf)) return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<torch::Tensor> GPTImpl::partial_gradient_parameters() {
   std::vector<torch::Tensor> out;
   if (!parallel_.tensor) return out;
@@ -65,10 +83,18 @@ std::vector<torch::Tensor> GPTImpl::partial_gradient_parameters() {
     // Sequence parallel: what acts on the split sequence without being split itself (neither
     // the embeddings, before the split, nor a column- or row-parallel weight or column bias).
     const bool embedding = key.rfind("wte.", 0) == 0 || key.rfind("wpe.", 0) == 0;
-    const bool split = key.find(".qkv.") != std::string::npos || key.find(".qkv_conv.") != std::string::npos ||
-                       key.find(".up.") != std::string::npos || key.find("proj.weight") != std::string::npos ||
-                       key.find("down.weight") != std::string::npos;
-    if (per_head || (parallel_.sequence_parallel && !embedding && !split)) out.push_back(item.value());
+    if (per_head || (parallel_.sequence_parallel && !embedding && !is_tensor_split(key)))
+      out.push_back(item.value());
+  }
+  return out;
+}
+
+SplitParameters GPTImpl::split_parameters() {
+  SplitParameters out;
+  out.partial = partial_gradient_parameters();
+  for (const auto& item : named_parameters()) {
+    if (parallel_.tensor && is_tensor_split(item.key())) out.tensor_split.push_back(item.value());
+    if (parallel_.expert && is_expert(item.key())) out.experts.push_back(item.value());
   }
   return out;
 }
