@@ -208,28 +208,36 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   const ShardOf files = optimizer_files_of(loop, snap);
   const bool sharded = files.count > 1;
   if (sharded) write_safetensors(dir / optimizer_shard_file(files.index), moments);
+  // A split model: this rank's shard (what a resume reads), and the whole model gathered from
+  // the shards (a collective: every rank) for the export.
   const bool split = loop.model()->parallel().splits_model();
+  std::vector<std::pair<std::string, torch::Tensor>> whole;
   if (split) {
-    std::vector<std::pair<std::string, torch::Tensor>> weights;
-    for (const auto& item : loop.model()->named_parameters()) weights.emplace_back(item.key(), item.value());
-    write_safetensors(dir / model_shard_file(loop.rank()), weights, {{"format", "pt"}});
+    std::vector<std::pair<std::string, torch::Tensor>> mine;
+    for (const auto& item : loop.model()->named_parameters()) mine.emplace_back(item.key(), item.value());
+    write_safetensors(dir / model_shard_file(loop.rank()), mine, {{"format", "pt"}});
+    whole = loop.model()->gather_full_parameters();
   }
   if (!shared) return;
   const auto& cfg = loop.ctx().cfg;
-  const Layout layout = split ? Layout::native : layout_of(cfg);
-  if (!split) {
-    std::vector<std::pair<std::string, torch::Tensor>> weights;
-    auto params = loop.model()->named_parameters();
-    for (const auto& [native, stored] : stored_names(loop.model(), layout)) {
-      const auto blocks = params[native].split_with_sizes(stored.rows, 0);
-      for (size_t i = 0; i < blocks.size(); ++i)
-        weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
-    }
-    write_safetensors(dir / kWeightsFile, weights, {{"format", "pt"}});
-    auto model_config = hf_config(cfg, layout);
-    model_config.update(special_token_ids(cfg));
-    write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
+  const Layout layout = layout_of(cfg);
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  auto params = loop.model()->named_parameters();
+  for (const auto& [native, stored] : stored_names(loop.model(), layout)) {
+    torch::Tensor value = params[native];
+    for (const auto& [name, full] : whole)
+      if (name == native) value = full;
+    std::vector<int64_t> rows = stored.rows;
+    if (split && rows.size() != 3)  // measured on this rank's shard; Q, K, V's are the config's
+      rows.assign(rows.size(), value.size(0) / static_cast<int64_t>(rows.size()));
+    const auto blocks = value.split_with_sizes(rows, 0);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
   }
+  write_safetensors(dir / kWeightsFile, weights, {{"format", "pt"}});
+  auto model_config = hf_config(cfg, layout);
+  model_config.update(special_token_ids(cfg));
+  write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
   if (!sharded) write_safetensors(dir / kOptimizerFile, moments);
   nlohmann::json scaler = nullptr;
   if (snap.scaler) {
@@ -249,7 +257,7 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   const auto state = read_checkpoint_json(dir / kStateFile);
   const auto& cfg = loop.ctx().cfg;
   const bool split = loop.model()->parallel().splits_model();
-  const Layout layout = split ? Layout::native : layout_of(cfg);
+  const Layout layout = layout_of(cfg);
   if (state.value("weights", "") != kLayoutNames[int(layout)])
     throw CheckpointError("checkpoint " + dir.string() + ": state.json's weights layout does not fit this model");
   const int model_shards = state.value("model_shards", 1);
@@ -260,7 +268,7 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   // Weights: by name, shape and dtype, into the parameters (views of the optimizer's flat buffer).
   const fs::path weights_path = dir / (split ? model_shard_file(loop.rank()) : kWeightsFile);
   const auto weights = read_safetensors(weights_path);
-  const auto names = stored_names(loop.model(), layout);
+  const auto names = stored_names(loop.model(), split ? Layout::native : layout);  // a shard: native names
   size_t stored_tensors = 0;
   for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
   if (weights.tensors.size() != stored_tensors)
