@@ -237,9 +237,8 @@ class GPTImpl : public torch::nn::Module {
   // nothing is split. Gradient averaging, the global gradient norm, the cross-rank parameter
   // checks and the checkpoints treat each kind its own way.
   SplitParameters split_parameters();
-  // The whole model's parameters, by name, gathered from every rank's shard (tensor-parallel
-  // slices over the tensor group, experts over the expert group): a collective, every rank of
-  // those groups calls it. The parameters themselves when nothing is split.
+  // The whole model's parameters, by name, the tensor-parallel slices gathered over the tensor
+  // group (a collective: every rank of it calls it). The parameters themselves when not split.
   std::vector<std::pair<std::string, torch::Tensor>> gather_full_parameters();
 
  private:

@@ -150,10 +150,8 @@ struct RunSetup {
   ParallelLayout parallel;    // tensor / data / expert parallel degrees this world allows
 };
 
-// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). What the
-// data-parallel strategies cannot combine with a split model is refused before anything is
-// written: FSDP with either split, and ZeRO with experts sharded over its data-parallel group
-// (its shards would average different experts' values; docs/distributed.md).
+// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). FSDP's
+// per-block sharding is not combined with a split model: refused before anything is written.
 ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size) {
   ParallelLayout layout = plan_parallel_layout(cfg, world_size);
   const bool split = layout.tensor_degree > 1 || layout.expert_degree > 1;
@@ -161,11 +159,6 @@ ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size
     throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with tensor_parallel_degree={} and "
                                   "moe_experts={} splitting the model over {} ranks: allowed with a split model: ddp, zero",
                                   cfg.tensor_parallel_degree, cfg.moe_experts, world_size));
-  if (layout.expert_degree > 1 && cfg.data_parallel == kDataParallelZero)
-    throw ConfigError(fmt::format("invalid training.data_parallel 'zero' with moe_experts={} sharded over {} ranks: "
-                                  "allowed with sharded experts: ddp (or moe_experts sharing no factor with the {} "
-                                  "data-parallel ranks)",
-                                  cfg.moe_experts, layout.expert_degree, layout.data_degree));
   return layout;
 }
 

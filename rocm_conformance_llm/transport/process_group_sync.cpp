@@ -110,7 +110,7 @@ void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& param
                                          std::vector<CollectiveSample>& out) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
-  for (const auto& p : split_ ? split_->averaged_over_data(params) : params) {
+  for (const auto& p : params) {
     if (!p.requires_grad()) continue;
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     grads.push_back(p.grad());
@@ -136,9 +136,7 @@ double ProcessGroupSync::mean_across_ranks(double value) {
 void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& params) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> data;
-  // Split: each rank's shard from its data-parallel group's first rank. Experts are left as
-  // drawn: every rank draws the same full set from the seed and keeps its own.
-  for (const auto& p : split_ ? split_->averaged_over_data(params) : params) data.push_back(p.detach());
+  for (const auto& p : params) data.push_back(p.detach());
   Communicator& group = data_comm();
   for_each_flat_bucket(data, bucket_bytes_, [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
 }

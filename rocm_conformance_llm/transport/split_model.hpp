@@ -1,7 +1,7 @@
-// What data-parallel training owes a model split across ranks (tensor parallel, experts sharded
-// over the data-parallel group), beside its DDP or ZeRO averaging: which group averages what,
-// the global gradient norm, and which ranks must hold equal values (docs/distributed.md,
-// "Tensor and expert parallelism").
+// What data-parallel training owes a model split across ranks (tensor parallel; experts
+// computed over the expert-parallel group), beside its DDP or ZeRO averaging over the
+// data-parallel group: the partial gradients, the global gradient norm, and which ranks must hold
+// equal values (docs/distributed.md, "Tensor and expert parallelism").
 #pragma once
 
 #include <array>
@@ -12,35 +12,26 @@
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "rocm_conformance_llm/workload/model_parallel.hpp"
-#include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
 
 // A parameter's kind for the cross-rank parameter check: who must hold the same values.
-enum class ParameterKind { replicated, tensor_split, expert };
-inline constexpr std::array<ParameterKind, 3> kParameterKinds{ParameterKind::replicated, ParameterKind::tensor_split,
-                                                              ParameterKind::expert};
+enum class ParameterKind { replicated, tensor_split };
+inline constexpr std::array<ParameterKind, 2> kParameterKinds{ParameterKind::replicated, ParameterKind::tensor_split};
 const char* to_string(ParameterKind kind);
 
 class SplitModel {
  public:
-  // Splits the groups out of `world` (every rank, the same order): tensor, expert, data, then
-  // the experts' replicas (the data-parallel ranks holding the same experts), where larger than one.
+  // Splits the groups out of `world` (every rank, the same order): tensor, expert, then data.
   SplitModel(Communicator& world, const ParallelLayout& layout);
 
-  const ParallelLayout& layout() const { return layout_; }
   ModelParallel model_parallel() const { return groups_.model_parallel(); }
-  Communicator& data() { return *data_; }
-  const Communicator& data() const { return *data_; }
+  Communicator& data() const { return *data_; }
   void set_parameters(SplitParameters params) { params_ = std::move(params); }
 
   ParameterKind kind_of(const torch::Tensor& param) const;
-  // `params` without the experts: what the data-parallel average covers (each rank of the
-  // data-parallel group holds other experts).
-  std::vector<torch::Tensor> averaged_over_data(const std::vector<torch::Tensor>& params) const;
-  // Partial gradients summed over the tensor-parallel group; expert gradients divided by the
-  // expert group's size and averaged over their replicas (workload/moe.hpp); then the step's
-  // tensor- and expert-parallel collectives appended to `out`.
+  // Partial gradients summed over the tensor-parallel group, then the step's tensor- and
+  // expert-parallel collectives appended to `out`.
   void complete_gradients(std::vector<CollectiveSample>& out);
   // Weight of each parameter in the squared norm summed over the world: 1 / its copies among
   // the ranks whose squares are summed (ZeRO: each data-parallel rank sums its own shard).
@@ -54,7 +45,6 @@ class SplitModel {
   ParallelLayout layout_;
   Subgroups groups_;
   std::unique_ptr<Communicator> data_;
-  std::unique_ptr<Communicator> expert_replicas_;  // null: every data-parallel rank holds its own experts
   SplitParameters params_;
 };
 

@@ -25,13 +25,6 @@ std::vector<int> ParallelLayout::expert_group(int rank) const {
   return {data.begin() + first, data.begin() + first + expert_degree};
 }
 
-std::vector<int> ParallelLayout::expert_replica_group(int rank) const {
-  const std::vector<int> data = data_group(rank);
-  std::vector<int> ranks;
-  for (int i = rank / tensor_degree % expert_degree; i < data_degree; i += expert_degree) ranks.push_back(data[i]);
-  return ranks;
-}
-
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   ParallelLayout layout;
   layout.world_size = world_size;

@@ -29,8 +29,6 @@ struct ParallelLayout {
   std::vector<int> tensor_group(int rank) const;
   std::vector<int> data_group(int rank) const;
   std::vector<int> expert_group(int rank) const;  // consecutive members of its data-parallel group
-  // The members of its data-parallel group holding the same experts (one per expert group).
-  std::vector<int> expert_replica_group(int rank) const;
 };
 
 // The degrees `cfg` asks for, fitted to `world_size`: tensor parallel gcd(asked, world) (it

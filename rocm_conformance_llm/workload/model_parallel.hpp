@@ -42,11 +42,10 @@ struct ModelParallel {
 
 // A split model's parameters by how their values and gradients differ across ranks; every
 // parameter not listed is replicated on every rank (equal values, whole gradients after the
-// data-parallel average).
+// data-parallel average; experts too: workload/moe.hpp).
 struct SplitParameters {
   std::vector<torch::Tensor> partial;       // replicated over the tensor-parallel group, each rank's gradient a share
   std::vector<torch::Tensor> tensor_split;  // each tensor-parallel rank its own slice
-  std::vector<torch::Tensor> experts;       // each expert-parallel rank its own experts
 };
 
 }  // namespace rcl

@@ -63,14 +63,6 @@ bool is_tensor_split(const std::string& key) {
          key.find(".up.") != std::string::npos || key.find("proj.weight") != std::string::npos ||
          key.find("down.weight") != std::string::npos;
 }
-
-bool is_expert(const std::string& key) {
-  if (key.find(".moe.") == std::string::npos) return false;
-  for (const char* leaf : {".moe.w_up", ".moe.b_up", ".moe.w_down", ".moe.b_down"})
-    if (key.ends_with(leaf)) return true;
-  return false;
-}
-
 }  // namespace
 
 std::vector<torch::Tensor> GPTImpl::partial_gradient_parameters() {
@@ -94,7 +86,6 @@ SplitParameters GPTImpl::split_parameters() {
   out.partial = partial_gradient_parameters();
   for (const auto& item : named_parameters()) {
     if (parallel_.tensor && is_tensor_split(item.key())) out.tensor_split.push_back(item.value());
-    if (parallel_.expert && is_expert(item.key())) out.experts.push_back(item.value());
   }
   return out;
 }
@@ -109,9 +100,7 @@ std::vector<std::pair<std::string, torch::Tensor>> GPTImpl::gather_full_paramete
   for (const auto& item : named_parameters()) {
     const std::string& key = item.key();
     torch::Tensor value = item.value().detach();
-    if (parallel_.expert && is_expert(key)) {
-      value = parallel_.expert->all_gather_rows(value, "all_gather.export." + key);  // experts in rank order
-    } else if (parallel_.tensor && is_tensor_split(key)) {
+    if (parallel_.tensor && is_tensor_split(key)) {
       const bool row_parallel = key.ends_with("proj.weight") || key.ends_with("down.weight");
       if (row_parallel) {  // each rank a contiguous range of columns
         value = parallel_.tensor->all_gather_rows(value.t().contiguous(), "all_gather.export." + key).t().contiguous();

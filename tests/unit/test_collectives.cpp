@@ -206,24 +206,21 @@ TEST(CommChecksTest, ParameterChecksumNamesThePerturbedRank) {
   }
 }
 
-// A split model (tensor parallel 2 x data parallel 2, two experts sharded over the data-parallel
-// pair): tensor-parallel shards differ by tensor-parallel rank and experts by expert rank, which is
-// no divergence; a one-ulp change on rank 3 is named whichever kind it strikes, and only rank 3.
+// A split model (tensor parallel 2 x data parallel 2): tensor-parallel shards differ by
+// tensor-parallel rank, which is no divergence; a one-ulp change on rank 3 is named whichever kind
+// it strikes (replicated: among all four ranks; a shard: against rank 1, which holds the same one).
 TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
   TrainingConfig cfg;
   cfg.tensor_parallel_degree = 2;
-  cfg.moe_experts = 2;
   const ParallelLayout layout = plan_parallel_layout(cfg, 4);
-  ASSERT_EQ(layout.expert_degree, 2);
   constexpr int kCulprit = 3;
   std::vector<std::vector<Finding>> clean(4);
   std::vector<std::map<std::string, std::vector<Finding>>> perturbed(4);
   run_ranks(4, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
     sync->split_model(layout);
     const std::map<std::string, torch::Tensor> params = {
-        {"replicated", dyadic({16, 8}, 42)}, {"tensor_split", dyadic({8, 4}, 100 + r % 2)},
-        {"expert", dyadic({2, 4}, 200 + r / 2 % 2)}};
-    sync->set_split_parameters({.partial = {}, .tensor_split = {params.at("tensor_split")}, .experts = {params.at("expert")}});
+        {"replicated", dyadic({16, 8}, 42)}, {"tensor_split", dyadic({8, 4}, 100 + r % 2)}};
+    sync->set_split_parameters({.partial = {}, .tensor_split = {params.at("tensor_split")}});
     std::vector<torch::Tensor> all;
     for (const auto& [name, p] : params) all.push_back(p);
     clean[r] = sync->compare_parameters(all);
