@@ -158,7 +158,7 @@ ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size
   if (split && cfg.data_parallel == kDataParallelFsdp)
     throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with tensor_parallel_degree={} and "
                                   "moe_experts={} splitting the model over {} ranks: allowed with a split model: ddp, zero",
-                                  cfg.tensor_parallel_degree, cfg.moe_experts, world_size));
+                                  cfg.tensor_parallel_degree, layout.moe_experts, world_size));
   return layout;
 }
 
@@ -349,7 +349,9 @@ class Job {
                           {{"requested", cfg.data_parallel}, {"optimizer_shards", sync_->optimizer_shard().count},
                            {"effect", sync_->world_size() > 1 ? "sharded" : "none: one rank has nothing to shard"}});
     stage_ = stage::model;
-    trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, s_.device, run_.output_dir}, sync_);
+    TrainingConfig model = cfg;  // as the layout resolved it: distributed_moe_experts where it applies
+    model.moe_experts = s_.parallel.moe_experts;
+    trainer_ = std::make_unique<Trainer>(RunContext{model, run_.diagnostics, s_.device, run_.output_dir}, sync_);
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
