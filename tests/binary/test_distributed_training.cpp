@@ -622,9 +622,10 @@ TEST(DistributedConfigTest, FsdpWithTensorParallelIsRefused) {
 }
 
 // The comm mode's collective battery on real processes: 4 ranks verify every kind, op and dtype,
-// train sharded (ZeRO) and end PASS over several seeds, with the table in report.json and
-// report.html; a rank that stalls inside the battery's reduce-scatter is named by its peers,
-// with the kind and group.
+// train split two ways by tensor parallelism, sharded (ZeRO) over the two data-parallel replicas,
+// with experts routing tokens by uneven all-to-alls, and end PASS over several seeds, with the
+// table in report.json and report.html; a rank that stalls inside the battery's reduce-scatter is
+// named by its peers, with the kind and group.
 std::vector<std::string> comm_mode_args(const fs::path& out, const std::string& seed) {
   return {"--device", "cpu", "--stress", "comm", "--steps", "6", "--seed", seed, "--output-dir", out.string(),
           "--set", "num_threads=1", "--set", "collective_check_interval=3", "--set", "eval_interval=0"};
@@ -655,19 +656,32 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
         EXPECT_GT(row.at("bus_bandwidth_gbps").get<double>(), 0.0) << row.dump();
       }
       EXPECT_EQ(kinds, (std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}));
-      // The mode shards (ZeRO): every step reduce-scatters the gradients, all-reduces their
-      // norm and all-gathers the parameters, where DDP all-reduced buckets.
+      // The mode shards (ZeRO) over the data-parallel group: every step reduce-scatters the
+      // gradients, all-reduces their norm and all-gathers the parameters, where DDP all-reduced
+      // buckets. Its tensor-parallel pairs all-reduce inside every block; its experts (4, two per
+      // rank of each data-parallel pair) exchange tokens by all-to-alls whose sizes change.
       EXPECT_EQ(report.at("data_parallel").at("effect"), "sharded");
-      EXPECT_EQ(report.at("data_parallel").at("optimizer_shards"), 4);
+      EXPECT_EQ(report.at("data_parallel").at("optimizer_shards"), 2);
       std::map<std::string, int> training_ops;
+      std::set<int64_t> combine_bytes;
       for (const auto& m : records(out / rank_file("metrics", "jsonl", r))) {
-        for (const auto& c : m.value("collectives", nlohmann::json::array())) ++training_ops[c.at("op").get<std::string>()];
+        for (const auto& c : m.value("collectives", nlohmann::json::array())) {
+          ++training_ops[c.at("op").get<std::string>()];
+          if (c.at("op") == "ep:all_to_all.moe_combine.fwd") combine_bytes.insert(c.at("bytes").get<int64_t>());
+        }
       }
-      for (const char* op : {"reduce_scatter_grads", "allreduce_grad_norm", "allgather_params"})
+      for (const char* op : {"reduce_scatter_grads", "allreduce_grad_norm", "allgather_params",
+                             "tp:all_reduce.block0.attn.out.fwd", "tp:all_reduce.block1.attn.in.bwd"})
         EXPECT_EQ(training_ops[op], 6) << op << " per step, rank " << r;
+      for (const char* op : {"ep:all_to_all.moe_counts", "ep:all_to_all.moe_dispatch.fwd", "ep:all_to_all.moe_combine.bwd"})
+        EXPECT_EQ(training_ops[op], 12) << op << " per block and step, rank " << r;
+      EXPECT_GT(combine_bytes.size(), 1u) << "rank " << r << ": the experts' rows did not change across steps";
       EXPECT_EQ(training_ops["allreduce"], 0) << "no DDP bucket all-reduce under zero";
     }
     EXPECT_NE(read_text(out / "report.html").find("id=\"collectives\""), std::string::npos);
+    const auto layout = nlohmann::json::parse(read_text(out / "config.json")).at("parallel_layout");
+    EXPECT_EQ(layout.at("tensor_parallel_degree"), 2);
+    EXPECT_EQ(layout.at("expert_parallel_degree"), 2);
     fs::remove_all(out);
   }
 }
