@@ -114,7 +114,7 @@ struct ConfigField {
   X(double, collective_check_max_mb, 1.0, above(0), "largest battery message (MiB); sizes 0.03/1/3/12 up to it") \
   /* --- model parallelism (docs/distributed.md, "Tensor and expert parallelism") --- */               \
   X(int64_t, tensor_parallel_degree, 1, at_least(1),                                                     \
-    "ranks per tensor-parallel group (Megatron: heads and MLP columns split; divides num_heads)")        \
+    "ranks per tensor-parallel group (Megatron: heads and MLP columns split); fitted to what the world and the heads allow")        \
   X(bool, sequence_parallel, false, unchecked(),                                                         \
     "with tensor parallelism, activations between blocks split along the sequence")                      \
   X(int64_t, moe_experts, 0, at_least(0, "0 = dense MLP"),                                               \
