@@ -316,16 +316,13 @@ void validate(const TrainingConfig& c) {
               " (gradients are synchronised at least once per optimizer step)");
   require(c.position != "rotary" || (c.hidden_size / c.num_heads) % 2 == 0, "position", "'rotary'",
           "needs an even head dimension (hidden_size/num_heads=" + show(c.hidden_size / c.num_heads) + ")");
-  // Model parallelism: what holds whatever the world (the world's own rules: plan_parallel_layout).
-  require(c.num_heads % c.tensor_parallel_degree == 0, "tensor_parallel_degree", show(c.tensor_parallel_degree),
-          "must divide num_heads=" + show(c.num_heads) + " (each rank keeps whole heads)");
-  const int64_t kv_heads = c.num_key_value_heads == 0 ? c.num_heads : c.num_key_value_heads;
-  require(kv_heads % c.tensor_parallel_degree == 0, "tensor_parallel_degree", show(c.tensor_parallel_degree),
-          "must divide num_key_value_heads=" + show(kv_heads) + " (each rank keeps whole key/value heads)");
-  require(!c.sequence_parallel || c.seq_len % c.tensor_parallel_degree == 0, "sequence_parallel", "true",
-          "needs seq_len=" + show(c.seq_len) + " divisible by tensor_parallel_degree=" + show(c.tensor_parallel_degree));
+  // Model parallelism: what holds whatever the world. A tensor-parallel degree the heads (or the
+  // sequence) do not divide is fitted with the world (plan_parallel_layout), so a stress mode
+  // raising it never invalidates a model.
   require(c.moe_experts == 0 || c.moe_top_k <= c.moe_experts, "moe_top_k", show(c.moe_top_k),
           "must be <= moe_experts=" + show(c.moe_experts));
+  require(c.distributed_moe_experts == 0 || c.moe_top_k <= c.distributed_moe_experts, "moe_top_k", show(c.moe_top_k),
+          "must be <= distributed_moe_experts=" + show(c.distributed_moe_experts));
 }
 
 void validate(const DiagnosticsConfig& d) { validate_fields(d, diagnostics_fields(), "diagnostics."); }

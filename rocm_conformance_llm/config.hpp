@@ -114,12 +114,14 @@ struct ConfigField {
   X(double, collective_check_max_mb, 1.0, above(0), "largest battery message (MiB); sizes 0.03/1/3/12 up to it") \
   /* --- model parallelism (docs/distributed.md, "Tensor and expert parallelism") --- */               \
   X(int64_t, tensor_parallel_degree, 1, at_least(1),                                                     \
-    "ranks per tensor-parallel group (Megatron: heads and MLP columns split; divides num_heads)")        \
+    "ranks per tensor-parallel group (Megatron: heads and MLP columns split); fitted to what the world and the heads allow")        \
   X(bool, sequence_parallel, false, unchecked(),                                                         \
     "with tensor parallelism, activations between blocks split along the sequence")                      \
   X(int64_t, moe_experts, 0, at_least(0, "0 = dense MLP"),                                               \
     "mixture-of-experts feed-forward: experts, sharded over the data-parallel ranks")                    \
   X(int64_t, moe_top_k, 2, at_least(1), "experts each token is routed to (<= moe_experts)")             \
+  X(int64_t, distributed_moe_experts, 0, at_least(0, "0 = off"),                                         \
+    "experts in place of the dense MLP only where moe_experts is 0 and several data-parallel ranks can shard them (a world of one keeps its model)") \
   /* --- data --- */                                                                                    \
   X(std::string, data_path, "", unchecked(), "text or JSONL file (empty: the embedded synthetic corpus)") \
   X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")       \

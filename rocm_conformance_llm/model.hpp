@@ -234,6 +234,13 @@ class GPTImpl : public torch::nn::Module {
   // Their gradients are summed over the group (all_reduce_replicated_gradients) before the
   // data-parallel average, so they stay equal across it.
   std::vector<torch::Tensor> partial_gradient_parameters();
+  // Every parameter the split made rank-specific or partial (SplitParameters); all empty when
+  // nothing is split. Gradient averaging, the global gradient norm, the cross-rank parameter
+  // checks and the checkpoints treat each kind its own way.
+  SplitParameters split_parameters();
+  // The whole model's parameters, by name, the tensor-parallel slices gathered over the tensor
+  // group (a collective: every rank of it calls it). The parameters themselves when not split.
+  std::vector<std::pair<std::string, torch::Tensor>> gather_full_parameters();
 
   // Fully sharded data parallel (workload/fsdp.hpp): this rank keeps a shard of every block's
   // and of the root's parameters; forward gathers each where it is used. Call once, after the

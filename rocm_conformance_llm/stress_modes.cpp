@@ -52,17 +52,23 @@ std::vector<StressMode> builtin_modes() {
       // reduce-scatter, uneven all-to-all, broadcast) in fp32/bf16/int64 at sizes either side of
       // RCCL's protocol thresholds, where its public wrong-result and hang reports cluster.
       // ZeRO sharding puts reduce-scatter and all-gather into every training step, as sharded
-      // jobs issue them (a no-op on one rank).
+      // jobs issue them; tensor parallelism adds its all-reduces inside every block, on subgroups
+      // of the world; experts (where moe_experts is not set) route tokens by uneven all-to-alls.
+      // All three are no-ops on one rank (recorded: config.json parallel_layout.notes).
       {.name = "comm",
        .targets = "RCCL",
        .components = {component::rccl},
-       .summary = "smaller batches, gradient sync every micro-step, ZeRO sharding, per-rank logs, every collective kind verified",
+       .summary = "smaller batches, gradient sync every micro-step, ZeRO sharding, tensor parallel, expert-parallel MoE, per-rank logs, every collective kind verified",
        .intensities = {{"max_batch_size", 4, at_least(1), "batch_size ceiling"},
                        {"max_checksum_interval", 5, at_least(1), "cross-rank checksums at least every this many steps"},
                        {"max_collective_check_interval", 50, at_least(1), "collective batteries at least every this many steps"},
-                       {"min_collective_message_mb", 16.0, above(0), "collective_check_max_mb floor"}},
+                       {"min_collective_message_mb", 16.0, above(0), "collective_check_max_mb floor"},
+                       {"min_tensor_parallel_degree", 2, at_least(1), "tensor_parallel_degree floor (the world's largest divisor up to it is used)"},
+                       {"min_distributed_moe_experts", 4, at_least(1), "distributed_moe_experts floor (experts where moe_experts is 0 and several data-parallel ranks shard them)"}},
        .rules = {lower_to("batch_size", intensity("max_batch_size")), lower_to("grad_sync_interval", fixed(1)),
                  switch_on("log_per_rank"), raise_to("data_parallel", fixed("zero")),
+                 raise_to("tensor_parallel_degree", intensity("min_tensor_parallel_degree")),
+                 raise_to("distributed_moe_experts", intensity("min_distributed_moe_experts")),
                  at_least_every("checksum_interval", intensity("max_checksum_interval")),
                  at_least_every("collective_check_interval", intensity("max_collective_check_interval")),
                  raise_to("collective_check_max_mb", intensity("min_collective_message_mb"))}},

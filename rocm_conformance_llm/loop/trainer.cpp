@@ -111,23 +111,33 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   // Under "replay" the replay check switches them on around the steps it compares.
   set_deterministic(determinism_of(cfg) == Determinism::all);
 
-  data_ = make_data_source(cfg, sync_->rank(), sync_->world_size(), device);
+  // The ranks of one tensor-parallel group are one data-parallel replica: the same batches.
+  data_ = make_data_source(cfg, sync_->data_rank(), sync_->data_world_size(), device);
   if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
 
   // Every rank draws the initial weights from the same seed: replicas must start identical.
   // Then each rank continues from its own seed, so dropout masks differ across ranks.
   seed_everything(cfg.seed, device);
   model_ = GPT(cfg, model_options);
+  // Tensor or expert parallel: each rank keeps its shard of the full weights, before the
+  // optimizer moves the parameters into its flat buffer.
+  if (const ModelParallel parallel = sync_->model_parallel(); parallel.splits_model()) {
+    model_->shard(parallel);
+    sync_->set_split_parameters(model_->split_parameters());
+  }
   setup_memory_.emplace_back("after_model_creation", sample_memory(device));
   model_->to(device);
   setup_memory_.emplace_back("after_to_device", sample_memory(device));
-  seed_everything(rank_seed(cfg.seed, sync_->rank()), device);
+  // By replica: a tensor-parallel group draws the same dropout masks on its replicated activations.
+  seed_everything(rank_seed(cfg.seed, sync_->data_rank()), device);
   sync_->shard_parameters(model_);  // FSDP: the optimizer takes this rank's shards of the parameters
   const FsdpModel* fsdp = model_->fsdp();
   optimizer_ = std::make_unique<FlatAdamW>(fsdp ? fsdp->decayed_shards() : model_->decay_parameters(),
                                            fsdp ? fsdp->plain_shards() : model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()},
                                            sync_->optimizer_shard());
+  if (const auto weights = sync_->norm_weights(optimizer_->parameters()); !weights.empty())
+    optimizer_->weigh_norm(weights);
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
@@ -191,6 +201,7 @@ Trainer::PendingStep Trainer::train_step() {
     if ((micro + 1) % cfg.grad_sync_interval == 0 || micro + 1 == cfg.grad_accum_steps) {
       auto in_phase = enter(phase::grad_sync, rec);
       sync_->sync_gradients(*optimizer_, rec.collectives);  // DDP: buckets are views; ZeRO, FSDP: reduce-scatter
+      if (micro + 1 == cfg.grad_accum_steps) sync_->complete_gradients(*optimizer_, rec.collectives);
     }
   }
   hooks_.on_gradients(rec.step, optimizer_->parameters(), loss_sum, first_micro_batch);
@@ -199,8 +210,8 @@ Trainer::PendingStep Trainer::train_step() {
     auto in_phase = enter(phase::optimizer, rec, rec.collectives);
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
-    // Sharded, an overflow lands in one rank's shard: every rank must skip with it.
-    if (scaler_ && optimizer_->sharded()) rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
+    // Sharded or split, an overflow lands in one rank's shard: every rank must skip with it.
+    if (scaler_ && (optimizer_->sharded() || model_->parallel().splits_model())) rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip,
                                            [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
     update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);

@@ -142,6 +142,13 @@ nlohmann::json special_token_ids(const TrainingConfig& c) {
   return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
 }
 
+// Which optimizer file of how many this rank's moments go to: ZeRO's shard, or, a model split
+// across ranks, one per rank (the ranks of a tensor-parallel group share a ZeRO shard index).
+ShardOf optimizer_files_of(LoopAccess& loop, const LoopAccess::Snapshot& snap) {
+  if (loop.model()->parallel().splits_model()) return {loop.rank(), loop.world_size()};
+  return snap.optimizer_shard;
+}
+
 torch::Tensor require(const SafetensorsFile& file, const std::string& name, const fs::path& path,
                       c10::ScalarType dtype, std::optional<std::vector<int64_t>> shape = std::nullopt) {
   const auto it = file.tensors.find(name);
@@ -158,6 +165,19 @@ torch::Tensor require(const SafetensorsFile& file, const std::string& name, cons
 
 std::string rank_state_file(int rank) { return fmt::format("rank-{}.safetensors", rank); }
 std::string optimizer_shard_file(int index) { return fmt::format("optimizer-shard-{}.safetensors", index); }
+
+std::string model_shard_file(int rank) { return fmt::format("model-shard-{}.safetensors", rank); }
+
+std::vector<std::string> weight_and_optimizer_files(const nlohmann::json& state) {
+  const int model_shards = state.is_object() ? state.value("model_shards", 1) : 1;
+  std::vector<std::string> files;
+  if (model_shards > 1)
+    for (int r = 0; r < model_shards; ++r) files.push_back(model_shard_file(r));
+  else
+    files = {kWeightsFile, kHfConfigFile};
+  for (auto& f : optimizer_files(state)) files.push_back(std::move(f));
+  return files;
+}
 
 std::vector<std::string> optimizer_files(const nlohmann::json& state) {
   const int shards = state.is_object() ? state.value("optimizer_shards", 1) : 1;
@@ -185,8 +205,19 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   write_safetensors(dir / rank_state_file(loop.rank()), rng);
   const std::vector<std::pair<std::string, torch::Tensor>> moments{{"exp_avg", snap.optimizer.exp_avg},
                                                                    {"exp_avg_sq", snap.optimizer.exp_avg_sq}};
-  const bool sharded = snap.optimizer_shard.count > 1;
-  if (sharded) write_safetensors(dir / optimizer_shard_file(snap.optimizer_shard.index), moments);
+  const ShardOf files = optimizer_files_of(loop, snap);
+  const bool sharded = files.count > 1;
+  if (sharded) write_safetensors(dir / optimizer_shard_file(files.index), moments);
+  // A split model: this rank's shard (what a resume reads), and the whole model gathered from
+  // the shards (a collective: every rank) for the export.
+  const bool split = loop.model()->parallel().splits_model();
+  std::vector<std::pair<std::string, torch::Tensor>> whole;
+  if (split) {
+    std::vector<std::pair<std::string, torch::Tensor>> mine;
+    for (const auto& item : loop.model()->named_parameters()) mine.emplace_back(item.key(), item.value());
+    write_safetensors(dir / model_shard_file(loop.rank()), mine, {{"format", "pt"}});
+    whole = loop.model()->gather_full_parameters();
+  }
   const GatheredParameters full(loop.model()->fsdp());  // FSDP: on every rank; rank 0 writes it
   if (!shared) return;
   const auto& cfg = loop.ctx().cfg;
@@ -194,15 +225,21 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   auto params = loop.model()->named_parameters();
   for (const auto& [native, stored] : stored_names(loop.model(), layout)) {
-    const auto blocks = params[native].split_with_sizes(stored.rows, 0);
+    torch::Tensor value = params[native];
+    for (const auto& [name, full] : whole)
+      if (name == native) value = full;
+    std::vector<int64_t> rows = stored.rows;
+    if (split && rows.size() != 3)  // measured on this rank's shard; Q, K, V's are the config's
+      rows.assign(rows.size(), value.size(0) / static_cast<int64_t>(rows.size()));
+    const auto blocks = value.split_with_sizes(rows, 0);
     for (size_t i = 0; i < blocks.size(); ++i)
       weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
   }
   write_safetensors(dir / kWeightsFile, weights, {{"format", "pt"}});
-  if (!sharded) write_safetensors(dir / kOptimizerFile, moments);
   auto model_config = hf_config(cfg, layout);
   model_config.update(special_token_ids(cfg));
   write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
+  if (!sharded) write_safetensors(dir / kOptimizerFile, moments);
   nlohmann::json scaler = nullptr;
   if (snap.scaler) {
     const auto s = snap.scaler->state();
@@ -211,7 +248,8 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   nlohmann::json state = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
                           {"step", snap.step}, {"micro_batches", snap.micro_batches},
                           {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
-                          {"weights", kLayoutNames[int(layout)]}, {"optimizer_shards", snap.optimizer_shard.count}};
+                          {"weights", kLayoutNames[int(layout)]}, {"optimizer_shards", files.count},
+                          {"model_shards", split ? loop.world_size() : 1}};
   state.update(run_fields);
   write_file_synced(dir / kStateFile, {state.dump(2) + "\n"});
 }
@@ -219,21 +257,27 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
 LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) {
   const auto state = read_checkpoint_json(dir / kStateFile);
   const auto& cfg = loop.ctx().cfg;
+  const bool split = loop.model()->parallel().splits_model();
   const Layout layout = layout_of(cfg);
   if (state.value("weights", "") != kLayoutNames[int(layout)])
     throw CheckpointError("checkpoint " + dir.string() + ": state.json's weights layout does not fit this model");
+  const int model_shards = state.value("model_shards", 1);
+  if (model_shards != (split ? loop.world_size() : 1))
+    throw CheckpointError(fmt::format("checkpoint {}: model weights in {} shards (this run: {})", dir.string(),
+                                      model_shards, split ? loop.world_size() : 1));
   torch::NoGradGuard no_grad;
   // Weights: by name, shape and dtype, into the parameters (views of the optimizer's flat buffer;
   // under FSDP gathered, and this rank's shards kept from them).
-  const auto weights = read_safetensors(dir / kWeightsFile);
+  const fs::path weights_path = dir / (split ? model_shard_file(loop.rank()) : kWeightsFile);
+  const auto weights = read_safetensors(weights_path);
   {
     GatheredParameters full(loop.model()->fsdp());
-    const auto names = stored_names(loop.model(), layout);
+    const auto names = stored_names(loop.model(), split ? Layout::native : layout);  // a shard: native names
     size_t stored_tensors = 0;
     for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
     if (weights.tensors.size() != stored_tensors)
       throw CheckpointError(fmt::format("checkpoint {}: {} holds {} tensors, this model stores {}", dir.string(),
-                                        kWeightsFile, weights.tensors.size(), stored_tensors));
+                                        weights_path.filename().string(), weights.tensors.size(), stored_tensors));
     auto params = loop.model()->named_parameters();
     for (const auto& [native, stored] : names) {
       auto& param = params[native];
@@ -243,7 +287,7 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
         shape[0] = stored.rows[i];
         if (stored.transpose) std::swap(shape[0], shape[1]);
         const auto& name = stored.names[i];
-        const auto t = require(weights, name, dir / kWeightsFile, param.scalar_type(), shape);
+        const auto t = require(weights, name, weights_path, param.scalar_type(), shape);
         blocks.push_back(stored.transpose ? t.t() : t);
       }
       param.copy_(torch::cat(blocks, 0));
@@ -253,10 +297,11 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   // Everything else a step reads, into the loop's own snapshot (the caller restores it).
   auto snap = loop.snapshot();
   const int shards_then = state.value("optimizer_shards", 1);
-  if (shards_then != snap.optimizer_shard.count)
+  const ShardOf files = optimizer_files_of(loop, snap);
+  if (shards_then != files.count)
     throw CheckpointError(fmt::format("checkpoint {}: optimizer state in {} shards (this run: {})", dir.string(),
-                                      shards_then, snap.optimizer_shard.count));
-  const fs::path optimizer_path = dir / optimizer_files(state).at(snap.optimizer_shard.index);
+                                      shards_then, files.count));
+  const fs::path optimizer_path = dir / optimizer_files(state).at(files.index);
   const auto optimizer = read_safetensors(optimizer_path);
   const std::vector<int64_t> flat{snap.optimizer.exp_avg.numel()};
   snap.optimizer.exp_avg = require(optimizer, "exp_avg", optimizer_path, snap.optimizer.exp_avg.scalar_type(), flat);

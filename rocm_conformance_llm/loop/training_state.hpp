@@ -34,9 +34,14 @@ inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kHfConfigFile = "config.json";
 std::string rank_state_file(int rank);  // rank-<R>.safetensors
 std::string optimizer_shard_file(int index);  // optimizer-shard-<R>.safetensors
+std::string model_shard_file(int rank);       // model-shard-<R>.safetensors
 // The optimizer files a checkpoint whose state.json is `state` must hold: one per shard
 // ("optimizer_shards", absent before sharding existed: 1).
 std::vector<std::string> optimizer_files(const nlohmann::json& state);
+// Every weight and optimizer file it must hold: model.safetensors and config.json, or, for a
+// model split across ranks ("model_shards" > 1), each rank's model-shard-<R>.safetensors; then
+// the optimizer files.
+std::vector<std::string> weight_and_optimizer_files(const nlohmann::json& state);
 
 // A checkpoint's JSON file; CheckpointError when it is missing or not JSON.
 nlohmann::json read_checkpoint_json(const std::filesystem::path& path);
@@ -44,7 +49,9 @@ nlohmann::json read_checkpoint_json(const std::filesystem::path& path);
 // Writes `snap` (taken from `loop`) into `dir`: this rank's RNG states (and its shard of the
 // optimizer moments where they are sharded); with `shared` (one rank of a run, or a private
 // checkpoint) also the weights, the unsharded optimizer moments, Hugging Face config and
-// state.json, which holds `run_fields` beside the training state's own.
+// state.json, which holds `run_fields` beside the training state's own. A model split across
+// ranks (tensor or expert parallel): every rank writes its own weights (model-shard-<R>, native
+// names) and moments (optimizer-shard-<R>), and no Hugging Face export is written.
 void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, const std::filesystem::path& dir,
                           bool shared, const nlohmann::json& run_fields);
 

@@ -151,22 +151,15 @@ struct RunSetup {
   ParallelLayout parallel;    // tensor / data / expert parallel degrees this world allows
 };
 
-// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). The
-// training loop does not split the model yet (its gradient norm, parameter checks and checkpoints
-// assume whole replicas): a layout that needs subgroups is refused before anything is written.
-// The split itself is built and tested in transport/subgroups.hpp, workload/tensor_parallel.hpp
-// and workload/moe.hpp (docs/distributed.md, "Tensor and expert parallelism").
+// The model-parallel degrees, fitted to the world (fallbacks recorded, never a crash). FSDP's
+// units are whole dense blocks: the layout fits it by keeping the model whole (recorded), but
+// experts the user asked for cannot be dropped silently: refused before anything is written.
 ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size) {
-  ParallelLayout layout = plan_parallel_layout(cfg, world_size);
-  if (layout.tensor_degree > 1)
-    throw ConfigError(fmt::format("invalid tensor_parallel_degree={}: the training loop does not split the model "
-                                  "across {} ranks yet; allowed here: 1 (or a world it does not divide)",
-                                  cfg.tensor_parallel_degree, world_size));
-  if (layout.expert_degree > 1)
-    throw ConfigError(fmt::format("invalid moe_experts={}: the training loop does not shard experts over {} ranks yet; "
-                                  "allowed here: 0, or a count sharing no factor with the {} data-parallel ranks",
-                                  cfg.moe_experts, layout.expert_degree, layout.data_degree));
-  return layout;
+  if (cfg.data_parallel == kDataParallelFsdp && world_size > 1 && cfg.moe_experts > 0)
+    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with moe_experts={}: fsdp shards dense "
+                                  "blocks only; allowed: fsdp with moe_experts=0, or data_parallel ddp, zero",
+                                  cfg.moe_experts));
+  return plan_parallel_layout(cfg, world_size);
 }
 
 RunIdentity identity_of(const RunConfig& run, int world_size) {
@@ -179,15 +172,6 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
   s.faults = FaultPlan::parse(run.inject);
   check_output_dir(run.output_dir);
-  // FSDP shards whole blocks over the data-parallel ranks; its units do not split tensor-parallel
-  // or expert-parallel weights further. Refused rather than run as something else under its name.
-  // One rank has nothing to shard, so there it is a recorded no-op.
-  if (const auto& t = run.training; t.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 &&
-                                    (t.tensor_parallel_degree > 1 || t.moe_experts > 0))
-    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with tensor_parallel_degree={} and "
-                                  "moe_experts={}: fsdp shards dense blocks only; allowed: fsdp with "
-                                  "tensor_parallel_degree=1 and moe_experts=0, or data_parallel ddp, zero",
-                                  t.tensor_parallel_degree, t.moe_experts));
   // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
   // block's own forward.
   if (run.training.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 && s.faults.requested(FaultKind::nan))
@@ -363,7 +347,9 @@ class Job {
     s_.faults.stop_rank_if_planned(phase::rendezvous, 0, s_.launch.rank);
     sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
     stage_ = stage::model;
-    trainer_ = std::make_unique<Trainer>(RunContext{cfg, run_.diagnostics, s_.device, run_.output_dir}, sync_);
+    TrainingConfig model = cfg;  // as the layout resolved it: distributed_moe_experts where it applies
+    model.moe_experts = s_.parallel.moe_experts;
+    trainer_ = std::make_unique<Trainer>(RunContext{model, run_.diagnostics, s_.device, run_.output_dir}, sync_);
     if (cfg.data_parallel != kDataParallelDdp)  // as it ran: a world of one has nothing to shard
       report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);

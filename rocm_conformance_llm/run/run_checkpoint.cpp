@@ -50,11 +50,10 @@ void verify_manifest(const fs::path& dir) {
   const auto manifest = read_checkpoint_json(dir / kManifest);
   if (manifest.value("format", "") != kCheckpointFormat || !manifest.contains("files") || !manifest["files"].is_object())
     throw CheckpointError("checkpoint " + dir.string() + ": manifest.json is not a " + kCheckpointFormat + " manifest");
-  std::vector<std::string> required{kStateFile, kWeightsFile, kHfConfigFile};
-  if (manifest["files"].contains(kStateFile)) {
-    const auto optimizer = optimizer_files(read_checkpoint_json(dir / kStateFile));
-    required.insert(required.end(), optimizer.begin(), optimizer.end());
-  }
+  std::vector<std::string> required{kStateFile};
+  const auto files = weight_and_optimizer_files(
+      manifest["files"].contains(kStateFile) ? read_checkpoint_json(dir / kStateFile) : nlohmann::json());
+  required.insert(required.end(), files.begin(), files.end());
   for (const auto& name : required)
     if (!manifest["files"].contains(name))
       throw CheckpointError("checkpoint " + dir.string() + ": manifest.json does not list " + name);

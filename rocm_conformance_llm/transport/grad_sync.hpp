@@ -13,6 +13,7 @@
 
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/transport/collective_sample.hpp"
+#include "rocm_conformance_llm/workload/model_parallel.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
@@ -47,6 +48,24 @@ class GradientSync {
   virtual void sum_over_shards(torch::Tensor& /*value*/, std::vector<CollectiveSample>& /*out*/) {}
   // After the update: where each rank updated its shard, every rank gathers the others'.
   virtual void after_update(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& /*out*/) {}
+
+  // --- model parallelism (tensor, expert): docs/distributed.md ---------------------------
+  // The groups the model is split over; empty (nothing split) unless the layout has them.
+  virtual ModelParallel model_parallel() const { return {}; }
+  // Which replica of the data this rank trains on, of how many: the ranks of one
+  // tensor-parallel group are one replica (same batch, same dropout seed).
+  virtual int data_rank() const { return rank(); }
+  virtual int data_world_size() const { return world_size(); }
+  // The split model's parameters (GPT::split_parameters), once, before the optimizer is built.
+  virtual void set_split_parameters(SplitParameters /*params*/) {}
+  // Each of `params`' weight in the global squared gradient norm (FlatAdamW::weigh_norm);
+  // empty when the plain norm is the global one.
+  virtual std::vector<double> norm_weights(const std::vector<torch::Tensor>& /*params*/) const { return {}; }
+  // Once per step, after the step's last sync_gradients: the gradients a split model still
+  // owes (partial ones summed over the tensor-parallel group, experts' rescaled), and the
+  // step's tensor- and expert-parallel collectives appended to `out`.
+  virtual void complete_gradients(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& /*out*/) {}
+
   // The 1-based optimizer step about to run. A group quotes it in its heartbeat, so a
   // collective that times out on one rank names the step every other rank was at.
   virtual void begin_step(int64_t /*step*/) {}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -113,9 +114,11 @@ void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& param
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     grads.push_back(p.grad());
   }
-  const double world = world_size();
+  Communicator& data = data_comm();
+  if (data.world_size() == 1) return;  // a split model over the whole world: one replica
+  const double world = data.world_size();
   for_each_flat_bucket(grads, bucket_bytes_, [&](torch::Tensor& flat) {
-    out.push_back(comm_->all_reduce_sum(flat, "allreduce"));
+    out.push_back(data.all_reduce_sum(flat, "allreduce"));
     flat.div_(world);
   });
 }
@@ -133,7 +136,8 @@ void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& pa
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> data;
   for (const auto& p : params) data.push_back(p.detach());
-  for_each_flat_bucket(data, bucket_bytes_, [&](torch::Tensor& flat) { comm_->broadcast(flat, 0, "broadcast_params"); });
+  Communicator& group = data_comm();
+  for_each_flat_bucket(data, bucket_bytes_, [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
 }
 
 std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::vector<double>& values,
@@ -167,8 +171,12 @@ void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<Collecti
 }
 
 void ProcessGroupSync::sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) {
-  if (zero_) zero_->sum_over_ranks(value, out);
-  if (fsdp_) fsdp_->sum_over_ranks(value, out);
+  if (split_)  // the weighted squares of every rank's parameters (norm_weights)
+    out.push_back(comm_->all_reduce(value, ReduceOp::sum, "allreduce_grad_norm"));
+  else if (zero_)
+    zero_->sum_over_ranks(value, out);
+  else if (fsdp_)
+    fsdp_->sum_over_ranks(value, out);
 }
 
 void ProcessGroupSync::after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
@@ -178,7 +186,29 @@ void ProcessGroupSync::after_update(FlatAdamW& optimizer, std::vector<Collective
 
 void ProcessGroupSync::begin_step(int64_t step) {
   comm_->set_step(step);
+  if (split_) split_->set_step(step);
   if (zero_) zero_->begin_step();
+}
+
+void ProcessGroupSync::split_model(const ParallelLayout& layout) {
+  split_ = std::make_unique<SplitModel>(*comm_, layout);
+  if (zero_) zero_.emplace(split_->data());  // ZeRO's shards: over the data-parallel group
+}
+
+ModelParallel ProcessGroupSync::model_parallel() const { return split_ ? split_->model_parallel() : ModelParallel{}; }
+int ProcessGroupSync::data_rank() const { return data_comm().rank(); }
+int ProcessGroupSync::data_world_size() const { return data_comm().world_size(); }
+
+void ProcessGroupSync::set_split_parameters(SplitParameters params) {
+  if (split_) split_->set_parameters(std::move(params));
+}
+
+std::vector<double> ProcessGroupSync::norm_weights(const std::vector<torch::Tensor>& params) const {
+  return split_ ? split_->norm_weights(params, zero_.has_value()) : std::vector<double>{};
+}
+
+void ProcessGroupSync::complete_gradients(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& out) {
+  if (split_) split_->complete_gradients(out);
 }
 
 Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,
@@ -279,24 +309,54 @@ CollectiveBatteryResult ProcessGroupSync::run_collective_battery(const std::vect
 }
 
 std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torch::Tensor>& params) {
-  const ParameterFingerprint mine = fingerprint_parameters(params);
-  const torch::Tensor packed =
-      torch::tensor({std::bit_cast<int64_t>(mine.hash), std::bit_cast<int64_t>(mine.sum)}, torch::kLong)
-          .to(comm_->device());
-  const torch::Tensor all = comm_->all_gather(packed, "param_checksum").cpu();
+  // Whole replicas: one fingerprint, every rank compared. Split: one per kind of parameter,
+  // compared among the ranks that must hold the same values of that kind (SplitModel::peer_key).
+  std::vector<std::vector<torch::Tensor>> kinds;
+  if (split_) {
+    kinds.resize(kParameterKinds.size());
+    for (const auto& p : params) kinds[static_cast<size_t>(split_->kind_of(p))].push_back(p);
+  } else {
+    kinds.push_back(params);
+  }
+  std::vector<int64_t> packed;
+  for (const auto& kind : kinds) {
+    const ParameterFingerprint mine = fingerprint_parameters(kind);
+    packed.insert(packed.end(), {std::bit_cast<int64_t>(mine.hash), std::bit_cast<int64_t>(mine.sum)});
+  }
+  const torch::Tensor all = comm_->all_gather(torch::tensor(packed, torch::kLong).to(comm_->device()), "param_checksum").cpu();
+  std::vector<int> odd;
   std::vector<int64_t> hashes;
   std::vector<double> sums;
+  std::vector<std::string> distances;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    if (kinds[k].empty()) continue;
+    std::map<int, std::vector<int>> peers;  // key -> the world ranks that must agree
+    for (int r = 0; r < world_size(); ++r) peers[split_ ? split_->peer_key(kParameterKinds[k], r) : 0].push_back(r);
+    for (const auto& [key, ranks] : peers) {
+      std::vector<int64_t> group_hashes;
+      for (const int r : ranks) group_hashes.push_back(all[r][2 * k].item<int64_t>());
+      std::vector<int> group_odd = ranks_differing_from_majority(group_hashes);
+      if (group_odd.empty()) continue;
+      const int reference = ranks[first_rank_not_in(group_odd)];
+      for (const int i : group_odd) {
+        const int r = ranks[i];
+        odd.push_back(r);
+        const double sum = std::bit_cast<double>(all[r][2 * k + 1].item<int64_t>());
+        const double reference_sum = std::bit_cast<double>(all[reference][2 * k + 1].item<int64_t>());
+        distances.push_back(split_ ? fmt::format("rank {} {} sum {:.9g} vs rank {}'s {:.9g}", r,
+                                                 to_string(kParameterKinds[k]), sum, reference, reference_sum)
+                                   : fmt::format("rank {} sum {:.9g} vs {:.9g}", r, sum, reference_sum));
+      }
+    }
+  }
+  if (odd.empty()) return {};
+  std::sort(odd.begin(), odd.end());
+  odd.erase(std::unique(odd.begin(), odd.end()), odd.end());
   for (int r = 0; r < world_size(); ++r) {
     hashes.push_back(all[r][0].item<int64_t>());
     sums.push_back(std::bit_cast<double>(all[r][1].item<int64_t>()));
   }
-  const std::vector<int> odd = ranks_differing_from_majority(hashes);
-  if (odd.empty()) return {};
   const int reference = first_rank_not_in(odd);
-  std::vector<std::string> distances;
-  for (const int r : odd) {
-    distances.push_back(fmt::format("rank {} sum {:.9g} vs {:.9g}", r, sums[r], sums[reference]));
-  }
   return {finding("parameter_divergence", Severity::fail,
                   fmt::format("parameters on rank{} {} are not bitwise identical to rank {}'s ({}): data-parallel "
                               "ranks diverged",
@@ -337,8 +397,11 @@ std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const
     return std::make_shared<LocalSync>();
   }
   const auto timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0));
-  return std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb,
-                                            cfg.data_parallel);
+  auto sync = std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb,
+                                                 cfg.data_parallel);
+  const ParallelLayout layout = plan_parallel_layout(cfg, launch.world_size);
+  if (layout.tensor_degree > 1 || layout.expert_degree > 1) sync->split_model(layout);
+  return sync;
 }
 
 }  // namespace rcl

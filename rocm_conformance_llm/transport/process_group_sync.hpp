@@ -17,6 +17,7 @@
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/sharded_sync.hpp"
+#include "rocm_conformance_llm/transport/split_model.hpp"
 
 namespace rcl {
 
@@ -64,7 +65,19 @@ class ProcessGroupSync final : public GradientSync {
   void begin_step(int64_t step) override;
   std::string backend() const override;
 
-  // Every rank starts from rank 0's parameters (in buckets, like the gradients).
+  // Splits the model-parallel groups out of this world (every rank, at setup): from then on the
+  // gradients are averaged (DDP) or sharded (ZeRO) over the data-parallel group, and the
+  // parameter checks compare only the ranks that must hold equal values.
+  void split_model(const ParallelLayout& layout);
+  ModelParallel model_parallel() const override;
+  int data_rank() const override;
+  int data_world_size() const override;
+  void set_split_parameters(SplitParameters params) override;
+  std::vector<double> norm_weights(const std::vector<torch::Tensor>& params) const override;
+  void complete_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
+
+  // Every rank starts from rank 0's parameters (in buckets, like the gradients); a split model's
+  // from its data-parallel group's first rank.
   void broadcast_parameters(const std::vector<torch::Tensor>& params);
   // Each rank's `values` (same length everywhere), indexed [rank][i], exact in float64.
   std::vector<std::vector<double>> all_gather_values(const std::vector<double>& values, const std::string& op);
@@ -79,7 +92,8 @@ class ProcessGroupSync final : public GradientSync {
   // ranks whose output was wrong and, where the kind tells, the rank whose data came back wrong.
   CollectiveBatteryResult run_collective_battery(const std::vector<BatteryCase>& cases, uint64_t seed,
                                                  const BatteryFaults& faults = {});
-  // Names each rank whose parameters are not bitwise identical to the majority's.
+  // Names each rank whose parameters are not bitwise identical to the majority's (a split
+  // model: of the ranks that must hold the same values, per kind of parameter).
   std::vector<Finding> compare_parameters(const std::vector<torch::Tensor>& params);
   // Compares, through the store (not the transport, which is what desynchronises), how many
   // collectives each rank has entered; names a rank that skipped or added one.
@@ -97,8 +111,11 @@ class ProcessGroupSync final : public GradientSync {
 
   std::unique_ptr<Communicator> comm_;
   int64_t bucket_bytes_;
-  std::optional<ZeroShards> zero_;  // data_parallel "zero"
-  std::optional<FsdpShards> fsdp_;  // data_parallel "fsdp"
+  Communicator& data_comm() const { return split_ ? split_->data() : *comm_; }
+
+  std::unique_ptr<SplitModel> split_;  // tensor or expert parallel; null: whole replicas
+  std::optional<ZeroShards> zero_;     // data_parallel "zero", over the data-parallel group
+  std::optional<FsdpShards> fsdp_;     // data_parallel "fsdp" (never with a split model)
   double canary_fault_offset_ = 0.0;
   int64_t sequence_checks_ = 0;  // names each store exchange uniquely
 };

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/transport/sharded_sync.hpp"
+
 namespace rcl {
 
 std::vector<int> ParallelLayout::tensor_group(int rank) const {
@@ -28,20 +30,58 @@ std::vector<int> ParallelLayout::expert_group(int rank) const {
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   ParallelLayout layout;
   layout.world_size = world_size;
-  const int asked = static_cast<int>(cfg.tensor_parallel_degree);
-  layout.tensor_degree = std::gcd(asked, world_size);
-  if (layout.tensor_degree != asked)
+  // FSDP's units are whole dense blocks (transport/fsdp_sync.hpp): with several ranks it keeps the
+  // model unsplit, so the comm mode's tensor split and experts compose with it as recorded no-ops.
+  const bool fsdp = cfg.data_parallel == kDataParallelFsdp && world_size > 1;
+  const int asked = fsdp ? 1 : static_cast<int>(cfg.tensor_parallel_degree);
+  if (fsdp && cfg.tensor_parallel_degree > 1)
+    layout.notes.push_back(fmt::format("tensor_parallel_degree={} with data_parallel fsdp, whose units are whole "
+                                       "blocks: 1 used",
+                                       cfg.tensor_parallel_degree));
+  const int world_allows = std::gcd(asked, world_size);
+  if (world_allows != asked)
     layout.notes.push_back(fmt::format("tensor_parallel_degree={} does not divide the world of {} ranks: {} used",
-                                       asked, world_size, layout.tensor_degree));
+                                       asked, world_size, world_allows));
+  // Each rank keeps whole heads and whole key/value heads (and, sequence parallel, an equal
+  // slice of the sequence): the largest divisor of what the world allows that the model allows.
+  const int64_t kv_heads = cfg.num_key_value_heads == 0 ? cfg.num_heads : cfg.num_key_value_heads;
+  const auto model_allows = [&](int d) {
+    return world_allows % d == 0 && cfg.num_heads % d == 0 && kv_heads % d == 0 &&
+           (!cfg.sequence_parallel || cfg.seq_len % d == 0);
+  };
+  layout.tensor_degree = world_allows;
+  while (!model_allows(layout.tensor_degree)) --layout.tensor_degree;
+  if (layout.tensor_degree != world_allows)
+    layout.notes.push_back(fmt::format("tensor_parallel_degree={} does not divide num_heads={}, num_key_value_heads={}{}: "
+                                       "{} used",
+                                       world_allows, cfg.num_heads, kv_heads,
+                                       cfg.sequence_parallel ? fmt::format(" and seq_len={}", cfg.seq_len) : "",
+                                       layout.tensor_degree));
   layout.data_degree = world_size / layout.tensor_degree;
   layout.sequence_parallel = cfg.sequence_parallel && layout.tensor_degree > 1;
   if (cfg.sequence_parallel && !layout.sequence_parallel)
     layout.notes.push_back("sequence_parallel=true without tensor parallelism (degree 1): nothing to split, off");
-  if (cfg.moe_experts > 0) {
-    layout.expert_degree = static_cast<int>(std::gcd<int64_t>(cfg.moe_experts, layout.data_degree));
+  layout.moe_experts = cfg.moe_experts;
+  if (cfg.moe_experts == 0 && cfg.distributed_moe_experts > 0) {
+    if (fsdp) {
+      layout.notes.push_back(fmt::format("distributed_moe_experts={} with data_parallel fsdp, whose units are dense "
+                                         "blocks: the dense MLP kept",
+                                         cfg.distributed_moe_experts));
+    } else if (layout.data_degree > 1) {
+      layout.moe_experts = cfg.distributed_moe_experts;
+      layout.notes.push_back(fmt::format("distributed_moe_experts={}: a mixture of experts in place of the dense MLP",
+                                         cfg.distributed_moe_experts));
+    } else {
+      layout.notes.push_back(fmt::format("distributed_moe_experts={}: one data-parallel rank has no experts to shard, "
+                                         "the dense MLP kept",
+                                         cfg.distributed_moe_experts));
+    }
+  }
+  if (layout.moe_experts > 0) {
+    layout.expert_degree = static_cast<int>(std::gcd<int64_t>(layout.moe_experts, layout.data_degree));
     if (layout.expert_degree != layout.data_degree)
       layout.notes.push_back(fmt::format("moe_experts={} do not shard over the {} data-parallel ranks: sharded over {}",
-                                         cfg.moe_experts, layout.data_degree, layout.expert_degree));
+                                         layout.moe_experts, layout.data_degree, layout.expert_degree));
     if (layout.expert_degree == 1)
       layout.notes.push_back("moe_experts: every expert local to each rank, no all-to-all");
   }
@@ -51,7 +91,7 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
 nlohmann::json to_json(const ParallelLayout& layout) {
   return {{"world_size", layout.world_size},         {"tensor_parallel_degree", layout.tensor_degree},
           {"data_parallel_degree", layout.data_degree}, {"expert_parallel_degree", layout.expert_degree},
-          {"sequence_parallel", layout.sequence_parallel}, {"notes", layout.notes}};
+          {"sequence_parallel", layout.sequence_parallel}, {"moe_experts", layout.moe_experts}, {"notes", layout.notes}};
 }
 
 CommunicatorGroup::CommunicatorGroup(std::string name, std::unique_ptr<Communicator> comm)

@@ -22,6 +22,7 @@ struct ParallelLayout {
   int tensor_degree = 1;  // ranks per tensor-parallel group
   int data_degree = 1;    // world_size / tensor_degree
   int expert_degree = 1;  // ranks the experts are sharded over (1: every expert local)
+  int64_t moe_experts = 0;  // the model's experts: moe_experts, or distributed_moe_experts where it applies
   bool sequence_parallel = false;
   std::vector<std::string> notes;  // each degree that differs from the one asked for, and why
 
@@ -31,9 +32,12 @@ struct ParallelLayout {
   std::vector<int> expert_group(int rank) const;  // consecutive members of its data-parallel group
 };
 
-// The degrees `cfg` asks for, fitted to `world_size`: tensor parallel gcd(asked, world) (it
-// divides the heads and the MLP width because the asked degree does: validate(TrainingConfig));
-// experts over gcd(moe_experts, data-parallel ranks). A world of one is all ones, recorded.
+// The degrees `cfg` asks for, fitted to `world_size`: tensor parallel the largest divisor of
+// gcd(asked, world) that divides the heads, the key/value heads and, sequence parallel, seq_len
+// (so the MLP width too: it is a multiple of the hidden size);
+// experts over gcd(moe_experts, data-parallel ranks). cfg.distributed_moe_experts gives the
+// model experts only where moe_experts is 0 and there are several data-parallel ranks. A world of
+// one is all ones (and no distributed experts), recorded.
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size);
 nlohmann::json to_json(const ParallelLayout& layout);
 

@@ -37,6 +37,15 @@ struct ModelParallel {
 
   int tensor_degree() const { return tensor ? tensor->size() : 1; }
   int tensor_rank() const { return tensor ? tensor->rank() : 0; }
+  bool splits_model() const { return tensor != nullptr || expert != nullptr; }
+};
+
+// A split model's parameters by how their values and gradients differ across ranks; every
+// parameter not listed is replicated on every rank (equal values, whole gradients after the
+// data-parallel average; experts too: workload/moe.hpp).
+struct SplitParameters {
+  std::vector<torch::Tensor> partial;       // replicated over the tensor-parallel group, each rank's gradient a share
+  std::vector<torch::Tensor> tensor_split;  // each tensor-parallel rank its own slice
 };
 
 }  // namespace rcl

@@ -41,8 +41,7 @@ void MoeFeedForwardImpl::shard(std::shared_ptr<ModelParallelGroup> experts) {
   if (!experts || experts->size() == 1) return;
   TORCH_CHECK(experts_ % experts->size() == 0, "expert parallel: ", experts_, " experts do not split over ",
               experts->size(), " ranks");
-  const int64_t local = experts_ / experts->size();
-  for (auto* p : {&w_up, &b_up, &w_down, &b_down}) assign_shard(*p, p->narrow(0, experts->rank() * local, local));
+  first_expert_ = experts_ / experts->size() * experts->rank();
   group_ = std::move(experts);
 }
 
@@ -55,7 +54,8 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
     const int64_t padded = (counts[e] + kExpertRowBlock - 1) / kExpertRowBlock * kExpertRowBlock;
     const auto mine = torch::constant_pad_nd(rows.narrow(0, at, counts[e]), {0, 0, 0, padded - counts[e]});
     at += counts[e];
-    const auto h = torch::nn::functional::linear(mine, w_up[e], b_up[e]);
+    const int64_t expert = first_expert_ + static_cast<int64_t>(e);
+    const auto h = torch::nn::functional::linear(mine, w_up[expert], b_up[expert]);
     torch::Tensor act;
     if (swiglu_) {
       const auto gate_value = h.chunk(2, -1);
@@ -63,7 +63,7 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
     } else {
       act = torch::gelu(h);
     }
-    outputs.push_back(torch::nn::functional::linear(act, w_down[e], b_down[e]).narrow(0, 0, counts[e]));
+    outputs.push_back(torch::nn::functional::linear(act, w_down[expert], b_down[expert]).narrow(0, 0, counts[e]));
   }
   return torch::cat(outputs, 0);
 }

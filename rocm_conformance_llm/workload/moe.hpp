@@ -22,20 +22,20 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   // x [B, T, C] -> [B, T, C]: each token the renormalised top-k router weights times its
   // experts' outputs.
   torch::Tensor forward(const torch::Tensor& x);
-  // Keeps this rank's experts (group rank r of n: experts [r E/n, (r+1) E/n)) of the full,
-  // seeded ones. Without a group (or one of one) every expert stays local and no all-to-all runs.
-  //
-  // Gradients: an expert's gradient on its rank sums every group member's tokens' contributions,
-  // where a data-parallel replica holding every expert would have only its own tokens': divide
-  // expert gradients by the group size (expert_parameters) before averaging them over the
-  // replicas that hold the same experts.
+  // Computes only this rank's experts (group rank r of n: experts [r E/n, (r+1) E/n)), the
+  // others' tokens reaching them by the all-to-alls. Every rank keeps every expert's weights,
+  // equal across ranks: an expert's gradient is non-zero only on the ranks computing it, where it
+  // sums every group member's tokens' contributions, so the data-parallel average (DDP's
+  // all-reduce or ZeRO's reduce-scatter, over n' >= n ranks) gives each expert the mean over all
+  // tokens the unsplit replicas would, with no rule of its own. Without a group (or one of one)
+  // every expert is computed locally and no all-to-all runs.
   void shard(std::shared_ptr<ModelParallelGroup> experts);
   std::vector<torch::Tensor> expert_parameters() { return {w_up, b_up, w_down, b_down}; }
   // Tokens (token-expert pairs) this rank routed to each expert in the last forward [E].
   const torch::Tensor& last_tokens_per_expert() const { return last_counts_; }
 
   torch::nn::Linear router{nullptr};  // C -> E, no bias
-  // Experts stacked on dim 0 (this rank's, once sharded): up [E, up_width, C], down [E, C, ffn].
+  // Experts stacked on dim 0: up [E, up_width, C], down [E, C, ffn].
   torch::Tensor w_up, b_up, w_down, b_down;
 
  private:
@@ -45,6 +45,7 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   int64_t top_k_;
   bool swiglu_;
   std::shared_ptr<ModelParallelGroup> group_;
+  int64_t first_expert_ = 0;  // the first expert this rank computes
   torch::Tensor last_counts_;
 };
 TORCH_MODULE(MoeFeedForward);

@@ -71,13 +71,27 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
 
 void FlatAdamW::zero_grad() { padded_grads_.zero_(); }
 
+void FlatAdamW::weigh_norm(const std::vector<double>& per_parameter) {
+  if (per_parameter.size() != parameters_.size())
+    throw std::invalid_argument("FlatAdamW: one norm weight per parameter expected");
+  torch::NoGradGuard no_grad;
+  torch::Tensor padded = torch::zeros_like(padded_params_);
+  int64_t offset = 0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    padded.narrow(0, offset, parameters_[i].numel()).fill_(per_parameter[i]);
+    offset += parameters_[i].numel();
+  }
+  shard_norm_weights_ = padded.narrow(0, shard_offset_, shard_params_.numel());
+}
+
 torch::Tensor FlatAdamW::clip_grad_norm(double max_norm, const std::function<void(torch::Tensor&)>& sum_over_shards) {
   torch::NoGradGuard no_grad;
   torch::Tensor total;
-  if (sharded()) {
-    // ZeRO's global norm: the shards' sums of squares summed over ranks (one 1-element
-    // all-reduce), not bit for bit the unsharded norm (another summation order).
-    auto squares = shard_grads_.square().sum();
+  if (sharded() || shard_norm_weights_.defined()) {
+    // ZeRO's or a split model's global norm: the shards' sums of squares summed over ranks (one
+    // 1-element all-reduce), not bit for bit the unsplit norm (another summation order).
+    auto squares = shard_norm_weights_.defined() ? shard_grads_.square().mul_(shard_norm_weights_).sum()
+                                                 : shard_grads_.square().sum();
     sum_over_shards(squares);
     total = squares.sqrt();
   } else {

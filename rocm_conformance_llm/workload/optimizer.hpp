@@ -56,6 +56,10 @@ class FlatAdamW {
   // and moments stay bit for bit as they were. Decided on the device: no host read. Sharded,
   // only this shard's parameters change (an all-gather then brings the others').
   void step(double lr, const torch::Tensor& apply);
+  // A model split across ranks: each parameter's weight in the squared gradient norm, in
+  // parameters() order: 1 / the number of ranks whose sum of squares (sum_over_shards) counts
+  // the same value, so that sum is the whole model's. Set, the sum always goes through it.
+  void weigh_norm(const std::vector<double>& per_parameter);
   // Takes back `n` counted steps whose updates were withheld (bias correction counts updates).
   void forget_steps(int64_t n) { state_.steps -= n; }
 
@@ -94,6 +98,7 @@ class FlatAdamW {
   torch::Tensor flat_params_, flat_grads_;
   torch::Tensor shard_params_, shard_grads_;
   int64_t shard_offset_ = 0;
+  torch::Tensor shard_norm_weights_;  // weigh_norm's, per element of this shard; undefined: all 1
   int64_t decayed_in_shard_ = 0;  // shard_params_[0, decayed_in_shard_) takes weight decay
   State state_;
 };

@@ -55,6 +55,16 @@ void GPTImpl::shard(const ModelParallel& parallel) {
   }
 }
 
+namespace {
+
+// Column- and row-parallel weights (and column-parallel biases): each rank keeps its slice.
+bool is_tensor_split(const std::string& key) {
+  return key.find(".qkv.") != std::string::npos || key.find(".qkv_conv.") != std::string::npos ||
+         key.find(".up.") != std::string::npos || key.find("proj.weight") != std::string::npos ||
+         key.find("down.weight") != std::string::npos;
+}
+}  // namespace
+
 std::vector<torch::Tensor> GPTImpl::partial_gradient_parameters() {
   std::vector<torch::Tensor> out;
   if (!parallel_.tensor) return out;
@@ -65,10 +75,47 @@ std::vector<torch::Tensor> GPTImpl::partial_gradient_parameters() {
     // Sequence parallel: what acts on the split sequence without being split itself (neither
     // the embeddings, before the split, nor a column- or row-parallel weight or column bias).
     const bool embedding = key.rfind("wte.", 0) == 0 || key.rfind("wpe.", 0) == 0;
-    const bool split = key.find(".qkv.") != std::string::npos || key.find(".qkv_conv.") != std::string::npos ||
-                       key.find(".up.") != std::string::npos || key.find("proj.weight") != std::string::npos ||
-                       key.find("down.weight") != std::string::npos;
-    if (per_head || (parallel_.sequence_parallel && !embedding && !split)) out.push_back(item.value());
+    if (per_head || (parallel_.sequence_parallel && !embedding && !is_tensor_split(key)))
+      out.push_back(item.value());
+  }
+  return out;
+}
+
+SplitParameters GPTImpl::split_parameters() {
+  SplitParameters out;
+  out.partial = partial_gradient_parameters();
+  for (const auto& item : named_parameters()) {
+    if (parallel_.tensor && is_tensor_split(item.key())) out.tensor_split.push_back(item.value());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GPTImpl::gather_full_parameters() {
+  torch::NoGradGuard no_grad;
+  const int degree = parallel_.tensor_degree();
+  // Row blocks of each column-parallel parameter, whole (each rank holds 1/degree of each).
+  const std::vector<int64_t> qkv_rows{cfg_.hidden_size, key_value_width(cfg_), key_value_width(cfg_)};
+  const std::vector<int64_t> up_rows(cfg_.activation == "swiglu" ? 2 : 1, ffn_hidden_size(cfg_));
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : named_parameters()) {
+    const std::string& key = item.key();
+    torch::Tensor value = item.value().detach();
+    if (parallel_.tensor && is_tensor_split(key)) {
+      const bool row_parallel = key.ends_with("proj.weight") || key.ends_with("down.weight");
+      if (row_parallel) {  // each rank a contiguous range of columns
+        value = parallel_.tensor->all_gather_rows(value.t().contiguous(), "all_gather.export." + key).t().contiguous();
+      } else {  // each rank its slice of every row block: regroup block by block
+        const auto& blocks = key.find(".up.") != std::string::npos ? up_rows : qkv_rows;
+        std::vector<int64_t> local;
+        for (const int64_t rows : blocks) local.push_back(rows / degree);
+        const auto per_rank = parallel_.tensor->all_gather_rows(value, "all_gather.export." + key).chunk(degree, 0);
+        std::vector<torch::Tensor> whole;
+        for (size_t b = 0; b < blocks.size(); ++b)
+          for (const auto& shard : per_rank) whole.push_back(shard.split_with_sizes(local, 0)[b]);
+        value = torch::cat(whole, 0);
+      }
+    }
+    out.emplace_back(key, value);
   }
   return out;
 }

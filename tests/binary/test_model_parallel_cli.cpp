@@ -37,15 +37,31 @@ TEST(ModelParallelCli, AWorldOfOneRecordsTheNoOpAndTrainsTheExperts) {
   fs::remove_all(out);
 }
 
-TEST(ModelParallelCli, ALayoutThatNeedsSubgroupsIsRefusedBeforeAnythingIsWritten) {
-  const std::string launched = "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1";
-  for (const std::string& setting : {std::string("--set tensor_parallel_degree=2"), std::string("--set moe_experts=4")}) {
-    const fs::path out = fresh_dir("mp", "refused");
-    const auto r = run_cli(kSmokeCpu + setting + " --output-dir " + out.string(), launched);
-    EXPECT_EQ(r.exit_code, 2) << setting << ": " << r.err;
-    EXPECT_NE(r.err.find("invalid " + setting.substr(6)), std::string::npos) << r.err;
-    EXPECT_FALSE(fs::exists(out)) << setting;
-  }
+// The comm mode asks for tensor parallelism and experts; on one rank both are recorded no-ops and
+// the model is the one the run trains without the mode (same parameter count, dense MLP).
+TEST(ModelParallelCli, TheCommModeOnOneRankKeepsItsModel) {
+  const auto parameters_line = [](const std::string& log) {
+    const auto at = log.find("model: ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find(" parameters", at) - at);
+  };
+  const fs::path plain = fresh_dir("mp", "plain");
+  const auto without = run_cli(kSmokeCpu + "--steps 2 --output-dir " + plain.string());
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const fs::path out = fresh_dir("mp", "comm");
+  const auto r = run_cli(kSmokeCpu + "--steps 2 --stress comm --output-dir " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto config = nlohmann::json::parse(read_text(out / "config.json"));
+  const auto& layout = config.at("parallel_layout");
+  EXPECT_EQ(layout.at("tensor_parallel_degree"), 1);
+  EXPECT_EQ(layout.at("moe_experts"), 0);
+  EXPECT_EQ(layout.at("notes").size(), 2u) << layout.dump();
+  EXPECT_EQ(config.at("training").at("tensor_parallel_degree"), 2);  // what the mode asked stays recorded
+  EXPECT_EQ(config.at("training").at("distributed_moe_experts"), 4);
+  EXPECT_NE((r.out + r.err).find("the dense MLP kept"), std::string::npos);
+  EXPECT_FALSE(parameters_line(r.out + r.err).empty());
+  EXPECT_EQ(parameters_line(r.out + r.err), parameters_line(without.out + without.err));
+  fs::remove_all(plain);
+  fs::remove_all(out);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "rocm_conformance_llm/checks/op_counter.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
+#include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "support/distributed.hpp"
 #include "support/gpu.hpp"
 
@@ -201,6 +202,41 @@ TEST(CommChecksTest, ParameterChecksumNamesThePerturbedRank) {
       EXPECT_EQ(f.evidence["differing_ranks"], nlohmann::json({culprit}));
       EXPECT_EQ(f.evidence["reference_rank"], 0);
       EXPECT_NE(f.message.find("rank " + std::to_string(culprit)), std::string::npos) << f.message;
+    }
+  }
+}
+
+// A split model (tensor parallel 2 x data parallel 2): tensor-parallel shards differ by
+// tensor-parallel rank, which is no divergence; a one-ulp change on rank 3 is named whichever kind
+// it strikes (replicated: among all four ranks; a shard: against rank 1, which holds the same one).
+TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
+  TrainingConfig cfg;
+  cfg.tensor_parallel_degree = 2;
+  const ParallelLayout layout = plan_parallel_layout(cfg, 4);
+  constexpr int kCulprit = 3;
+  std::vector<std::vector<Finding>> clean(4);
+  std::vector<std::map<std::string, std::vector<Finding>>> perturbed(4);
+  run_ranks(4, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
+    sync->split_model(layout);
+    const std::map<std::string, torch::Tensor> params = {
+        {"replicated", dyadic({16, 8}, 42)}, {"tensor_split", dyadic({8, 4}, 100 + r % 2)}};
+    sync->set_split_parameters({.partial = {}, .tensor_split = {params.at("tensor_split")}});
+    std::vector<torch::Tensor> all;
+    for (const auto& [name, p] : params) all.push_back(p);
+    clean[r] = sync->compare_parameters(all);
+    for (const auto& [name, p] : params) {
+      const torch::Tensor kept = p.clone();
+      if (r == kCulprit) p[1][2].fill_(std::nextafter(p[1][2].item<float>(), 1e9f));  // one ulp
+      perturbed[r][name] = sync->compare_parameters(all);
+      p.copy_(kept);
+    }
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(clean[r].empty()) << "rank " << r << ": " << clean[r].front().message;
+    for (const auto& [name, findings] : perturbed[r]) {
+      ASSERT_EQ(findings.size(), 1u) << name << ", rank " << r;
+      EXPECT_EQ(findings[0].signature, "parameter_divergence");
+      EXPECT_EQ(findings[0].evidence["differing_ranks"], nlohmann::json({kCulprit})) << name << ": " << findings[0].message;
     }
   }
 }

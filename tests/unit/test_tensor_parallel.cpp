@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/transport/sharded_sync.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 #include "support/distributed.hpp"
@@ -267,18 +268,73 @@ TEST(ParallelLayout, ExpertsShardOverTheDataParallelRanksTheyDivide) {
   EXPECT_TRUE(tp.notes.empty());
 }
 
-TEST(ParallelLayout, ConfigRefusesWhatNoWorldAllows) {
-  TrainingConfig cfg = small_model("gpt2");
+// A degree the model does not allow is fitted like one the world does not allow: the largest
+// that both allow, recorded (a stress mode raising the degree never invalidates a model).
+TEST(ParallelLayout, ADegreeTheModelDoesNotAllowIsFittedAndRecorded) {
+  TrainingConfig cfg = small_model("gpt2");  // 4 heads
   cfg.tensor_parallel_degree = 3;
-  EXPECT_THROW(validate(cfg), ConfigError);  // 4 heads
-  cfg.tensor_parallel_degree = 2;
+  EXPECT_NO_THROW(validate(cfg));
+  const ParallelLayout three = plan_parallel_layout(cfg, 3);
+  EXPECT_EQ(three.tensor_degree, 1);
+  ASSERT_EQ(three.notes.size(), 1u);
+  EXPECT_NE(three.notes[0].find("does not divide num_heads=4"), std::string::npos) << three.notes[0];
+  cfg.tensor_parallel_degree = 4;
   cfg.sequence_parallel = true;
-  cfg.seq_len = 9;
-  EXPECT_THROW(validate(cfg), ConfigError);
+  cfg.seq_len = 6;
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).tensor_degree, 2);  // seq_len 6: 2 of the 4
   cfg.seq_len = 8;
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).tensor_degree, 4);
+}
+
+TEST(ParallelLayout, ConfigRefusesWhatNoLayoutFixes) {
+  TrainingConfig cfg = small_model("gpt2");
   cfg.moe_experts = 2;
   cfg.moe_top_k = 3;
   EXPECT_THROW(validate(cfg), ConfigError);
+  cfg.moe_experts = 0;
+  cfg.distributed_moe_experts = 2;
+  EXPECT_THROW(validate(cfg), ConfigError);
+}
+
+// distributed_moe_experts (the comm mode's): experts only where moe_experts is 0 and several
+// data-parallel ranks shard them; one rank (or a world all tensor parallel) keeps the dense model.
+TEST(ParallelLayout, DistributedExpertsApplyOnlyWithSeveralDataParallelRanks) {
+  TrainingConfig cfg = small_model("gpt2");
+  cfg.distributed_moe_experts = 4;
+  const ParallelLayout one = plan_parallel_layout(cfg, 1);
+  EXPECT_EQ(one.moe_experts, 0);
+  ASSERT_EQ(one.notes.size(), 1u);
+  EXPECT_NE(one.notes[0].find("the dense MLP kept"), std::string::npos) << one.notes[0];
+  const ParallelLayout two = plan_parallel_layout(cfg, 2);
+  EXPECT_EQ(two.moe_experts, 4);
+  EXPECT_EQ(two.expert_degree, 2);
+  cfg.tensor_parallel_degree = 2;
+  EXPECT_EQ(plan_parallel_layout(cfg, 2).moe_experts, 0);  // one data-parallel rank
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).expert_degree, 2);
+  cfg.moe_experts = 6;  // asked for: wins, whatever the world
+  EXPECT_EQ(plan_parallel_layout(cfg, 1).moe_experts, 6);
+}
+
+// FSDP's units are whole dense blocks: on several ranks the comm mode's tensor split and experts
+// (tensor_parallel_degree, distributed_moe_experts) leave the model whole, each with its note, so
+// the mode composes with fsdp; on one rank (FSDP a no-op) they resolve as without it.
+TEST(ParallelLayout, FsdpKeepsTheModelWholeAndSaysWhy) {
+  TrainingConfig cfg = small_model("gpt2");
+  cfg.data_parallel = kDataParallelFsdp;
+  cfg.tensor_parallel_degree = 2;
+  cfg.distributed_moe_experts = 4;
+  const ParallelLayout four = plan_parallel_layout(cfg, 4);
+  EXPECT_EQ(four.tensor_degree, 1);
+  EXPECT_EQ(four.data_degree, 4);
+  EXPECT_EQ(four.moe_experts, 0);
+  EXPECT_EQ(four.expert_degree, 1);
+  ASSERT_EQ(four.notes.size(), 2u);
+  EXPECT_NE(four.notes[0].find("with data_parallel fsdp"), std::string::npos) << four.notes[0];
+  EXPECT_NE(four.notes[1].find("the dense MLP kept"), std::string::npos) << four.notes[1];
+  cfg.data_parallel = kDataParallelZero;
+  const ParallelLayout zero = plan_parallel_layout(cfg, 4);
+  EXPECT_EQ(zero.tensor_degree, 2);
+  EXPECT_EQ(zero.moe_experts, 4);
 }
 
 }  // namespace
