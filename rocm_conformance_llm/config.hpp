@@ -120,6 +120,8 @@ struct ConfigField {
   X(int64_t, moe_experts, 0, at_least(0, "0 = dense MLP"),                                               \
     "mixture-of-experts feed-forward: experts, sharded over the data-parallel ranks")                    \
   X(int64_t, moe_top_k, 2, at_least(1), "experts each token is routed to (<= moe_experts)")             \
+  X(int64_t, distributed_tensor_parallel_degree, 1, at_least(1),                                        \
+    "tensor_parallel_degree used only where tensor_parallel_degree is 1 and the world keeps two or more data-parallel ranks beside it (a world of two stays data-parallel)") \
   X(int64_t, distributed_moe_experts, 0, at_least(0, "0 = off"),                                         \
     "experts in place of the dense MLP only where moe_experts is 0 and several data-parallel ranks can shard them (a world of one keeps its model)") \
   /* --- data --- */                                                                                    \

@@ -375,7 +375,11 @@ nlohmann::json to_json(const RunConfig& run) {
           {"output_dir", run.output_dir},
           {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}},
           {"fit", run.fit ? run.fit->to_json() : nlohmann::json(nullptr)},
-          {"sizing", predict_step(run.training, run.fit ? run.fit->device : host_device(run)).to_json()}};
+          {"sizing", sizing_json(run, run.training)}};
+}
+
+nlohmann::json sizing_json(const RunConfig& run, const TrainingConfig& model) {
+  return predict_step(model, run.fit ? run.fit->device : host_device(run)).to_json();
 }
 
 std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }

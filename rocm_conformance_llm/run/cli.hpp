@@ -74,6 +74,8 @@ RocmConfig resolve_rocm_config(const CliOptions& options);
 //  "fit", "sizing"} ("fit": null where no device was fitted; "sizing": the predicted peak and FLOPs
 //  of the config that runs, docs/sizing.md)
 nlohmann::json to_json(const RunConfig& run);
+// config.json's "sizing" for `model`: run.training, or the model a parallel layout trains.
+nlohmann::json sizing_json(const RunConfig& run, const TrainingConfig& model);
 
 // Console text for --explain-stress.
 std::string explain_text(const RunConfig& run);

@@ -347,9 +347,8 @@ class Job {
     s_.faults.stop_rank_if_planned(phase::rendezvous, 0, s_.launch.rank);
     sync_ = make_gradient_sync(s_.launch, cfg, s_.device);
     stage_ = stage::model;
-    TrainingConfig model = cfg;  // as the layout resolved it: distributed_moe_experts where it applies
-    model.moe_experts = s_.parallel.moe_experts;
-    trainer_ = std::make_unique<Trainer>(RunContext{model, run_.diagnostics, s_.device, run_.output_dir}, sync_);
+    trainer_ = std::make_unique<Trainer>(
+        RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, sync_);
     if (cfg.data_parallel != kDataParallelDdp)  // as it ran: a world of one has nothing to shard
       report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
@@ -450,6 +449,8 @@ class Job {
     config_doc_["environment"] = s_.environment;
     config_doc_["collective_backend"] = sync_->backend();  // which c10d group this run's collectives used
     config_doc_["parallel_layout"] = to_json(s_.parallel);
+    // Sized as it trains: the comm mode's experts are in the model only where the world shards them.
+    config_doc_["sizing"] = sizing_json(run_, model_config(run_.training, s_.parallel));
     fs::create_directories(run_.output_dir);
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", config_doc_.dump(2) + "\n");
     spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "

@@ -33,11 +33,27 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   // FSDP's units are whole dense blocks (transport/fsdp_sync.hpp): with several ranks it keeps the
   // model unsplit, so the comm mode's tensor split and experts compose with it as recorded no-ops.
   const bool fsdp = cfg.data_parallel == kDataParallelFsdp && world_size > 1;
-  const int asked = fsdp ? 1 : static_cast<int>(cfg.tensor_parallel_degree);
+  int asked = fsdp ? 1 : static_cast<int>(cfg.tensor_parallel_degree);
   if (fsdp && cfg.tensor_parallel_degree > 1)
     layout.notes.push_back(fmt::format("tensor_parallel_degree={} with data_parallel fsdp, whose units are whole "
                                        "blocks: 1 used",
                                        cfg.tensor_parallel_degree));
+  // The comm mode's split must not take away the data-parallel collectives (ZeRO's reduce-scatter
+  // and all-gather, the experts' all-to-all): it applies only where two or more replicas remain.
+  if (const int distributed = static_cast<int>(cfg.distributed_tensor_parallel_degree);
+      cfg.tensor_parallel_degree == 1 && distributed > 1) {
+    const int both_allow = std::gcd(distributed, world_size);
+    int fits = both_allow;  // its largest divisor that leaves two replicas
+    while (fits > 1 && (both_allow % fits != 0 || world_size / fits < 2)) --fits;
+    if (fsdp || fits == 1) {
+      layout.notes.push_back(fmt::format("distributed_tensor_parallel_degree={}: {}, no tensor split", distributed,
+                                         fsdp ? "data_parallel fsdp keeps whole blocks"
+                                              : fmt::format("a world of {} leaves fewer than two data-parallel replicas", world_size)));
+    } else {
+      asked = fits;
+      layout.notes.push_back(fmt::format("distributed_tensor_parallel_degree={}: tensor parallel over {} ranks", distributed, fits));
+    }
+  }
   const int world_allows = std::gcd(asked, world_size);
   if (world_allows != asked)
     layout.notes.push_back(fmt::format("tensor_parallel_degree={} does not divide the world of {} ranks: {} used",
@@ -86,6 +102,12 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
       layout.notes.push_back("moe_experts: every expert local to each rank, no all-to-all");
   }
   return layout;
+}
+
+TrainingConfig model_config(const TrainingConfig& cfg, const ParallelLayout& layout) {
+  TrainingConfig model = cfg;
+  model.moe_experts = layout.moe_experts;
+  return model;
 }
 
 nlohmann::json to_json(const ParallelLayout& layout) {

@@ -39,6 +39,8 @@ struct ParallelLayout {
 // model experts only where moe_experts is 0 and there are several data-parallel ranks. A world of
 // one is all ones (and no distributed experts), recorded.
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size);
+// The model `layout` trains: `cfg` with distributed_moe_experts' experts where they apply.
+TrainingConfig model_config(const TrainingConfig& cfg, const ParallelLayout& layout);
 nlohmann::json to_json(const ParallelLayout& layout);
 
 // A ModelParallelGroup over a Communicator subgroup. Every collective it runs is kept, its op

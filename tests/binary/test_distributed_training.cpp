@@ -690,6 +690,14 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
         EXPECT_EQ(training_ops[op], 12) << op << " per block and step, rank " << r;
       EXPECT_GT(combine_bytes.size(), 1u) << "rank " << r << ": the experts' rows did not change across steps";
       EXPECT_EQ(training_ops["allreduce"], 0) << "no DDP bucket all-reduce under zero";
+      // All of it in report.json's training table, by group and kind.
+      std::set<std::pair<std::string, std::string>> group_kinds;
+      for (const auto& row : table.at("training"))
+        group_kinds.emplace(row.at("group").get<std::string>(), row.at("kind").get<std::string>());
+      for (const auto& [group, kind] : std::vector<std::pair<std::string, std::string>>{
+               {"tp", "all_reduce"}, {"ep", "all_to_all"}, {"dp", "reduce_scatter"}, {"dp", "all_gather"}})
+        EXPECT_TRUE(group_kinds.count({group, kind})) << group << " " << kind << ", rank " << r << ": "
+                                                      << table.at("training").dump(1);
     }
     EXPECT_NE(read_text(out / "report.html").find("id=\"collectives\""), std::string::npos);
     const auto layout = nlohmann::json::parse(read_text(out / "config.json")).at("parallel_layout");
@@ -776,24 +784,35 @@ TEST(TrainingCollectivesTest, TwoRanksCommModeTableHasZeroShardsCollectivesAndNo
     EXPECT_FALSE(report.at("collectives").at("cases").empty()) << "the battery's table stays";
     const nlohmann::json& rows = report.at("collectives").at("training");
     expect_only_training_ops(rows);
+    // Two ranks stay data-parallel (no tensor split): ZeRO over both, and the mode's experts
+    // exchanging tokens (their rows: the group "ep").
     std::map<std::string, nlohmann::json> by_op;
+    bool experts_exchanged = false;
     for (const auto& row : rows) {
+      if (row.at("group") == "ep") {
+        experts_exchanged |= row.at("kind") == "all_to_all";
+        continue;
+      }
       ASSERT_EQ(row.at("ops").size(), 1u) << row.dump();
       by_op[row.at("ops")[0].get<std::string>()] = row;
     }
+    EXPECT_TRUE(experts_exchanged) << rows.dump(1);
     EXPECT_EQ(by_op.size(), 3u) << rows.dump(1);
-    const auto expect_row = [&](const std::string& op, const std::string& kind, const std::string& reduce_op) {
+    // With the experts split out, ZeRO's shards live on the data-parallel group ("dp": both
+    // ranks here); the norm's all-reduce weighs every parameter's copies over the world.
+    const auto expect_row = [&](const std::string& op, const std::string& group, const std::string& kind,
+                                const std::string& reduce_op) {
       ASSERT_TRUE(by_op.count(op)) << op << ": " << rows.dump(1);
       const auto& row = by_op[op];
-      EXPECT_EQ(row.at("group"), "world");
+      EXPECT_EQ(row.at("group"), group);
       EXPECT_EQ(row.at("kind"), kind);
       EXPECT_EQ(row.at("reduce_op"), reduce_op);
       EXPECT_EQ(row.at("dtype"), "Float");
       EXPECT_EQ(row.at("calls"), 6) << "once a step: " << row.dump();
     };
-    expect_row("reduce_scatter_grads", "reduce_scatter", "avg");
-    expect_row("allgather_params", "all_gather", "");
-    expect_row("allreduce_grad_norm", "all_reduce", "sum");
+    expect_row("reduce_scatter_grads", "dp", "reduce_scatter", "avg");
+    expect_row("allgather_params", "dp", "all_gather", "");
+    expect_row("allreduce_grad_norm", "world", "all_reduce", "sum");
     // Both move the whole padded buffer (reduce-scatter's input, all-gather's output).
     EXPECT_EQ(by_op["reduce_scatter_grads"].at("bytes"), 4 * padded);
     EXPECT_EQ(by_op["allgather_params"].at("bytes"), 4 * padded);

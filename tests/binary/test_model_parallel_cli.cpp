@@ -55,7 +55,7 @@ TEST(ModelParallelCli, TheCommModeOnOneRankKeepsItsModel) {
   EXPECT_EQ(layout.at("tensor_parallel_degree"), 1);
   EXPECT_EQ(layout.at("moe_experts"), 0);
   EXPECT_EQ(layout.at("notes").size(), 2u) << layout.dump();
-  EXPECT_EQ(config.at("training").at("tensor_parallel_degree"), 2);  // what the mode asked stays recorded
+  EXPECT_EQ(config.at("training").at("distributed_tensor_parallel_degree"), 2);  // what the mode asked stays recorded
   EXPECT_EQ(config.at("training").at("distributed_moe_experts"), 4);
   EXPECT_NE((r.out + r.err).find("the dense MLP kept"), std::string::npos);
   EXPECT_FALSE(parameters_line(r.out + r.err).empty());

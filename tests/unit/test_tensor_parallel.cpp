@@ -315,6 +315,28 @@ TEST(ParallelLayout, DistributedExpertsApplyOnlyWithSeveralDataParallelRanks) {
   EXPECT_EQ(plan_parallel_layout(cfg, 1).moe_experts, 6);
 }
 
+// distributed_tensor_parallel_degree (the comm mode's): a split only where two or more
+// data-parallel replicas remain beside it, so a world of two keeps ZeRO's and the experts'
+// collectives; an explicit tensor_parallel_degree wins.
+TEST(ParallelLayout, DistributedTensorSplitKeepsTwoDataParallelReplicas) {
+  TrainingConfig cfg = small_model("gpt2");  // 4 heads
+  cfg.distributed_tensor_parallel_degree = 2;
+  for (const int world : {1, 2, 3}) {
+    const ParallelLayout layout = plan_parallel_layout(cfg, world);
+    EXPECT_EQ(layout.tensor_degree, 1) << world;
+    ASSERT_EQ(layout.notes.size(), 1u) << world;
+    EXPECT_NE(layout.notes[0].find("no tensor split"), std::string::npos) << layout.notes[0];
+  }
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).tensor_degree, 2);
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).data_degree, 2);
+  EXPECT_EQ(plan_parallel_layout(cfg, 6).tensor_degree, 2);
+  cfg.distributed_tensor_parallel_degree = 4;
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).tensor_degree, 2);  // 4 would leave one replica
+  EXPECT_EQ(plan_parallel_layout(cfg, 8).tensor_degree, 4);
+  cfg.tensor_parallel_degree = 2;  // asked for: wins, even in a world of two
+  EXPECT_EQ(plan_parallel_layout(cfg, 2).tensor_degree, 2);
+}
+
 // FSDP's units are whole dense blocks: on several ranks the comm mode's tensor split and experts
 // (tensor_parallel_degree, distributed_moe_experts) leave the model whole, each with its note, so
 // the mode composes with fsdp; on one rank (FSDP a no-op) they resolve as without it.
@@ -329,6 +351,9 @@ TEST(ParallelLayout, FsdpKeepsTheModelWholeAndSaysWhy) {
   EXPECT_EQ(four.moe_experts, 0);
   EXPECT_EQ(four.expert_degree, 1);
   ASSERT_EQ(four.notes.size(), 2u);
+  cfg.tensor_parallel_degree = 1;
+  cfg.distributed_tensor_parallel_degree = 2;
+  EXPECT_EQ(plan_parallel_layout(cfg, 4).tensor_degree, 1);
   EXPECT_NE(four.notes[0].find("with data_parallel fsdp"), std::string::npos) << four.notes[0];
   EXPECT_NE(four.notes[1].find("the dense MLP kept"), std::string::npos) << four.notes[1];
   cfg.data_parallel = kDataParallelZero;
