@@ -3,8 +3,6 @@
 // from the inputs; then the report keeps the battery's keys beside it and report.html shows it.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +10,7 @@
 #include "rocm_conformance_llm/reports/html_report.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
+#include "support/cli_runner.hpp"
 
 namespace rcl {
 namespace {
@@ -140,22 +139,14 @@ TEST(TrainingCollectives, OneRankHasNoRows) {
   EXPECT_TRUE(table.rows().empty());
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("rcl_training_collectives_" + name);
-  fs::remove_all(dir);
+fs::path report_dir(const std::string& name) {
+  const fs::path dir = fresh_dir("training-collectives", name);
   fs::create_directories(dir);
   return dir;
 }
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(TrainingCollectives, ReportKeepsTheBatteryKeysBesideTheTableAndTheHtmlShowsIt) {
-  const fs::path dir = fresh_dir("report");
+  const fs::path dir = report_dir("report");
   FindingLog log;
   RunSummary summary;
   TrainingCollectives table;
@@ -165,20 +156,20 @@ TEST(TrainingCollectives, ReportKeepsTheBatteryKeysBesideTheTableAndTheHtmlShows
   writer.add_section("collectives", battery);
   table.on_step(step(1, {sample("allgather_params", "world", "all_gather", "", "Float", 2048, 0.002, 1.5)}));
   writer.write(RunOutcome::completed);
-  const json report = json::parse(read(dir / "report.json"));
+  const json report = json::parse(read_text(dir / "report.json"));
   for (const char* key : {"world_size", "batteries", "seed", "cases"})
     EXPECT_EQ(report["collectives"][key], battery[key]) << key;
   ASSERT_EQ(report["collectives"]["training"].size(), 1u);
   EXPECT_EQ(report["collectives"]["training"][0]["kind"], "all_gather");
   EXPECT_EQ(report["collectives"]["training"][0]["bytes"], 2048);
-  const std::string html = read(dir / "report.html");
+  const std::string html = read_text(dir / "report.html");
   ASSERT_NE(html.find("<table id=\"training-collectives\">"), std::string::npos);
   EXPECT_NE(html.find("<td>allgather_params</td>"), std::string::npos);
   EXPECT_NE(html.find("<td class=\"num\">1.5</td>"), std::string::npos);  // the bus bandwidth
 }
 
 TEST(TrainingCollectives, ReportWithoutTrainingCollectivesHasNoTableNorKey) {
-  const fs::path dir = fresh_dir("empty");
+  const fs::path dir = report_dir("empty");
   FindingLog log;
   RunSummary summary;
   TrainingCollectives table;
@@ -186,8 +177,8 @@ TEST(TrainingCollectives, ReportWithoutTrainingCollectivesHasNoTableNorKey) {
   writer.set_training_collectives(table);
   table.on_step(step(1, {}));
   writer.write(RunOutcome::completed);
-  EXPECT_FALSE(json::parse(read(dir / "report.json")).contains("collectives"));
-  const std::string html = read(dir / "report.html");
+  EXPECT_FALSE(json::parse(read_text(dir / "report.json")).contains("collectives"));
+  const std::string html = read_text(dir / "report.html");
   ASSERT_NE(html.find("</html>"), std::string::npos) << "report.html was not written";
   EXPECT_EQ(html.find("training-collectives"), std::string::npos);
 }
