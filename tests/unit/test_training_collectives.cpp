@@ -17,6 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using rcl::testing::fresh_dir;
+using rcl::testing::read_text;
 
 CollectiveSample sample(std::string op, std::string group, std::string kind, std::string reduce_op, std::string dtype,
                         int64_t bytes, double seconds, double gbps) {
