@@ -211,7 +211,8 @@ Trainer::PendingStep Trainer::train_step() {
     rec.loss_scale = scaler_ ? scaler_->current_scale() : 1.0;
     rec.skipped = scaler_ && scaler_->unscale_and_check(optimizer_->flat_grads());
     // Sharded or split, an overflow lands in one rank's shard: every rank must skip with it.
-    if (scaler_ && (optimizer_->sharded() || model_->parallel().splits_model())) rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
+    if (scaler_ && (optimizer_->sharded() || model_->parallel().splits_model()))
+      rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip,
                                            [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
     update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
