@@ -8,15 +8,16 @@
 # (scripts/gpu/make_deps.sh), the fallback.
 #   bash scripts/gpu/make_deps.sh                         # where apt works: makes .gpudeps/
 #   bash scripts/gpu/carry_build.sh                       # after the wheel lane: .gpucarry/
-#   bash scripts/gpu/run.sh --carried [test] [main] [faults] [bench]  # run in the order given
-#   bash scripts/gpu/run.sh [build] [test] [main] [faults] [bench]    # building here first
+#   bash scripts/gpu/run.sh --carried [test] [main] [faults] [bench] [fit]  # run in the order given
+#   bash scripts/gpu/run.sh [build] [test] [main] [faults] [bench] [fit]    # building here first
 # A carried build made against another torch than this machine's python has is refused with one
 # line (exit 2): its binaries link that libtorch's C++ API, which changes between versions.
 # Environment: RCL_GPU_RESULTS (default $OUT when set, else gpu-results/), RCL_GPUDEPS (default
 # .gpudeps/), RCL_GPU_BUILD (default build-gpu/; with --carried, where the carried build is
 # unpacked: build-wheel/), RCL_GPU_CARRY (default .gpucarry/build-wheel.tar.xz), RCL_JOBS
 # (default nproc), RCL_CTEST_ARGS (more ctest arguments for the test stage, e.g. "-R Gpu" when
-# a device call has no room for the suite).
+# a device call has no room for the suite), RCL_GPU_BENCH_ARGS (more bench/gpu_bench.py arguments,
+# e.g. "--steps 30 --warmup 8").
 # This script is the only place that knows which vendor's machine it is on: the project itself
 # is device-agnostic libtorch (torch::kCUDA is the HIP device on ROCm).
 set -uo pipefail
@@ -140,8 +141,10 @@ for name in "${stages[@]}"; do
     test) run_tests ;;
     main) stage main 360 main_job || status=1 ;;
     faults) run_faults ;;
-    bench) stage bench 300 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" || status=1 ;;
-    *) note "unknown stage '$name' (allowed: build test main faults bench)"; status=2 ;;
+    bench) stage bench 300 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" \
+      ${RCL_GPU_BENCH_ARGS:-} || status=1 ;;
+    fit) stage fit 360 python3 bench/fit_sample.py --binary "$binary" --output "$results/fit-sample-gpu.md" || status=1 ;;
+    *) note "unknown stage '$name' (allowed: build test main faults bench fit)"; status=2 ;;
   esac
 done
 exit "$status"
