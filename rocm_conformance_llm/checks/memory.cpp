@@ -79,6 +79,9 @@ void MemoryDetector::check_growth(const StepRecord& r, const TrackedMemory& m) {
   const double threshold = m.figure == "rss_bytes" ? std::max(cfg_.memory_slope_bytes_per_step_warn, kRssSlopeFloor)
                                                    : cfg_.memory_slope_bytes_per_step_warn;
   if (std::min(older, newer) < threshold) return;
+  const double older_floor = *std::min_element(y.begin(), y.begin() + half);
+  const double newer_floor = *std::min_element(y.begin() + half, y.end());
+  if (newer_floor - older_floor < threshold * static_cast<double>(window)) return;
   const double slope = stats::theil_sen_slope(x, y);
   report(Finding{
       .component = component::allocator, .signature = "memory_growth", .severity = Severity::warn,
@@ -90,6 +93,7 @@ void MemoryDetector::check_growth(const StepRecord& r, const TrackedMemory& m) {
       .evidence = {{"figure", m.figure}, {"source", r.memory.source},
                    {"slope_bytes_per_step", slope},
                    {"window_slopes_bytes_per_step", {older, newer}},
+                   {"window_floors_bytes", {older_floor, newer_floor}},
                    {"first_step", static_cast<int64_t>(x.front())}, {"last_step", r.step},
                    {"first_bytes", static_cast<int64_t>(y.front())},
                    {"last_bytes", static_cast<int64_t>(y.back())},

@@ -21,9 +21,13 @@ std::optional<TrackedMemory> tracked_memory(const MemorySample& m);
 // Signatures (component ROCr allocator):
 //   memory_growth (warn): the Theil-Sen slope of the tracked figure is >=
 //     memory_slope_bytes_per_step_warn in BOTH of the last two non-overlapping windows of
-//     window_steps post-warm-up steps. Requiring two windows separates a steady leak from a
-//     one-off level shift (first evaluation, cache growth), which only lifts one of them.
-//     Reported at the step the second window completes.
+//     window_steps post-warm-up steps, AND the newer window's floor (its smallest value: memory
+//     no step gave back) is above the older one's by that slope times the window. Requiring two
+//     windows separates a steady leak from a one-off level shift (first evaluation, cache
+//     growth), which only lifts one of them; the floors separate it from a periodic sawtooth (a
+//     GPU run's allocated bytes rose over 5 steps and fell back, every 5 steps, on an H200: each
+//     window's slope was positive, its floor the same). Reported at the step the second window
+//     completes.
 //   allocator_fragmentation (warn): (reserved - peak allocated) / reserved >=
 //     fragmentation_ratio_warn after warm-up, only when reserved is known and >= 64 MiB. Peak,
 //     not end-of-step allocated: freed activations sitting in the cache are normal caching, but

@@ -363,6 +363,25 @@ TEST(MemoryDetector, OneOffLevelShiftIsNotALeak) {
   EXPECT_TRUE(findings.empty()) << describe(findings);
 }
 
+// The allocated bytes of a clean `large` run on an H200 (bench/results-gpu.md, 2026-11-26): a
+// sawtooth that rises for 5 steps and falls back, every 5 steps. Each window's slope is positive;
+// nothing is kept. The same sawtooth over a steady leak is still a leak.
+TEST(MemoryDetector, PeriodicSawtoothIsNotALeakButASawtoothOverALeakIs) {
+  constexpr int64_t kSawtoothMiB[] = {0, -4, 52, 212, 490};  // measured, relative to its first step
+  auto stream = clean_stream();
+  for (auto& r : stream) r.memory.allocated_bytes += kSawtoothMiB[(r.step - 1) % 5] * kMiB;
+  auto findings = run_detectors(stream);
+  EXPECT_TRUE(with_signature(findings, "memory_growth").empty()) << describe(findings);
+
+  for (auto& r : stream) r.memory.allocated_bytes += (r.step - 1) * 2 * kMiB;
+  findings = run_detectors(stream);
+  const auto leak = with_signature(findings, "memory_growth");
+  ASSERT_EQ(leak.size(), 1u) << describe(findings);
+  const auto floors = leak[0].evidence["window_floors_bytes"];
+  // 10 steps apart at 2 MiB a step, over the clean stream's own jitter: above 10 x the threshold.
+  EXPECT_GT(floors[1].get<double>() - floors[0].get<double>(), 10.0 * kMiB);
+}
+
 TEST(MemoryDetector, FragmentationUsesPeakAgainstReserved) {
   auto stream = clean_stream();
   for (size_t i = 11; i < stream.size(); ++i) stream[i].memory.reserved_bytes = 4096 * kMiB;
