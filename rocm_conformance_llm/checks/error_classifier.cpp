@@ -85,11 +85,12 @@ nlohmann::json oom_evidence(const std::string& message) {
   // pytorch#175431: a 2 MiB request failing with GiBs reserved but unallocated.
   const bool fragmented = req && gap && *gap > *req;
   if (req && gap) e["fragmentation_suspected"] = fragmented;
-  // The run's own live tensors fill the device, not a cache beside them: the job does not fit,
-  // which is the configuration's doing, not the allocator's. Seen on an H100: `--stress
-  // gemm,memory,fusion` on `small` held 72.8 of 79.2 GiB in tensors at its first step.
+  // The run's own live tensors, with the one it asked for, fill the device, not a cache beside
+  // them: the job does not fit, which is the configuration's doing, not the allocator's. Seen on
+  // an H100: `--stress gemm,memory,fusion` on `small` held 72.8 of 79.2 GiB in tensors at its
+  // first step; on an H200 it held 111.8 of 139.8 GiB and asked for 24 GiB more.
   if (alloc && total && *total > 0)
-    e["own_tensors_fill_device"] = !fragmented && *alloc >= kOwnTensorsFillShare * *total;
+    e["own_tensors_fill_device"] = !fragmented && *alloc + req.value_or(0.0) >= kOwnTensorsFillShare * *total;
   return e;
 }
 

@@ -536,6 +536,11 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_EQ(action_of(too_big), Action::check_config);
   EXPECT_NE(too_big.message.find("configuration does not fit"), std::string::npos) << too_big.message;
   EXPECT_NEAR(too_big.evidence["allocator_message"]["capacity_bytes"].get<double>(), 79.18 * (1 << 30), 1.0);
+  // The H200's: 111.78 GiB held and 24 GiB asked for, 135.8 of 139.8 GiB: the request is the run's too.
+  const auto too_big_with_request = crash_finding(
+      oom_text("24.00 GiB", "139.80 GiB", "111.78 GiB", "8.47 GiB"), 1, 0, "backward", std::nullopt);
+  EXPECT_EQ(too_big_with_request.classification, Classification::configuration);
+  EXPECT_EQ(too_big_with_request.evidence["allocator_message"]["fragmentation_suspected"], false);
   const auto crowded =
       crash_finding(oom_text("6.00 GiB", "79.18 GiB", "20.00 GiB", "52.82 MiB"), 1, 0, "forward", std::nullopt);
   EXPECT_EQ(crowded.evidence["allocator_message"]["own_tensors_fill_device"], false);
