@@ -304,9 +304,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   auto qkv_out = tapped_linear(qkv, x);  // [B, T, C + 2 KV] (tensor parallel: this rank's heads' share)
   const int64_t width = num_heads_ * head_dim_;
   if (conv_kernel_ > 0) {
-    // Left padding only: position t sees t-k+1..t, never the future.
+    // Left padding only: position t sees t-k+1..t, never the future. Back to channels-last in
+    // memory: a transposed view gives Q/K/V a last-dimension stride of T, which every fused SDPA
+    // kernel refuses, so the dispatcher fell back to the math path (on an H200, seq 8192: a 24 GiB
+    // float32 score gradient where the fused kernel needs 1.8 GiB, and an out-of-memory).
     const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
-    qkv_out = qkv_conv_(channels_first).transpose(1, 2);
+    qkv_out = qkv_conv_(channels_first).transpose(1, 2).contiguous();
   }
   const int64_t kv_width = kv_heads_ * head_dim_;
   const auto parts = qkv_out.split_with_sizes({width, kv_width, kv_width}, -1);

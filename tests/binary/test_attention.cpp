@@ -90,6 +90,12 @@ TEST(SdpaKernelChoice, FollowsTheEnabledKernelsAndTheProbeReportsTheTrainingCall
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out).at("training_kernel"), kernel) << backend;
   }
+  // The fusion mode's Q/K/V convolution runs over channels first; its output must reach the
+  // attention with unit-stride heads, or no fused kernel takes it and the math path's T x T
+  // scores run (out of memory at seq 8192 on an H200).
+  const auto conv = run_cli(probe + "sdpa --set qkv_conv_kernel=3");
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  EXPECT_EQ(nlohmann::json::parse(conv.out).at("training_kernel"), "flash");
 }
 
 // The mode end to end through the binary: trains (padded, strided V, fused SDPA) and probes at
