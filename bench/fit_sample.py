@@ -75,7 +75,10 @@ def main():
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=20, help="each run's --duration")
     parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--only", nargs="+", metavar="PRESET:MODES",
+                        help="these compositions instead of the sample (e.g. small:gemm,memory,fusion)")
     args = parser.parse_args()
+    compositions = [tuple(c.split(":", 1)) for c in args.only] if args.only else COMPOSITIONS
     started = datetime.datetime.now(datetime.timezone.utc)
     runs_dir = args.output.parent / "fit-runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +93,7 @@ def main():
         "| preset | stress | fit | exit | verdict | steps | step time | measured peak | predicted | error (goal: within 15%) |",
         "|---|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
-    for preset, modes in COMPOSITIONS:
+    for preset, modes in compositions:
         row = run(args.binary, preset, modes, args.steps, args.seconds, runs_dir)
         measured, predicted = row.get("measured"), row.get("predicted")
         if measured and predicted:

@@ -17,7 +17,8 @@
 # unpacked: build-wheel/), RCL_GPU_CARRY (default .gpucarry/build-wheel.tar.xz), RCL_JOBS
 # (default nproc), RCL_CTEST_ARGS (more ctest arguments for the test stage, e.g. "-R Gpu" when
 # a device call has no room for the suite), RCL_GPU_BENCH_ARGS (more bench/gpu_bench.py arguments,
-# e.g. "--steps 30 --warmup 8").
+# e.g. "--steps 30 --warmup 8"), RCL_GPU_FIT_ARGS (more bench/fit_sample.py arguments, e.g.
+# "--only small:gemm,memory,fusion").
 # This script is the only place that knows which vendor's machine it is on: the project itself
 # is device-agnostic libtorch (torch::kCUDA is the HIP device on ROCm).
 set -uo pipefail
@@ -143,7 +144,8 @@ for name in "${stages[@]}"; do
     faults) run_faults ;;
     bench) stage bench 300 python3 bench/gpu_bench.py --binary "$binary" --output "$results/results-gpu.md" \
       ${RCL_GPU_BENCH_ARGS:-} || status=1 ;;
-    fit) stage fit 360 python3 bench/fit_sample.py --binary "$binary" --output "$results/fit-sample-gpu.md" || status=1 ;;
+    fit) stage fit 360 python3 bench/fit_sample.py --binary "$binary" --output "$results/fit-sample-gpu.md" \
+      ${RCL_GPU_FIT_ARGS:-} || status=1 ;;
     *) note "unknown stage '$name' (allowed: build test main faults bench fit)"; status=2 ;;
   esac
 done
