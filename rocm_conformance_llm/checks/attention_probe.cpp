@@ -175,15 +175,26 @@ AttentionProbeOptions AttentionProbeOptions::from(const TrainingConfig& cfg, boo
           .corrupt_masked = corrupt_masked};
 }
 
-TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked) {
-  const TrainingConfig& c = loop.ctx().cfg;
-  const AttentionInputs in = capture_attention_inputs(loop.model(), loop.train_batch(0).inputs);
-  // Captured in fp32; the training call sees them in autocast's dtype.
-  const auto autocast = autocast_for(c.mixed_precision);
+namespace {
+
+std::string training_kernel_of(LoopAccess& loop, const AttentionInputs& in) {
+  // Captured in fp32; the training call sees them in autocast's dtype (a cast keeps the strides).
+  const auto autocast = autocast_for(loop.ctx().cfg.mixed_precision);
   const auto dtype = autocast.enabled ? autocast.dtype : torch::kFloat;
-  return {.results = probe_attention(in, loop.ctx().device, AttentionProbeOptions::from(c, corrupt_masked)),
-          .training_kernel = loop.model()->blocks().at(0)->attn->training_kernel(in.q.to(dtype), in.k.to(dtype),
-                                                                                 in.v.to(dtype))};
+  return loop.model()->blocks().at(0)->attn->training_kernel(in.q.to(dtype), in.k.to(dtype), in.v.to(dtype));
+}
+
+}  // namespace
+
+TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked) {
+  const AttentionInputs in = capture_attention_inputs(loop.model(), loop.train_batch(0).inputs);
+  return {.results = probe_attention(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, corrupt_masked)),
+          .training_kernel = training_kernel_of(loop, in)};
+}
+
+std::string training_attention_kernel(LoopAccess& loop, int64_t rows) {
+  const torch::Tensor tokens = loop.train_batch(0).inputs;
+  return training_kernel_of(loop, capture_attention_inputs(loop.model(), rows > 0 ? tokens.narrow(0, 0, rows) : tokens));
 }
 
 nlohmann::json attention_probe_report(LoopAccess& loop, const TrainerAttentionProbe& probe) {

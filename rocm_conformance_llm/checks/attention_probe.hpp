@@ -94,6 +94,11 @@ struct TrainerAttentionProbe {
 };
 TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked);
 
+// The kernel of block 0's training call, captured from a forward of the first `rows` sequences of
+// the first batch (0: all of them) and cast to the run's precision as autocast casts them:
+// CausalSelfAttentionImpl::training_kernel.
+std::string training_attention_kernel(LoopAccess& loop, int64_t rows = 0);
+
 // `rocm-conformance-llm probe attention`: {"probe", "device", "libtorch", "seq_len",
 // "pad_fraction", "backends", "training_kernel", "results": [AttentionProbeResult::to_json],
 // "mismatches", "passed"}.

@@ -351,6 +351,7 @@ class Job {
         RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, sync_);
     if (cfg.data_parallel != kDataParallelDdp)  // as it ran: a world of one has nothing to shard
       report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
+    if (sdpa_available() && cfg.attention_backend != "math") record_attention_kernel();
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
@@ -416,6 +417,24 @@ class Job {
     }
     wiring.attach_to(*trainer_);
     stage_ = stage::training;
+  }
+
+  // Which kernel SDPA's dispatcher gives the training call, in config.json and report.json from
+  // the start (an out-of-memory's report needs it most). No fused kernel taking it means the math
+  // path's B x H x T x T scores, which the sizing and the fit do not count: on an H200 a Q/K/V
+  // layout the fused kernels refused took 24 GiB more than predicted and ran out of memory. One
+  // sequence is enough: the choice follows dtypes, strides, head size, mask and dropout.
+  void record_attention_kernel() {
+    const TrainingConfig& cfg = run_.training;
+    const std::string kernel = training_attention_kernel(*trainer_, /*rows=*/1);
+    const nlohmann::json section = {{"attention_backend", cfg.attention_backend}, {"training_kernel", kernel}};
+    config_doc_["attention_kernel"] = section;
+    report_.add_section("attention_kernel", section);
+    if (kernel == "math" && cfg.attention_backend == "sdpa" && !s_.device.is_cpu())
+      spdlog::warn("no fused SDPA kernel takes the training attention call (attention_backend=sdpa): it runs on the "
+                   "math path, whose B x H x T x T scores the sizing and the fit do not count");
+    else
+      spdlog::info("training attention runs on the {} kernel (attention_backend={})", kernel, cfg.attention_backend);
   }
 
   // The device and transport the checks run on, the process group's collectives, the stress

@@ -122,6 +122,35 @@ TEST(AttentionStressMode, SmokeRunTrainsThroughTheFusedPathAndProbesClean) {
     EXPECT_NE(log.find(std::string("attention probe at ") + step), std::string::npos) << step << "\n" << log;
   EXPECT_NE(log.find("0 outside their bound"), std::string::npos) << log;
   EXPECT_EQ(log.find("attention_backend_mismatch"), std::string::npos) << log;
+  EXPECT_EQ(report.at("attention_kernel").at("training_kernel"), "flash") << report.dump();
+}
+
+// A run that calls SDPA records, from its start, which kernel the dispatcher gives its training
+// call (config.json and report.json's `attention_kernel`); one on the explicit path records none.
+// With the Q/K/V convolution on, the kernel is the fused one, not the math fallback.
+TEST(AttentionKernelRecord, ARunCallingSdpaRecordsItsTrainingKernelFromTheStart) {
+  RCL_REQUIRE_SDPA();
+  const std::string run = "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --steps 1 ";
+  for (const auto& [backend, kernel] : {std::pair{"sdpa", "flash"}, std::pair{"sdpa_math", "math"}}) {
+    const fs::path dir = temp_dir(std::string("kernel-") + backend);
+    fs::remove_all(dir);
+    const auto r = run_cli(run + "--set qkv_conv_kernel=3 --set attention_backend=" + backend + " --output-dir " +
+                           dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
+    const auto report = nlohmann::json::parse(read_text(dir / "report.json"));
+    fs::remove_all(dir);
+    EXPECT_EQ(config.at("attention_kernel").at("training_kernel"), kernel) << backend;
+    EXPECT_EQ(config.at("attention_kernel").at("attention_backend"), backend);
+    EXPECT_EQ(report.at("attention_kernel"), config.at("attention_kernel"));
+  }
+  const fs::path dir = temp_dir("kernel-explicit");
+  fs::remove_all(dir);
+  const auto r = run_cli(run + "--set attention_backend=math --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
+  fs::remove_all(dir);
+  EXPECT_FALSE(config.contains("attention_kernel")) << config.dump();
 }
 
 }  // namespace
