@@ -7,9 +7,10 @@ nlohmann::json data_parallel_section(const std::string& requested, const Gradien
   // tensor-parallel group has a single replica, whose optimizer is whole.
   const int shards = sync.optimizer_shard().count;
   nlohmann::json section = {{"requested", requested}, {"optimizer_shards", shards},
-                            {"effect", shards > 1                ? "sharded"
-                                       : sync.world_size() > 1 ? "none: one data-parallel rank has nothing to shard"
-                                                               : "none: one rank has nothing to shard"}};
+                            {"effect", shards > 1                   ? "sharded"
+                                       : requested == kDataParallelDdp ? "none: ddp keeps the optimizer whole on every rank"
+                                       : sync.world_size() > 1         ? "none: one data-parallel rank has nothing to shard"
+                                                                       : "none: one rank has nothing to shard"}};
   if (const FsdpModel* fsdp = model->fsdp()) {
     // What FSDP changes beyond ZeRO: the parameters themselves are sharded, so between steps a
     // rank holds its shards only; each block is gathered for its forward and again for its
