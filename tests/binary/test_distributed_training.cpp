@@ -620,12 +620,13 @@ TEST_P(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExpertsAndAreStoredOn
       EXPECT_EQ(ops.count(op) ? ops.at(op) : 0, kMoeSteps * 2) << op << " per block and step, rank " << r;
     EXPECT_EQ(ops.count("allreduce_expert_grads") ? ops.at("allreduce_expert_grads") : 0, holders > 1 ? kMoeSteps : 0)
         << "rank " << r;
-    // Uneven: the rows a rank's experts received, and send back, change from step to step.
+    // Uneven where routing chooses (top-2 of 2 sends every token to both): the rows a rank's
+    // experts received, and send back, change from step to step.
     std::vector<int64_t> bytes;
     for (const auto& m : metrics[r])
       for (const auto& col : m.at("collectives"))
         if (col.at("op") == "ep:all_to_all.moe_combine.fwd") bytes.push_back(col.at("bytes").get<int64_t>());
-    EXPECT_GT(std::set<int64_t>(bytes.begin(), bytes.end()).size(), 1u) << "rank " << r;
+    if (c.experts > 2) EXPECT_GT(std::set<int64_t>(bytes.begin(), bytes.end()).size(), 1u) << "rank " << r;
 
     // Storage: this rank's experts only, in its weights, its moments and its report.
     const auto section = nlohmann::json::parse(read_text(out / rank_file("report", "json", r))).at("data_parallel");
