@@ -31,7 +31,7 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
     throw std::invalid_argument("FlatAdamW: the fused AdamW kernel needs libtorch >= 2.4");
   std::set<const void*> is_local;
   for (const auto& p : local) is_local.insert(p.unsafeGetTensorImpl());
-  // Buffer order: local decayed, local not decayed, shared decayed, shared not decayed.
+  // Storage order: local decayed, local not decayed, then the shared ones likewise.
   std::vector<torch::Tensor> local_order;
   int64_t local_decayed = 0, shared_decayed = 0;
   for (const auto* group : {&decayed, &not_decayed})
@@ -40,8 +40,8 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
       (mine ? local_order : shared_parameters_).push_back(p);
       if (group == &decayed) (mine ? local_decayed : shared_decayed) += p.numel();
     }
-  parameters_ = local_order;
-  parameters_.insert(parameters_.end(), shared_parameters_.begin(), shared_parameters_.end());
+  parameters_ = shared_parameters_;
+  parameters_.insert(parameters_.end(), local_order.begin(), local_order.end());
   if (parameters_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
   if (local_order.size() != is_local.size())
     throw std::invalid_argument("FlatAdamW: a local parameter is neither decayed nor not decayed");
@@ -70,8 +70,9 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
   shard_offset_ = shard.given ? 0 : shard_numel * shard.index;
   shard_params_ = padded_params_.narrow(0, shard_offset_, shard_numel);
   shard_grads_ = padded_grads_.narrow(0, shard_offset_, shard_numel);
-  int64_t offset = 0;
+  int64_t local_at = 0, shared_at = local_total;
   for (auto p : parameters_) {
+    int64_t& offset = is_local.count(p.unsafeGetTensorImpl()) ? local_at : shared_at;
     offsets_.push_back(offset);
     auto values = flat_params_.narrow(0, offset, p.numel());
     values.copy_(p.detach().reshape({-1}));

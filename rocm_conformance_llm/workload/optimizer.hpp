@@ -44,7 +44,7 @@ class FlatAdamW {
   // buffer (decayed ones first) and each gets a gradient that is a view of the flat gradient:
   // autograd accumulates into it in place, so the views stay valid for the whole run.
   // `local` (each also in `decayed` or `not_decayed`): parameters this rank holds alone, no
-  // data-parallel replicas (an expert-parallel rank's experts). They lie first in the buffer,
+  // data-parallel replicas (an expert-parallel rank's experts). They lie first in the storage,
   // outside the `shard.count` equal shards, and this rank updates all of them and keeps all
   // their moments, whichever shard it updates of the others.
   FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
@@ -79,11 +79,11 @@ class FlatAdamW {
 
   const torch::Tensor& flat_params() const { return flat_params_; }
   const torch::Tensor& flat_grads() const { return flat_grads_; }
-  // The parameters in buffer order: their gradients lie back to back, so gradient buckets
-  // planned in this order are views of the flat gradient (no copies around the all-reduce).
+  // Every parameter: the shared ones, then the local ones (each group in storage order).
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
-  // All but the local ones (the data-parallel replicas), in buffer order; and the local ones'
-  // gradients, one flat view.
+  // All but the local ones (the data-parallel replicas), in storage order: their gradients lie
+  // back to back, so gradient buckets planned in this order are views of the flat gradient (no
+  // copies around the all-reduce); and the local ones' gradients, one flat view.
   const std::vector<torch::Tensor>& shared_parameters() const { return shared_parameters_; }
   const torch::Tensor& local_grads() const { return local_grads_; }
 
