@@ -225,7 +225,8 @@ class GPTImpl : public torch::nn::Module {
 
   // Splits the model over `parallel`'s groups, each rank keeping its shard of the weights it was
   // built with (call before moving parameters into an optimizer). Tensor parallel: attention
-  // heads and MLP columns (workload/tensor_parallel_model.cpp).
+  // heads and MLP columns (workload/tensor_parallel_model.cpp); expert parallel: each rank's
+  // experts (workload/moe.hpp).
   void shard(const ModelParallel& parallel);
   const ModelParallel& parallel() const { return parallel_; }
   // Replicated parameters whose gradient on each rank of the tensor-parallel group is only its
@@ -239,7 +240,8 @@ class GPTImpl : public torch::nn::Module {
   // checks and the checkpoints treat each kind its own way.
   SplitParameters split_parameters();
   // The whole model's parameters, by name, the tensor-parallel slices gathered over the tensor
-  // group (a collective: every rank of it calls it). The parameters themselves when not split.
+  // group and the experts over the expert group (collectives: every rank of the world calls it).
+  // The parameters themselves when not split.
   std::vector<std::pair<std::string, torch::Tensor>> gather_full_parameters();
 
   // Fully sharded data parallel (workload/fsdp.hpp): this rank keeps a shard of every block's

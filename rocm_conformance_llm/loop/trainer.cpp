@@ -121,9 +121,11 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   model_ = GPT(cfg, model_options);
   // Tensor or expert parallel: each rank keeps its shard of the full weights, before the
   // optimizer moves the parameters into its flat buffer.
+  SplitParameters split;
   if (const ModelParallel parallel = sync_->model_parallel(); parallel.splits_model()) {
     model_->shard(parallel);
-    sync_->set_split_parameters(model_->split_parameters());
+    split = model_->split_parameters();
+    sync_->set_split_parameters(split);
   }
   setup_memory_.emplace_back("after_model_creation", sample_memory(device));
   model_->to(device);
@@ -135,7 +137,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   optimizer_ = std::make_unique<FlatAdamW>(fsdp ? fsdp->decayed_shards() : model_->decay_parameters(),
                                            fsdp ? fsdp->plain_shards() : model_->no_decay_parameters(),
                                            AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()},
-                                           sync_->optimizer_shard());
+                                           sync_->optimizer_shard(), split.experts);  // experts: this rank's alone
   if (const auto weights = sync_->norm_weights(optimizer_->parameters()); !weights.empty())
     optimizer_->weigh_norm(weights);
 

@@ -349,7 +349,8 @@ class Job {
     stage_ = stage::model;
     trainer_ = std::make_unique<Trainer>(
         RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, sync_);
-    if (cfg.data_parallel != kDataParallelDdp)  // as it ran: a world of one has nothing to shard
+    // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
+    if (cfg.data_parallel != kDataParallelDdp || trainer_->model()->parallel().expert)
       report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
     if (sdpa_available() && cfg.attention_backend != "math") record_attention_kernel();
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);

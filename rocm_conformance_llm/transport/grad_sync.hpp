@@ -38,10 +38,11 @@ class GradientSync {
   // shards the parameters themselves here (GPTImpl::shard_fully); the others leave it whole.
   virtual void shard_parameters(GPT& /*model*/) {}
   // The accumulated gradients made ready for the update (every grad_sync_interval micro-steps):
-  // DDP averages them all (average_gradients); ZeRO reduce-scatters them so this rank holds the
-  // average of its shard; FSDP reduce-scattered each block's in its backward and now does the root's.
+  // DDP averages all the data-parallel replicas' (average_gradients); ZeRO reduce-scatters them so
+  // this rank holds the average of its shard; FSDP reduce-scattered each block's in its backward
+  // and now does the root's. A rank's own experts are complete_gradients' to average.
   virtual void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
-    average_gradients(optimizer.parameters(), out);
+    average_gradients(optimizer.shared_parameters(), out);
   }
   // Sums a per-shard device value over the ranks that hold the other shards (the squared
   // gradient norm); only called when optimizer_shard() has several.
@@ -62,8 +63,8 @@ class GradientSync {
   // empty when the plain norm is the global one.
   virtual std::vector<double> norm_weights(const std::vector<torch::Tensor>& /*params*/) const { return {}; }
   // Once per step, after the step's last sync_gradients: the gradients a split model still
-  // owes (partial ones summed over the tensor-parallel group, experts' rescaled), and the
-  // step's tensor- and expert-parallel collectives appended to `out`.
+  // owes (partial ones summed over the tensor-parallel group, experts' averaged over the ranks
+  // holding them), and the step's tensor- and expert-parallel collectives appended to `out`.
   virtual void complete_gradients(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& /*out*/) {}
 
   // The 1-based optimizer step about to run. A group quotes it in its heartbeat, so a

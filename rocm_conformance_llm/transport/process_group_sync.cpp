@@ -134,10 +134,16 @@ double ProcessGroupSync::mean_across_ranks(double value) {
 
 void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& params) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> data;
-  for (const auto& p : params) data.push_back(p.detach());
-  Communicator& group = data_comm();
-  for_each_flat_bucket(data, bucket_bytes_, [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
+  // A rank's experts come from the first rank holding the same ones (none: its own are the only).
+  std::vector<torch::Tensor> data, experts;
+  for (const auto& p : params)
+    (split_ && split_->kind_of(p) == ParameterKind::expert ? experts : data).push_back(p.detach());
+  const auto broadcast = [&](const std::vector<torch::Tensor>& tensors, Communicator& group) {
+    for_each_flat_bucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
+  };
+  broadcast(data, data_comm());
+  if (Communicator* holders = split_ ? split_->expert_data() : nullptr; holders && !experts.empty())
+    broadcast(experts, *holders);
 }
 
 std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::vector<double>& values,
@@ -167,7 +173,7 @@ void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<Collecti
   else if (fsdp_)
     fsdp_->sync_gradients(out);
   else
-    average_gradients(optimizer.parameters(), out);
+    average_gradients(optimizer.shared_parameters(), out);
 }
 
 void ProcessGroupSync::sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) {
@@ -207,8 +213,8 @@ std::vector<double> ProcessGroupSync::norm_weights(const std::vector<torch::Tens
   return split_ ? split_->norm_weights(params, zero_.has_value()) : std::vector<double>{};
 }
 
-void ProcessGroupSync::complete_gradients(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& out) {
-  if (split_) split_->complete_gradients(out);
+void ProcessGroupSync::complete_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+  if (split_) split_->complete_gradients(optimizer.local_grads(), out);
 }
 
 Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,

@@ -77,7 +77,7 @@ class ProcessGroupSync final : public GradientSync {
   void complete_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
 
   // Every rank starts from rank 0's parameters (in buckets, like the gradients); a split model's
-  // from its data-parallel group's first rank.
+  // from its data-parallel group's first rank, its experts from the first rank holding them.
   void broadcast_parameters(const std::vector<torch::Tensor>& params);
   // Each rank's `values` (same length everywhere), indexed [rank][i], exact in float64.
   std::vector<std::vector<double>> all_gather_values(const std::vector<double>& values, const std::string& op);

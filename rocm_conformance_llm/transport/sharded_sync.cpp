@@ -7,9 +7,10 @@ nlohmann::json data_parallel_section(const std::string& requested, const Gradien
   // tensor-parallel group has a single replica, whose optimizer is whole.
   const int shards = sync.optimizer_shard().count;
   nlohmann::json section = {{"requested", requested}, {"optimizer_shards", shards},
-                            {"effect", shards > 1                ? "sharded"
-                                       : sync.world_size() > 1 ? "none: one data-parallel rank has nothing to shard"
-                                                               : "none: one rank has nothing to shard"}};
+                            {"effect", shards > 1                   ? "sharded"
+                                       : requested == kDataParallelDdp ? "none: ddp keeps the optimizer whole on every rank"
+                                       : sync.world_size() > 1         ? "none: one data-parallel rank has nothing to shard"
+                                                                       : "none: one rank has nothing to shard"}};
   if (const FsdpModel* fsdp = model->fsdp()) {
     // What FSDP changes beyond ZeRO: the parameters themselves are sharded, so between steps a
     // rank holds its shards only; each block is gathered for its forward and again for its
@@ -20,6 +21,21 @@ nlohmann::json data_parallel_section(const std::string& requested, const Gradien
     section["activation_recomputation"] = true;
   } else if (sync.world_size() > 1) {
     section["parameters"] = "replicated";
+  }
+  // A mixture of experts: how many of the model's expert parameters this rank stores (with their
+  // gradients and AdamW moments): a 1/expert-degree share of them where the experts are split.
+  int64_t experts_here = 0, expert_parameters_here = 0;
+  for (auto& block : model->blocks()) {
+    if (block->moe.is_empty()) continue;
+    experts_here = block->moe->local_experts();
+    for (const auto& p : block->moe->expert_parameters()) expert_parameters_here += p.numel();
+  }
+  if (experts_here > 0) {
+    const int64_t expert_degree = model->parallel().expert ? model->parallel().expert->size() : 1;
+    section["experts_per_rank"] = experts_here;
+    section["expert_parameters_per_rank"] = expert_parameters_here;
+    section["expert_parameters"] = expert_parameters_here * expert_degree;
+    section["expert_storage"] = expert_degree > 1 ? "sharded" : "every expert on every rank";
   }
   return section;
 }

@@ -27,6 +27,15 @@ std::vector<int> ParallelLayout::expert_group(int rank) const {
   return {data.begin() + first, data.begin() + first + expert_degree};
 }
 
+int ParallelLayout::expert_rank(int rank) const { return rank / tensor_degree % expert_degree; }
+
+std::vector<int> ParallelLayout::expert_data_group(int rank) const {
+  std::vector<int> ranks;
+  for (const int r : data_group(rank))
+    if (expert_rank(r) == expert_rank(rank)) ranks.push_back(r);
+  return ranks;
+}
+
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   ParallelLayout layout;
   layout.world_size = world_size;
@@ -175,6 +184,11 @@ Subgroups make_subgroups(Communicator& world, const ParallelLayout& layout) {
 
 std::unique_ptr<Communicator> make_data_parallel_group(Communicator& world, const ParallelLayout& layout) {
   return world.split("dp", layout.data_group(world.rank()));
+}
+
+std::unique_ptr<Communicator> make_expert_data_parallel_group(Communicator& world, const ParallelLayout& layout) {
+  if (layout.expert_degree == 1 || layout.expert_degree == layout.data_degree) return nullptr;
+  return world.split("edp", layout.expert_data_group(world.rank()));
 }
 
 }  // namespace rcl

@@ -30,6 +30,10 @@ struct ParallelLayout {
   std::vector<int> tensor_group(int rank) const;
   std::vector<int> data_group(int rank) const;
   std::vector<int> expert_group(int rank) const;  // consecutive members of its data-parallel group
+  int expert_rank(int rank) const;                 // its index in its expert group: which experts it holds
+  // The ranks holding the same experts as `rank`: its data-parallel group's members of the same
+  // expert rank, one per expert group.
+  std::vector<int> expert_data_group(int rank) const;
 };
 
 // The degrees `cfg` asks for, fitted to `world_size`: tensor parallel the largest divisor of
@@ -79,5 +83,8 @@ struct Subgroups {
 Subgroups make_subgroups(Communicator& world, const ParallelLayout& layout);
 // The data-parallel group of this rank (gradient averaging over the replicas of its shard).
 std::unique_ptr<Communicator> make_data_parallel_group(Communicator& world, const ParallelLayout& layout);
+// The ranks holding this rank's experts (ParallelLayout::expert_data_group, "edp"): null where
+// the experts are not split or each is held by one rank of the data-parallel group.
+std::unique_ptr<Communicator> make_expert_data_parallel_group(Communicator& world, const ParallelLayout& layout);
 
 }  // namespace rcl

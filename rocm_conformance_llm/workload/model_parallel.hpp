@@ -42,10 +42,14 @@ struct ModelParallel {
 
 // A split model's parameters by how their values and gradients differ across ranks; every
 // parameter not listed is replicated on every rank (equal values, whole gradients after the
-// data-parallel average; experts too: workload/moe.hpp).
+// data-parallel average).
 struct SplitParameters {
   std::vector<torch::Tensor> partial;       // replicated over the tensor-parallel group, each rank's gradient a share
   std::vector<torch::Tensor> tensor_split;  // each tensor-parallel rank its own slice
+  // Each expert-parallel rank its own experts (workload/moe.hpp): no data-parallel replicas, so
+  // outside the data-parallel average and ZeRO's shards; averaged over the ranks holding the
+  // same experts instead. May also be `partial` (sequence parallel).
+  std::vector<torch::Tensor> experts;
 };
 
 }  // namespace rcl

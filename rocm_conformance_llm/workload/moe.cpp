@@ -41,8 +41,19 @@ void MoeFeedForwardImpl::shard(std::shared_ptr<ModelParallelGroup> experts) {
   if (!experts || experts->size() == 1) return;
   TORCH_CHECK(experts_ % experts->size() == 0, "expert parallel: ", experts_, " experts do not split over ",
               experts->size(), " ranks");
-  first_expert_ = experts_ / experts->size() * experts->rank();
+  const int64_t local = experts_ / experts->size(), first = local * experts->rank();
+  for (auto* param : {&w_up, &b_up, &w_down, &b_down}) assign_shard(*param, param->narrow(0, first, local));
   group_ = std::move(experts);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> MoeFeedForwardImpl::gather_experts(const std::string& where) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : named_parameters(/*recurse=*/false)) {
+    const torch::Tensor mine = item.value().detach();
+    out.emplace_back(item.key(), group_ ? group_->all_gather_rows(mine, "all_gather.export." + where + "." + item.key()) : mine);
+  }
+  return out;
 }
 
 // rows sorted by local expert, rows_per_expert [local experts] -> each row through its expert.
@@ -54,7 +65,7 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
     const int64_t padded = (counts[e] + kExpertRowBlock - 1) / kExpertRowBlock * kExpertRowBlock;
     const auto mine = torch::constant_pad_nd(rows.narrow(0, at, counts[e]), {0, 0, 0, padded - counts[e]});
     at += counts[e];
-    const int64_t expert = first_expert_ + static_cast<int64_t>(e);
+    const auto expert = static_cast<int64_t>(e);  // this rank's e-th
     const auto h = torch::nn::functional::linear(mine, w_up[expert], b_up[expert]);
     torch::Tensor act;
     if (swiglu_) {

@@ -22,20 +22,24 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   // x [B, T, C] -> [B, T, C]: each token the renormalised top-k router weights times its
   // experts' outputs.
   torch::Tensor forward(const torch::Tensor& x);
-  // Computes only this rank's experts (group rank r of n: experts [r E/n, (r+1) E/n)), the
-  // others' tokens reaching them by the all-to-alls. Every rank keeps every expert's weights,
-  // equal across ranks: an expert's gradient is non-zero only on the ranks computing it, where it
-  // sums every group member's tokens' contributions, so the data-parallel average (DDP's
-  // all-reduce or ZeRO's reduce-scatter, over n' >= n ranks) gives each expert the mean over all
-  // tokens the unsplit replicas would, with no rule of its own. Without a group (or one of one)
-  // every expert is computed locally and no all-to-all runs.
+  // Keeps and computes only this rank's experts (group rank r of n: experts [r E/n, (r+1) E/n)),
+  // the others' tokens reaching them by the all-to-alls: w_up and the rest become [E/n, ...],
+  // sliced from the whole init every rank drew, so the split layer computes the unsplit one. An
+  // expert's gradient on its rank sums every group member's tokens' contributions; the ranks that
+  // hold the same experts (one per expert group) then average them (transport/split_model.hpp):
+  // these parameters are no data-parallel replicas. Without a group (or one of one) every expert
+  // is kept and computed locally and no all-to-all runs.
   void shard(std::shared_ptr<ModelParallelGroup> experts);
   std::vector<torch::Tensor> expert_parameters() { return {w_up, b_up, w_down, b_down}; }
+  // The whole layer's expert parameters by their names here ("w_up", ...): this rank's gathered
+  // with the group's, in expert order (a collective over the group); this rank's when unsplit.
+  std::vector<std::pair<std::string, torch::Tensor>> gather_experts(const std::string& where);
+  int64_t local_experts() const { return w_up.size(0); }
   // Tokens (token-expert pairs) this rank routed to each expert in the last forward [E].
   const torch::Tensor& last_tokens_per_expert() const { return last_counts_; }
 
   torch::nn::Linear router{nullptr};  // C -> E, no bias
-  // Experts stacked on dim 0: up [E, up_width, C], down [E, C, ffn].
+  // This rank's experts stacked on dim 0: up [E_local, up_width, C], down [E_local, C, ffn].
   torch::Tensor w_up, b_up, w_down, b_down;
 
  private:
@@ -45,7 +49,6 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   int64_t top_k_;
   bool swiglu_;
   std::shared_ptr<ModelParallelGroup> group_;
-  int64_t first_expert_ = 0;  // the first expert this rank computes
   torch::Tensor last_counts_;
 };
 TORCH_MODULE(MoeFeedForward);

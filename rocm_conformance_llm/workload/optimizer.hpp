@@ -43,8 +43,12 @@ class FlatAdamW {
   // Every parameter once, all of one dtype and device. Their values are moved into the flat
   // buffer (decayed ones first) and each gets a gradient that is a view of the flat gradient:
   // autograd accumulates into it in place, so the views stay valid for the whole run.
+  // `local` (each also in `decayed` or `not_decayed`): parameters this rank holds alone, no
+  // data-parallel replicas (an expert-parallel rank's experts). They lie first in the storage,
+  // outside the `shard.count` equal shards, and this rank updates all of them and keeps all
+  // their moments, whichever shard it updates of the others.
   FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
-            AdamWHyper hyper, ShardOf shard = {});
+            AdamWHyper hyper, ShardOf shard = {}, const std::vector<torch::Tensor>& local = {});
 
   void zero_grad();
   // torch::nn::utils::clip_grad_norm_ without its host read-back: returns the total L2 norm of
@@ -63,7 +67,8 @@ class FlatAdamW {
   // Takes back `n` counted steps whose updates were withheld (bias correction counts updates).
   void forget_steps(int64_t n) { state_.steps -= n; }
 
-  // What a checkpoint holds besides the parameters: this shard's moments.
+  // What a checkpoint holds besides the parameters: the local parameters' moments, then this
+  // shard's.
   struct State {
     torch::Tensor exp_avg;
     torch::Tensor exp_avg_sq;
@@ -74,13 +79,18 @@ class FlatAdamW {
 
   const torch::Tensor& flat_params() const { return flat_params_; }
   const torch::Tensor& flat_grads() const { return flat_grads_; }
-  // The parameters in buffer order: their gradients lie back to back, so gradient buckets
-  // planned in this order are views of the flat gradient (no copies around the all-reduce).
+  // Every parameter: the shared ones, then the local ones (each group in storage order).
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+  // All but the local ones (the data-parallel replicas), in storage order: their gradients lie
+  // back to back, so gradient buckets planned in this order are views of the flat gradient (no
+  // copies around the all-reduce); and the local ones' gradients, one flat view.
+  const std::vector<torch::Tensor>& shared_parameters() const { return shared_parameters_; }
+  const torch::Tensor& local_grads() const { return local_grads_; }
 
   const ShardOf& shard() const { return shard_; }
   bool sharded() const { return shard_.count > 1; }
-  // The buffers with their padding (count equal chunks), and this shard: chunk `index` of them.
+  // The shared parameters' buffers with their padding (count equal chunks), and this shard:
+  // chunk `index` of them.
   const torch::Tensor& padded_params() const { return padded_params_; }
   const torch::Tensor& padded_grads() const { return padded_grads_; }
   const torch::Tensor& shard_params() const { return shard_params_; }
@@ -88,18 +98,28 @@ class FlatAdamW {
   int64_t shard_offset() const { return shard_offset_; }
 
  private:
-  // The update of step(), at step `step`, through at::_fused_adamw_ (hyper_.fused).
-  void fused_step(double lr, const torch::Tensor& apply, int64_t step);
+  // What this rank updates, in up to two contiguous pieces: the local parameters, this shard.
+  struct Updated {
+    torch::Tensor params, grads, exp_avg, exp_avg_sq;
+    torch::Tensor norm_weights;  // weigh_norm's, per element; undefined: all 1
+    int64_t decayed = 0;         // params[0, decayed) takes weight decay
+    int64_t offset = 0;          // where params starts in the storage
+  };
+  // The update of step() on `part`, at step `step`, through at::_fused_adamw_ (hyper_.fused).
+  void fused_step(Updated& part, double lr, const torch::Tensor& apply, int64_t step);
 
   AdamWHyper hyper_;
   ShardOf shard_;
-  std::vector<torch::Tensor> parameters_;
-  torch::Tensor padded_params_, padded_grads_;  // the storage: flat_* and shard_* are views of it
+  std::vector<torch::Tensor> parameters_, shared_parameters_;
+  std::vector<int64_t> offsets_;  // each parameter's in the storage
+  torch::Tensor storage_params_, storage_grads_;  // the local parameters, then the padded shared ones
+  torch::Tensor padded_params_, padded_grads_;
   torch::Tensor flat_params_, flat_grads_;
   torch::Tensor shard_params_, shard_grads_;
+  torch::Tensor local_grads_;
   int64_t shard_offset_ = 0;
-  torch::Tensor shard_norm_weights_;  // weigh_norm's, per element of this shard; undefined: all 1
-  int64_t decayed_in_shard_ = 0;  // shard_params_[0, decayed_in_shard_) takes weight decay
+  std::vector<Updated> updated_;  // the local parameters (if any), then this shard
+  bool weighed_ = false;
   State state_;
 };
 

@@ -5,6 +5,8 @@
 // one does (tests/unit/test_tensor_parallel.cpp, test_moe.cpp).
 #include "rocm_conformance_llm/model.hpp"
 
+#include <map>
+
 namespace rcl {
 
 void CausalSelfAttentionImpl::shard(const ModelParallel& parallel, const std::string& name) {
@@ -87,6 +89,10 @@ SplitParameters GPTImpl::split_parameters() {
   for (const auto& item : named_parameters()) {
     if (parallel_.tensor && is_tensor_split(item.key())) out.tensor_split.push_back(item.value());
   }
+  if (parallel_.expert)
+    for (auto& block : blocks_)
+      if (!block->moe.is_empty())
+        for (const auto& p : block->moe->expert_parameters()) out.experts.push_back(p);
   return out;
 }
 
@@ -96,11 +102,20 @@ std::vector<std::pair<std::string, torch::Tensor>> GPTImpl::gather_full_paramete
   // Row blocks of each column-parallel parameter, whole (each rank holds 1/degree of each).
   const std::vector<int64_t> qkv_rows{cfg_.hidden_size, key_value_width(cfg_), key_value_width(cfg_)};
   const std::vector<int64_t> up_rows(cfg_.activation == "swiglu" ? 2 : 1, ffn_hidden_size(cfg_));
+  // Each block's experts, gathered over the expert-parallel group.
+  std::map<std::string, torch::Tensor> experts;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i]->moe.is_empty()) continue;
+    const std::string where = "block" + std::to_string(i) + ".moe";
+    for (auto& [name, whole] : blocks_[i]->moe->gather_experts(where)) experts[where + "." + name] = std::move(whole);
+  }
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : named_parameters()) {
     const std::string& key = item.key();
     torch::Tensor value = item.value().detach();
-    if (parallel_.tensor && is_tensor_split(key)) {
+    if (const auto it = experts.find(key); it != experts.end()) {
+      value = it->second;
+    } else if (parallel_.tensor && is_tensor_split(key)) {
       const bool row_parallel = key.ends_with("proj.weight") || key.ends_with("down.weight");
       if (row_parallel) {  // each rank a contiguous range of columns
         value = parallel_.tensor->all_gather_rows(value.t().contiguous(), "all_gather.export." + key).t().contiguous();

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
@@ -499,6 +500,11 @@ std::map<std::string, int> collective_counts(const std::vector<nlohmann::json>& 
   return ops;
 }
 
+// The whole model's parameters (config.json's sizing).
+int64_t parameter_count(const fs::path& out) {
+  return nlohmann::json::parse(read_text(out / "config.json")).at("sizing").at("parameters").get<int64_t>();
+}
+
 // The unsplit model on one process, checkpointed at its last step (the export to compare).
 class TensorParallelTrainingTest : public ::testing::TestWithParam<int> {
  protected:
@@ -561,45 +567,107 @@ TEST_P(TensorParallelTrainingTest, LossesMatchTheUnsplitModelAndTheExportIsWhole
 
 INSTANTIATE_TEST_SUITE_P(Worlds, TensorParallelTrainingTest, ::testing::Values(2, 4));
 
-// Experts sharded over 2 ranks (4 experts, top-2: each rank holds 2, tokens cross by uneven
-// all-to-alls) train what the same MoE with every expert local trains on the same global batch
-// (measured at most 2.2e-7 relative over 10 steps; a routing decision that flips on a last-bit
-// difference would show as a jump, as it does for top-1 after ~6 steps).
-TEST(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExperts) {
-  const std::vector<std::string> moe = {"--set", "moe_experts=4", "--set", "moe_top_k=2"};
+// Experts sharded over the data-parallel ranks train what the same MoE with every expert local
+// trains on the same global batch: 4 experts, top-2, over 2 ranks (each holds 2, tokens cross by
+// uneven all-to-alls; measured at most 2.2e-7 relative over 10 steps), and 2 experts over 2 of 4
+// ranks under ZeRO (ranks 0 and 2 hold expert 0 and average its gradient, as ranks 1 and 3 do
+// expert 1's; measured 1.1e-7). A routing decision that flips on a last-bit difference would
+// show as a jump, as it does for top-1 after ~6 steps. Each rank stores only its experts: its
+// model shard, its optimizer moments and report.json say so, and the export is the whole model.
+struct ExpertCase {
+  int world;
+  int64_t experts;
+  std::string data_parallel;
+};
+
+class ExpertParallelTrainingTest : public ::testing::TestWithParam<ExpertCase> {};
+
+TEST_P(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExpertsAndAreStoredOnlyWhereComputed) {
+  constexpr int kMoeSteps = 10;
+  const ExpertCase c = GetParam();
+  const int expert_degree = static_cast<int>(std::gcd<int64_t>(c.experts, c.world));  // data-parallel: the world
+  const int64_t held = c.experts / expert_degree;  // experts per rank
+  const int holders = c.world / expert_degree;     // ranks holding the same experts
+  const std::vector<std::string> moe = {"--set", "moe_experts=" + std::to_string(c.experts), "--set", "moe_top_k=2",
+                                        "--checkpoint-interval", std::to_string(kMoeSteps)};
   const fs::path local_out = fresh_dir("moe-local");
   std::vector<std::string> local_args = training_args(1, local_out);
-  local_args[3] = "10";  // --steps
+  local_args[3] = std::to_string(kMoeSteps);  // --steps
   local_args.insert(local_args.end(), moe.begin(), moe.end());
   Ranks local = launch(1, local_args, local_out);
   ASSERT_EQ(local.wait_all(120)[0], 0) << read_text(local_out / "rank0.log");
   const auto reference = losses(local_out / "metrics.jsonl");
+  const fs::path local_last = local_out / "checkpoints" / fmt::format("step-{:08d}", kMoeSteps);
+  int64_t expert_parameters = 0;  // the whole model's, as the unsplit run stores them
+  for (const auto& [name, t] : read_safetensors(local_last / "model.safetensors").tensors)
+    if (name.find(".moe.w_") != std::string::npos || name.find(".moe.b_") != std::string::npos) expert_parameters += t.numel();
 
   const fs::path out = fresh_dir("moe-sharded");
-  std::vector<std::string> args = training_args(2, out);
-  args[3] = "10";  // --steps
+  std::vector<std::string> args = training_args(c.world, out);
+  args[3] = std::to_string(kMoeSteps);  // --steps
   args.insert(args.end(), moe.begin(), moe.end());
-  args.insert(args.end(), {"--set", "checksum_interval=5"});
-  Ranks ranks = launch(2, args, out);
-  const auto metrics = clean_ranks(ranks, 2, out);
-  for (int r = 0; r < 2; ++r) {
+  args.insert(args.end(), {"--set", "checksum_interval=5", "--set", "training.data_parallel=" + c.data_parallel});
+  Ranks ranks = launch(c.world, args, out);
+  const auto metrics = clean_ranks(ranks, c.world, out);
+  const int64_t parameters = parameter_count(out);
+  const fs::path last = out / "checkpoints" / fmt::format("step-{:08d}", kMoeSteps);
+  for (int r = 0; r < c.world; ++r) {
     ASSERT_EQ(metrics[r].size(), reference.size()) << "rank " << r;
     for (size_t i = 0; i < reference.size(); ++i)
       EXPECT_NEAR(metrics[r][i].at("loss").get<double>(), reference[i], 1e-5 * reference[i]) << "rank " << r << " step " << i + 1;
     const auto ops = collective_counts(metrics[r]);
     for (const char* op : {"ep:all_to_all.moe_dispatch.fwd", "ep:all_to_all.moe_combine.bwd"})
-      EXPECT_EQ(ops.count(op) ? ops.at(op) : 0, 10 * 2) << op << " per block and step, rank " << r;
-    // Uneven: the rows a rank's experts received, and send back, change from step to step.
+      EXPECT_EQ(ops.count(op) ? ops.at(op) : 0, kMoeSteps * 2) << op << " per block and step, rank " << r;
+    EXPECT_EQ(ops.count("allreduce_expert_grads") ? ops.at("allreduce_expert_grads") : 0, holders > 1 ? kMoeSteps : 0)
+        << "rank " << r;
+    // Uneven where routing chooses (top-2 of 2 sends every token to both): the rows a rank's
+    // experts received, and send back, change from step to step.
     std::vector<int64_t> bytes;
     for (const auto& m : metrics[r])
-      for (const auto& c : m.at("collectives"))
-        if (c.at("op") == "ep:all_to_all.moe_combine.fwd") bytes.push_back(c.at("bytes").get<int64_t>());
-    EXPECT_GT(std::set<int64_t>(bytes.begin(), bytes.end()).size(), 1u) << "rank " << r;
+      for (const auto& col : m.at("collectives"))
+        if (col.at("op") == "ep:all_to_all.moe_combine.fwd") bytes.push_back(col.at("bytes").get<int64_t>());
+    if (c.experts > 2) EXPECT_GT(std::set<int64_t>(bytes.begin(), bytes.end()).size(), 1u) << "rank " << r;
+
+    // Storage: this rank's experts only, in its weights, its moments and its report.
+    const auto section = nlohmann::json::parse(read_text(out / rank_file("report", "json", r))).at("data_parallel");
+    EXPECT_EQ(section.at("experts_per_rank"), held) << section.dump();
+    EXPECT_EQ(section.at("expert_parameters_per_rank"), expert_parameters / expert_degree) << section.dump();
+    EXPECT_EQ(section.at("expert_parameters"), expert_parameters) << section.dump();
+    EXPECT_EQ(section.at("expert_storage"), "sharded") << section.dump();
+    const auto shard = read_safetensors(last / fmt::format("model-shard-{}.safetensors", r));
+    EXPECT_EQ(shard.tensors.at("block0.moe.w_up").size(0), held);
+    int64_t stored = 0;
+    for (const auto& [name, t] : shard.tensors) stored += t.numel();
+    EXPECT_EQ(stored, parameters - expert_parameters + expert_parameters / expert_degree) << "rank " << r;
+    // The moments: this rank's experts whole, and its ZeRO shard of the rest (padded).
+    const int shards = c.data_parallel == "zero" ? c.world : 1;
+    const int64_t shared = parameters - expert_parameters;
+    const auto moments = read_safetensors(last / fmt::format("optimizer-shard-{}.safetensors", r));
+    EXPECT_EQ(moments.tensors.at("exp_avg").numel(), expert_parameters / expert_degree + (shared + shards - 1) / shards)
+        << "rank " << r;
   }
-  EXPECT_EQ(nlohmann::json::parse(read_text(out / "config.json")).at("parallel_layout").at("expert_parallel_degree"), 2);
+  EXPECT_EQ(nlohmann::json::parse(read_text(out / "config.json")).at("parallel_layout").at("expert_parallel_degree"),
+            expert_degree);
+  // The export is the whole model, every expert gathered in place.
+  const auto whole = read_safetensors(last / "model.safetensors");
+  const auto want = read_safetensors(local_last / "model.safetensors");
+  ASSERT_EQ(whole.tensors.size(), want.tensors.size());
+  for (const auto& [name, t] : want.tensors) {
+    ASSERT_TRUE(whole.tensors.count(name)) << name;
+    ASSERT_EQ(whole.tensors.at(name).sizes(), t.sizes()) << name;
+    // An expert put back in the wrong place would be off by the weights' own scale (~0.02).
+    EXPECT_LT((whole.tensors.at(name) - t).abs().max().item<double>(), 1e-3) << name;
+  }
   fs::remove_all(local_out);
   fs::remove_all(out);
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ExpertParallelTrainingTest,
+                         ::testing::Values(ExpertCase{2, 4, "ddp"}, ExpertCase{4, 2, "zero"}),
+                         [](const auto& info) {
+                           const ExpertCase& c = info.param;
+                           return fmt::format("world{}_experts{}_{}", c.world, c.experts, c.data_parallel);
+                         });
 
 // A split run's checkpoint holds each rank's shard; resumed on the same world and layout the run
 // continues bit for bit (dropout on: the ranks' RNG streams matter); with another layout it is
@@ -629,6 +697,43 @@ TEST(DistributedCheckpointTest, SplitModelResumesBitExactlyAndRefusesAnotherLayo
   Ranks refused = launch(2, args(other, {"--set", "tensor_parallel_degree=1", "--resume", half.string()}), other);
   for (const auto& code : refused.wait_all(60)) EXPECT_EQ(code, 2) << read_text(other / "rank0.log");
   EXPECT_NE(read_text(other / "rank0.log").find("training.tensor_parallel_degree=2 (this run: 1)"), std::string::npos)
+      << read_text(other / "rank0.log");
+  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(other / written));
+  for (const auto& dir : {straight, resumed, other}) fs::remove_all(dir);
+}
+
+// Experts split over 2 ranks under ZeRO: each rank's checkpoint holds its experts only (its
+// model shard and moments), the export the whole model; resumed on the same layout the run
+// continues bit for bit, with another expert count it is refused before anything is written.
+TEST(DistributedCheckpointTest, ExpertShardsResumeBitExactlyAndRefuseAnotherLayout) {
+  const auto args = [](const fs::path& out, const std::string& experts, std::vector<std::string> extra) {
+    std::vector<std::string> a = training_args(2, out);
+    a[3] = "8";  // --steps
+    a.insert(a.end(), {"--set", "dropout=0.1", "--set", "eval_interval=0", "--set", "training.data_parallel=zero",
+                       "--set", "moe_experts=" + experts, "--set", "moe_top_k=2", "--checkpoint-interval", "4"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const fs::path straight = fresh_dir("experts-straight");
+  const fs::path resumed = fresh_dir("experts-resumed");
+  Ranks first = launch(2, args(straight, "4", {}), straight);
+  clean_ranks(first, 2, straight);
+  const fs::path half = straight / "checkpoints" / "step-00000004";
+  EXPECT_EQ(nlohmann::json::parse(read_text(half / "state.json")).at("model_shards"), 2);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(read_safetensors(half / fmt::format("model-shard-{}.safetensors", r)).tensors.at("block1.moe.w_down").size(0), 2);
+  EXPECT_EQ(read_safetensors(half / "model.safetensors").tensors.at("block1.moe.w_down").size(0), 4);
+  Ranks second = launch(2, args(resumed, "4", {"--resume", half.string()}), resumed);
+  clean_ranks(second, 2, resumed);
+  expect_resume_bit_exact(straight, resumed,
+                          {"model.safetensors", "model-shard-0.safetensors", "model-shard-1.safetensors",
+                           "optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors", "rank-0.safetensors",
+                           "rank-1.safetensors"});
+
+  const fs::path other = fresh_dir("experts-refused");
+  Ranks refused = launch(2, args(other, "2", {"--resume", half.string()}), other);
+  for (const auto& code : refused.wait_all(60)) EXPECT_EQ(code, 2) << read_text(other / "rank0.log");
+  EXPECT_NE(read_text(other / "rank0.log").find("training.moe_experts=4 (this run: 2)"), std::string::npos)
       << read_text(other / "rank0.log");
   for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(other / written));
   for (const auto& dir : {straight, resumed, other}) fs::remove_all(dir);
@@ -716,10 +821,6 @@ nlohmann::json training_rows(const fs::path& out, int rank) {
   return report.at("collectives").at("training");
 }
 
-int64_t parameter_count(const fs::path& out) {
-  return nlohmann::json::parse(read_text(out / "config.json")).at("sizing").at("parameters").get<int64_t>();
-}
-
 void expect_only_training_ops(const nlohmann::json& rows) {
   for (const auto& row : rows)
     for (const auto& op : row.at("ops")) {
@@ -778,9 +879,13 @@ TEST(TrainingCollectivesTest, TwoRanksCommModeTableHasZeroShardsCollectivesAndNo
   Ranks ranks = launch(2, comm_mode_args(out, "5"), out);
   for (const auto& code : ranks.wait_all(300)) ASSERT_EQ(code, 0) << read_text(out / "rank1.log");
   ranks.pids.clear();  // reaped
-  const int64_t padded = (parameter_count(out) + 1) / 2 * 2;  // the flat buffer, a multiple of the ranks
   for (int r = 0; r < 2; ++r) {
     const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
+    // The flat buffer ZeRO shards, a multiple of the ranks: every parameter but the experts (each
+    // rank holds its own, outside the shards).
+    const int64_t experts = report.at("data_parallel").at("expert_parameters").get<int64_t>();
+    EXPECT_GT(experts, 0);
+    const int64_t padded = (parameter_count(out) - experts + 1) / 2 * 2;
     EXPECT_FALSE(report.at("collectives").at("cases").empty()) << "the battery's table stays";
     const nlohmann::json& rows = report.at("collectives").at("training");
     expect_only_training_ops(rows);

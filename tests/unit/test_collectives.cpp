@@ -241,6 +241,61 @@ TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
   }
 }
 
+// Experts split over 2 of 4 data-parallel ranks (2 experts: ranks 0 and 2 hold expert 0, ranks 1
+// and 3 expert 1) differ by expert rank, which is no divergence; a one-ulp change of rank 3's
+// expert is named against rank 1, which holds the same one. Split over all 4 (4 experts), an
+// expert is held by one rank and compared with nobody: only a replicated weight can diverge.
+TEST(CommChecksTest, ExpertsAreComparedOnlyAmongTheRanksHoldingThem) {
+  constexpr int kCulprit = 3;
+  for (const int64_t experts : {2, 4}) {
+    TrainingConfig cfg;
+    cfg.moe_experts = experts;
+    const ParallelLayout layout = plan_parallel_layout(cfg, 4);
+    ASSERT_EQ(layout.expert_degree, experts);
+    std::vector<std::vector<Finding>> clean(4);
+    std::vector<std::map<std::string, std::vector<Finding>>> perturbed(4);
+    std::vector<nlohmann::json> broadcast(4);  // distances from rank 0's weights and the first holder's experts
+    run_ranks(4, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
+      sync->split_model(layout);
+      const std::map<std::string, torch::Tensor> params = {
+          {"replicated", dyadic({16, 8}, 42)}, {"expert", dyadic({8, 4}, 100 + layout.expert_rank(r))}};
+      sync->set_split_parameters({.partial = {}, .tensor_split = {}, .experts = {params.at("expert")}});
+      std::vector<torch::Tensor> all;
+      for (const auto& [name, p] : params) all.push_back(p);
+      clean[r] = sync->compare_parameters(all);
+      for (const auto& [name, p] : params) {
+        const torch::Tensor kept = p.clone();
+        if (r == kCulprit) p[1][2].fill_(std::nextafter(p[1][2].item<float>(), 1e9f));  // one ulp
+        perturbed[r][name] = sync->compare_parameters(all);
+        p.copy_(kept);
+      }
+      // The start-up broadcast gives each rank rank 0's replicated weights and the first holder's
+      // experts, never another expert's.
+      for (const auto& [name, p] : params) p.add_(r);
+      sync->broadcast_parameters(all);
+      const int first_holder = layout.expert_data_group(r).front();
+      broadcast[r] = {(params.at("replicated") - dyadic({16, 8}, 42)).abs().max().item<double>(),
+                      (params.at("expert") - dyadic({8, 4}, 100 + layout.expert_rank(r)) - first_holder).abs().max().item<double>()};
+    });
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(clean[r].empty()) << experts << " experts, rank " << r << ": " << clean[r].front().message;
+      ASSERT_EQ(perturbed[r].at("replicated").size(), 1u) << experts << " experts, rank " << r;
+      EXPECT_EQ(perturbed[r].at("replicated")[0].evidence["differing_ranks"], nlohmann::json({kCulprit}));
+      const auto& expert = perturbed[r].at("expert");
+      if (experts == 4) {
+        EXPECT_TRUE(expert.empty()) << "rank " << r << ": " << expert.front().message;
+        continue;
+      }
+      ASSERT_EQ(expert.size(), 1u) << "rank " << r;
+      EXPECT_EQ(expert[0].evidence["differing_ranks"], nlohmann::json({kCulprit})) << expert[0].message;
+      EXPECT_EQ(expert[0].evidence["reference_rank"], 0) << expert[0].message;  // the lowest agreeing rank overall
+      EXPECT_NE(expert[0].message.find("rank 3 experts sum"), std::string::npos) << expert[0].message;
+      EXPECT_NE(expert[0].message.find("vs rank 1's"), std::string::npos) << expert[0].message;
+    }
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(broadcast[r], nlohmann::json({0.0, 0.0})) << experts << " experts, rank " << r;
+  }
+}
+
 TEST(CommChecksTest, RankThatNeverArrivesGivesOthersANamedTimeout) {
   const int world = 4;
   const int absent = 3;

@@ -1,8 +1,9 @@
 // The mixture-of-experts feed-forward with its experts sharded over 2 and 4 ranks (real Gloo
 // subgroups, ranks as threads) against the same layer with every expert local, fed the same
-// tokens: outputs, input and router gradients equal, and each expert's gradient equals the sum of
-// the local layers' gradients over the ranks (the dispatch and combine all-to-alls, forward and
-// backward). Routing is uneven: ranks send different counts to each expert.
+// tokens: outputs, input and router gradients equal; each rank holds only its experts, whose
+// gradients equal the sum of the local layers' gradients over the ranks (the dispatch and combine
+// all-to-alls, forward and backward), and gathered they are the whole layer's. Routing is uneven:
+// ranks send different counts to each expert.
 #include <chrono>
 #include <mutex>
 
@@ -89,17 +90,23 @@ TEST_P(MoeExpertParallelTest, ShardedExpertsMatchEveryExpertLocal) {
         close("output", y_sharded, y_local);
         close("input gradient", x_sharded.grad(), x_local.grad());
         close("router gradient", sharded->router->weight.grad(), local->router->weight.grad());
-        // An expert's gradient on the rank computing it covers every rank's tokens: the sum of the
-        // local layers'; elsewhere it is zero. So the average over ranks is the local layers'.
+        // The rank holds only its experts, and each one's gradient covers every rank's tokens: the
+        // sum of the local layers' gradients over the ranks, for that expert.
         const int64_t per_rank = c.experts / c.world;
+        EXPECT_EQ(sharded->local_experts(), per_rank);
         const auto local_params = local->expert_parameters();
         const auto sharded_params = sharded->expert_parameters();
         for (size_t i = 0; i < local_params.size(); ++i) {
           auto summed = local_params[i].grad().clone();
           world->all_reduce_sum(summed, "reference_grads");
-          auto mine = torch::zeros_like(summed);
-          mine.narrow(0, rank * per_rank, per_rank).copy_(summed.narrow(0, rank * per_rank, per_rank));
-          close("expert gradient " + std::to_string(i), sharded_params[i].grad(), mine);
+          EXPECT_EQ(sharded_params[i].numel() * c.world, local_params[i].numel()) << "expert parameter " << i;
+          close("expert values " + std::to_string(i), sharded_params[i], local_params[i].narrow(0, rank * per_rank, per_rank));
+          close("expert gradient " + std::to_string(i), sharded_params[i].grad(), summed.narrow(0, rank * per_rank, per_rank));
+        }
+        // The export gathers every rank's experts back into the whole layer's, in expert order.
+        for (const auto& [name, whole] : sharded->gather_experts("test")) {
+          const auto want = local->named_parameters(/*recurse=*/false)[name];
+          close("gathered " + name, whole, want);
         }
         const auto counts = sharded->last_tokens_per_expert();
         sent[rank] = {counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel()};

@@ -433,6 +433,63 @@ TEST_P(FlatAdamWPaths, WithheldUpdateLeavesEverythingBitForBit) {
   EXPECT_TRUE(torch::equal(opt.flat_params(), twin.flat_params()));
 }
 
+// Parameters a rank holds alone (its experts) stay out of ZeRO's equal shards: each of two
+// shards keeps them whole, with their moments, and updates them as the unsharded optimizer does,
+// while it updates only its shard of the others. Weighed (a split model's norm), the squared norm
+// covers them too.
+TEST_P(FlatAdamWPaths, LocalParametersStayOutOfTheShardsAndUpdateWhole) {
+  const auto make = [](std::vector<torch::Tensor>& decayed, std::vector<torch::Tensor>& not_decayed) {
+    torch::manual_seed(9);
+    decayed = {torch::randn({5, 4}), torch::randn({3, 3})};
+    not_decayed = {torch::randn({7}), torch::randn({4})};
+  };
+  std::vector<torch::Tensor> d_ref, n_ref, d0, n0, d1, n1;
+  make(d_ref, n_ref);
+  make(d0, n0);
+  make(d1, n1);
+  const AdamWHyper hyper{.weight_decay = 0.1, .fused = GetParam()};
+  FlatAdamW whole(d_ref, n_ref, hyper);
+  // Local: the second decayed and the first not-decayed parameter (9 + 7 values; 20 + 4 shared).
+  FlatAdamW rank0(d0, n0, hyper, {0, 2}, {d0[1], n0[0]});
+  FlatAdamW rank1(d1, n1, hyper, {1, 2}, {d1[1], n1[0]});
+  EXPECT_EQ(rank0.padded_grads().numel(), 24);
+  EXPECT_EQ(rank0.state().exp_avg.numel(), 16 + 12);
+  ASSERT_EQ(rank0.shared_parameters().size(), 2u);
+  EXPECT_TRUE(rank0.shared_parameters()[0].is_same(d0[0]));
+  EXPECT_EQ(rank0.local_grads().numel(), 16);
+  for (int step = 1; step <= 3; ++step) {
+    for (size_t i = 0; i < 2; ++i)
+      for (auto* set : {&d_ref, &n_ref, &d0, &n0, &d1, &n1}) {
+        torch::manual_seed(100 * step + 10 * i + (set == &d_ref || set == &d0 || set == &d1));
+        (*set)[i].mutable_grad().copy_(torch::randn((*set)[i].sizes()));
+      }
+    whole.step(1e-2, torch::tensor(true));
+    rank0.step(1e-2, torch::tensor(true));
+    rank1.step(1e-2, torch::tensor(true));
+  }
+  for (const auto& [d, n, name] : {std::tuple{&d0, &n0, "rank 0"}, std::tuple{&d1, &n1, "rank 1"}}) {
+    EXPECT_TRUE(torch::equal((*d)[1], d_ref[1])) << name << ": local decayed";
+    EXPECT_TRUE(torch::equal((*n)[0], n_ref[0])) << name << ": local not decayed";
+  }
+  // The shared 24 values: rank 0 updated the first 12 (d[0]'s first 12), rank 1 the rest.
+  EXPECT_TRUE(torch::equal(d0[0].reshape(-1).narrow(0, 0, 12), d_ref[0].reshape(-1).narrow(0, 0, 12)));
+  EXPECT_TRUE(torch::equal(d1[0].reshape(-1).narrow(0, 12, 8), d_ref[0].reshape(-1).narrow(0, 12, 8)));
+  EXPECT_TRUE(torch::equal(n1[1], n_ref[1]));
+  EXPECT_FALSE(torch::equal(n0[1], n_ref[1])) << "rank 0 does not update rank 1's shard";
+
+  // The weighed norm: each rank's local squares plus its shard's, summed over the two ranks.
+  rank0.weigh_norm(std::vector<double>(4, 1.0));
+  rank1.weigh_norm(std::vector<double>(4, 1.0));
+  torch::Tensor from_rank1;
+  rank1.clip_grad_norm(0, [&](torch::Tensor& squares) { from_rank1 = squares.clone(); });
+  const auto norm = rank0.clip_grad_norm(0, [&](torch::Tensor& squares) { squares.add_(from_rank1); });
+  // Both ranks' local squares count (weight 1, as for experts each held by one rank; here their
+  // gradients happen to be equal), each shared value once.
+  const double local_squares = rank0.local_grads().square().sum().item<double>();
+  const double expected = std::sqrt(whole.flat_grads().square().sum().item<double>() + local_squares);
+  EXPECT_NEAR(norm.item<double>(), expected, 1e-4);
+}
+
 INSTANTIATE_TEST_SUITE_P(UpdatePaths, FlatAdamWPaths, ::testing::ValuesIn(update_paths()),
                          [](const auto& info) { return std::string(info.param ? "fused" : "plain"); });
 
