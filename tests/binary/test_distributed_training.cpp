@@ -285,6 +285,18 @@ TEST(GpuHostReadsTest, TwoRanksReadOnlyForTheirDeviceCollectives) {
   fs::remove_all(out);
 }
 
+// A launch that must be refused: exit 2 on every rank, `names` in rank 0's log, no run file written.
+void expect_refused_before_writing(Ranks& ranks, const fs::path& out, const std::string& names) {
+  for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
+  EXPECT_NE(read_text(out / "rank0.log").find(names), std::string::npos) << read_text(out / "rank0.log");
+  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
+}
+
+// A split model's checkpoint on 2 ranks: the whole model, each rank's model and optimizer shards, its RNG.
+const std::vector<std::string> kSplitCheckpointFiles = {
+    "model.safetensors", "model-shard-0.safetensors", "model-shard-1.safetensors", "optimizer-shard-0.safetensors",
+    "optimizer-shard-1.safetensors", "rank-0.safetensors", "rank-1.safetensors"};
+
 // Two ranks, 8 steps straight and resumed from step 4: the resumed losses continue the straight
 // ones bit for bit on both ranks, and the step-8 checkpoints' `files` are byte-identical.
 void expect_resume_bit_exact(const fs::path& straight, const fs::path& resumed, const std::vector<std::string>& files) {
@@ -374,9 +386,7 @@ void expect_sharded_checkpoints_resume_bit_exactly(const std::string& data_paral
         Refused{2, other, fmt::format("training.data_parallel=\"{}\" (this run: \"{}\")", data_parallel, other)}}) {
     const fs::path out = fresh_dir(data_parallel + "-refused");
     Ranks ranks = launch(refused.world, args(refused.world, out, refused.data_parallel, {"--resume", half.string()}), out);
-    for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
-    EXPECT_NE(read_text(out / "rank0.log").find(refused.names), std::string::npos) << read_text(out / "rank0.log");
-    for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
+    expect_refused_before_writing(ranks, out, refused.names);
     fs::remove_all(out);
   }
   fs::remove_all(straight);
@@ -408,9 +418,7 @@ TEST(DistributedConfigTest, FsdpWithExpertsOrTheNanFaultIsRefusedBeforeAnythingI
     args.insert(args.end(), {"--set", "training.data_parallel=fsdp"});
     args.insert(args.end(), refused.args.begin(), refused.args.end());
     Ranks ranks = launch(2, args, out);
-    for (const auto& code : ranks.wait_all(60)) EXPECT_EQ(code, 2) << read_text(out / "rank0.log");
-    EXPECT_NE(read_text(out / "rank0.log").find(refused.names), std::string::npos) << read_text(out / "rank0.log");
-    for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(out / written));
+    expect_refused_before_writing(ranks, out, refused.names);
     fs::remove_all(out);
   }
 }
@@ -688,17 +696,11 @@ TEST(DistributedCheckpointTest, SplitModelResumesBitExactlyAndRefusesAnotherLayo
   EXPECT_EQ(nlohmann::json::parse(read_text(half / "state.json")).at("model_shards"), 2);
   Ranks second = launch(2, args(resumed, {"--resume", half.string()}), resumed);
   clean_ranks(second, 2, resumed);
-  expect_resume_bit_exact(straight, resumed,
-                          {"model.safetensors", "model-shard-0.safetensors", "model-shard-1.safetensors",
-                           "optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors", "rank-0.safetensors",
-                           "rank-1.safetensors"});
+  expect_resume_bit_exact(straight, resumed, kSplitCheckpointFiles);
 
   const fs::path other = fresh_dir("split-refused");
   Ranks refused = launch(2, args(other, {"--set", "tensor_parallel_degree=1", "--resume", half.string()}), other);
-  for (const auto& code : refused.wait_all(60)) EXPECT_EQ(code, 2) << read_text(other / "rank0.log");
-  EXPECT_NE(read_text(other / "rank0.log").find("training.tensor_parallel_degree=2 (this run: 1)"), std::string::npos)
-      << read_text(other / "rank0.log");
-  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(other / written));
+  expect_refused_before_writing(refused, other, "training.tensor_parallel_degree=2 (this run: 1)");
   for (const auto& dir : {straight, resumed, other}) fs::remove_all(dir);
 }
 
@@ -725,17 +727,11 @@ TEST(DistributedCheckpointTest, ExpertShardsResumeBitExactlyAndRefuseAnotherLayo
   EXPECT_EQ(read_safetensors(half / "model.safetensors").tensors.at("block1.moe.w_down").size(0), 4);
   Ranks second = launch(2, args(resumed, "4", {"--resume", half.string()}), resumed);
   clean_ranks(second, 2, resumed);
-  expect_resume_bit_exact(straight, resumed,
-                          {"model.safetensors", "model-shard-0.safetensors", "model-shard-1.safetensors",
-                           "optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors", "rank-0.safetensors",
-                           "rank-1.safetensors"});
+  expect_resume_bit_exact(straight, resumed, kSplitCheckpointFiles);
 
   const fs::path other = fresh_dir("experts-refused");
   Ranks refused = launch(2, args(other, "2", {"--resume", half.string()}), other);
-  for (const auto& code : refused.wait_all(60)) EXPECT_EQ(code, 2) << read_text(other / "rank0.log");
-  EXPECT_NE(read_text(other / "rank0.log").find("training.moe_experts=4 (this run: 2)"), std::string::npos)
-      << read_text(other / "rank0.log");
-  for (const char* written : {"config.json", "report.json", "metrics.jsonl"}) EXPECT_FALSE(fs::exists(other / written));
+  expect_refused_before_writing(refused, other, "training.moe_experts=4 (this run: 2)");
   for (const auto& dir : {straight, resumed, other}) fs::remove_all(dir);
 }
 

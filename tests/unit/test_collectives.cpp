@@ -206,6 +206,21 @@ TEST(CommChecksTest, ParameterChecksumNamesThePerturbedRank) {
   }
 }
 
+// compare_parameters(all) once per parameter of `params`, that one a unit in the last place off
+// on the culprit rank (restored after), by parameter name.
+std::map<std::string, std::vector<Finding>> compared_with_one_ulp_off(ProcessGroupSync& sync,
+                                                                     const std::map<std::string, torch::Tensor>& params,
+                                                                     const std::vector<torch::Tensor>& all, bool culprit) {
+  std::map<std::string, std::vector<Finding>> findings;
+  for (const auto& [name, p] : params) {
+    const torch::Tensor kept = p.clone();
+    if (culprit) p[1][2].fill_(std::nextafter(p[1][2].item<float>(), 1e9f));
+    findings[name] = sync.compare_parameters(all);
+    p.copy_(kept);
+  }
+  return findings;
+}
+
 // A split model (tensor parallel 2 x data parallel 2): tensor-parallel shards differ by
 // tensor-parallel rank, which is no divergence; a one-ulp change on rank 3 is named whichever kind
 // it strikes (replicated: among all four ranks; a shard: against rank 1, which holds the same one).
@@ -224,12 +239,7 @@ TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
     std::vector<torch::Tensor> all;
     for (const auto& [name, p] : params) all.push_back(p);
     clean[r] = sync->compare_parameters(all);
-    for (const auto& [name, p] : params) {
-      const torch::Tensor kept = p.clone();
-      if (r == kCulprit) p[1][2].fill_(std::nextafter(p[1][2].item<float>(), 1e9f));  // one ulp
-      perturbed[r][name] = sync->compare_parameters(all);
-      p.copy_(kept);
-    }
+    perturbed[r] = compared_with_one_ulp_off(*sync, params, all, r == kCulprit);
   });
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(clean[r].empty()) << "rank " << r << ": " << clean[r].front().message;
@@ -263,12 +273,7 @@ TEST(CommChecksTest, ExpertsAreComparedOnlyAmongTheRanksHoldingThem) {
       std::vector<torch::Tensor> all;
       for (const auto& [name, p] : params) all.push_back(p);
       clean[r] = sync->compare_parameters(all);
-      for (const auto& [name, p] : params) {
-        const torch::Tensor kept = p.clone();
-        if (r == kCulprit) p[1][2].fill_(std::nextafter(p[1][2].item<float>(), 1e9f));  // one ulp
-        perturbed[r][name] = sync->compare_parameters(all);
-        p.copy_(kept);
-      }
+      perturbed[r] = compared_with_one_ulp_off(*sync, params, all, r == kCulprit);
       // The start-up broadcast gives each rank rank 0's replicated weights and the first holder's
       // experts, never another expert's.
       for (const auto& [name, p] : params) p.add_(r);
