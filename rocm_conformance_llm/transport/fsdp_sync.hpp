@@ -38,6 +38,8 @@ class FsdpShards {
   ShardOf optimizer_shard() const { return {comm_.rank(), comm_.world_size(), /*given=*/true}; }
   // Shards `model` over the ranks (GPTImpl::shard_fully); the step's calls below act on it.
   void shard_model(GPT& model);
+  // Forgets the units' collectives not yet taken: those run between steps.
+  void drop_samples() { group_->take_samples(); }
   // After the backward: the root's gradients reduce-scattered; with the blocks' collectives of
   // the forward and backward, appended to `out`.
   void sync_gradients(std::vector<CollectiveSample>& out);

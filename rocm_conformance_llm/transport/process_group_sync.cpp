@@ -194,6 +194,11 @@ void ProcessGroupSync::begin_step(int64_t step) {
   comm_->set_step(step);
   if (split_) split_->set_step(step);
   if (zero_) zero_->begin_step();
+  // A step's records are its own collectives: the groups' calls of forwards between steps
+  // (evaluation, the attention probe's and the start-up's input capture, the export's gather)
+  // belong to no training step.
+  if (split_) split_->drop_samples();
+  if (fsdp_) fsdp_->drop_samples();
 }
 
 void ProcessGroupSync::split_model(const ParallelLayout& layout) {

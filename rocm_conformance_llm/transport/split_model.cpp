@@ -66,6 +66,11 @@ int SplitModel::peer_key(ParameterKind kind, int world_rank) const {
   return 0;
 }
 
+void SplitModel::drop_samples() {
+  for (const auto& group : {groups_.tensor, groups_.expert})
+    if (group) group->take_samples();
+}
+
 void SplitModel::set_step(int64_t step) {
   data_->set_step(step);
   if (expert_data_) expert_data_->set_step(step);

@@ -46,6 +46,8 @@ class SplitModel {
   int peer_key(ParameterKind kind, int world_rank) const;
   // The subgroups' heartbeats quote the step (a timeout names it).
   void set_step(int64_t step);
+  // Forgets the subgroups' collectives not yet taken: those run between steps.
+  void drop_samples();
 
  private:
   ParallelLayout layout_;

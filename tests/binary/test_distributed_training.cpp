@@ -677,6 +677,28 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ExpertParallelTrainingTest,
                            return fmt::format("world{}_experts{}_{}", c.world, c.experts, c.data_parallel);
                          });
 
+// A step's `collectives` are its own: evaluation's forward between steps runs the experts'
+// all-to-alls too, which belong to no training step and must not be counted in the next one.
+TEST(StepCollectivesTest, EvaluationBetweenStepsIsInNoStepsRecord) {
+  const fs::path out = fresh_dir("moe-eval");
+  std::vector<std::string> args = training_args(2, out);
+  args[3] = "4";  // --steps
+  args.insert(args.end(), {"--set", "moe_experts=4", "--set", "moe_top_k=2", "--set", "eval_interval=2", "--set",
+                           "eval_batches=1"});
+  Ranks ranks = launch(2, args, out);
+  const auto metrics = clean_ranks(ranks, 2, out);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(metrics[r].size(), 4u) << "rank " << r;
+    for (const auto& m : metrics[r]) {
+      int dispatches = 0;
+      for (const auto& c : m.at("collectives")) dispatches += c.at("op") == "ep:all_to_all.moe_dispatch.fwd";
+      EXPECT_EQ(dispatches, 2) << "one per MoE block, rank " << r << " step " << m.at("step");
+    }
+    EXPECT_TRUE(metrics[r][1].contains("val_loss")) << "evaluation ran after step 2: " << metrics[r][1].dump();
+  }
+  fs::remove_all(out);
+}
+
 // A split run's checkpoint holds each rank's shard; resumed on the same world and layout the run
 // continues bit for bit (dropout on: the ranks' RNG streams matter); with another layout it is
 // refused before anything is written, exit 2, one line naming both values.
