@@ -192,9 +192,8 @@ TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_mas
           .training_kernel = training_kernel_of(loop, in)};
 }
 
-std::string training_attention_kernel(LoopAccess& loop, int64_t rows) {
-  const torch::Tensor tokens = loop.train_batch(0).inputs;
-  return training_kernel_of(loop, capture_attention_inputs(loop.model(), rows > 0 ? tokens.narrow(0, 0, rows) : tokens));
+std::string training_attention_kernel(LoopAccess& loop) {
+  return training_kernel_of(loop, capture_attention_inputs(loop.model(), loop.train_batch(0).inputs.narrow(0, 0, 1)));
 }
 
 nlohmann::json attention_probe_report(LoopAccess& loop, const TrainerAttentionProbe& probe) {

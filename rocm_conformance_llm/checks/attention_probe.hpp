@@ -94,10 +94,10 @@ struct TrainerAttentionProbe {
 };
 TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked);
 
-// The kernel of block 0's training call, captured from a forward of the first `rows` sequences of
-// the first batch (0: all of them) and cast to the run's precision as autocast casts them:
-// CausalSelfAttentionImpl::training_kernel.
-std::string training_attention_kernel(LoopAccess& loop, int64_t rows = 0);
+// The kernel of block 0's training call, captured from a forward of the first batch's first
+// sequence (the choice follows dtypes, strides, head size, mask and dropout, not the batch) and
+// cast to the run's precision as autocast casts it: CausalSelfAttentionImpl::training_kernel.
+std::string training_attention_kernel(LoopAccess& loop);
 
 // `rocm-conformance-llm probe attention`: {"probe", "device", "libtorch", "seq_len",
 // "pad_fraction", "backends", "training_kernel", "results": [AttentionProbeResult::to_json],

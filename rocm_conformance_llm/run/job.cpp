@@ -352,7 +352,7 @@ class Job {
     // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
     if (cfg.data_parallel != kDataParallelDdp || trainer_->model()->parallel().expert)
       report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
-    if (sdpa_available() && cfg.attention_backend != "math") record_attention_kernel();
+    if (cfg.attention_backend != "math") record_attention_kernel();  // SDPA's (refused on 1.13 before here)
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
@@ -423,11 +423,10 @@ class Job {
   // Which kernel SDPA's dispatcher gives the training call, in config.json and report.json from
   // the start (an out-of-memory's report needs it most). No fused kernel taking it means the math
   // path's B x H x T x T scores, which the sizing and the fit do not count: on an H200 a Q/K/V
-  // layout the fused kernels refused took 24 GiB more than predicted and ran out of memory. One
-  // sequence is enough: the choice follows dtypes, strides, head size, mask and dropout.
+  // layout the fused kernels refused took 24 GiB more than predicted and ran out of memory.
   void record_attention_kernel() {
     const TrainingConfig& cfg = run_.training;
-    const std::string kernel = training_attention_kernel(*trainer_, /*rows=*/1);
+    const std::string kernel = training_attention_kernel(*trainer_);
     const nlohmann::json section = {{"attention_backend", cfg.attention_backend}, {"training_kernel", kernel}};
     config_doc_["attention_kernel"] = section;
     report_.add_section("attention_kernel", section);
