@@ -2,9 +2,10 @@
 # Does a refactor change what the tool computes? Runs one fixed set of CPU runs with two builds
 # and compares, bit for bit, every step's loss in metrics.jsonl and the findings and verdict in
 # report.json: every stress mode alone and `all` on smoke, an injected NaN, a checkpointed run
-# and its resume from the middle, and a 2-rank `--stress comm` run (127.0.0.1).
+# and its resume from the middle, a 2-rank and a 4-rank `--stress comm` run (tensor pairs, experts)
+# and a 2-rank FSDP run (127.0.0.1).
 #   bash scripts/same_behaviour.sh OLD_BINARY NEW_BINARY     # exit 0: identical, 1: they differ
-# Both builds must run on this machine; each set takes about two minutes on 2 cores.
+# Both builds must run on this machine; each set takes a few minutes on 2 cores.
 set -uo pipefail
 
 # runs BINARY OUT: the fixed set, then OUT/summary.txt (per run: exit code, losses, findings).
@@ -13,16 +14,24 @@ runs() {
   local common=(--preset smoke --seed 7 --steps 16 --set training.num_threads=1)
   rm -rf "$out" && mkdir -p "$out"
   one() { local name=$1; shift; "$bin" "${common[@]}" --output-dir "$out/$name" "$@" >"$out/$name.log" 2>&1; echo $? >"$out/$name.rc"; }
+  # ranks N NAME ARGS...: one run of N local ranks over 127.0.0.1 (Gloo), each rank its own files.
+  ranks() {
+    local n=$1 name=$2 rank; shift 2; port=$((port + 1))
+    for ((rank = 0; rank < n; rank++)); do
+      RANK=$rank WORLD_SIZE=$n LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        timeout 300 "$bin" "${common[@]}" "$@" --output-dir "$out/$name" >"$out/$name-$rank.log" 2>&1 &
+    done
+    wait
+  }
   one mode-none
   for mode in gemm rng comm memory fusion attention all; do one "mode-$mode" --stress "$mode"; done
   one fault-nan --stress gemm --inject nan@step=6
   one ckpt-full --checkpoint-interval 8
   one ckpt-resumed --resume "$out/ckpt-full/checkpoints/step-00000008"
-  for rank in 0 1; do
-    RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 300 "$bin" "${common[@]}" --stress comm --output-dir "$out/comm2" >"$out/comm2-$rank.log" 2>&1 &
-  done
-  wait
+  ranks 2 comm2 --stress comm
+  # Four ranks: the comm mode splits tensor-parallel pairs and shards experts over the replicas.
+  ranks 4 comm4 --stress comm
+  ranks 2 fsdp2 --set training.data_parallel=fsdp
   /usr/bin/python3 - "$out" <<'PY'
 import json, pathlib, sys
 out, lines = pathlib.Path(sys.argv[1]), []
