@@ -11,7 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/collective_check.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/collective_check.hpp"
 #include "rocm_conformance_llm/transport/collective_battery.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
@@ -367,7 +368,7 @@ CheckedRun run_check(int world, int steps, const std::string& inject, uint64_t s
   cfg.collective_check_max_mb = 0.05;  // the 32 KiB size only: CPU-sized
   cfg.seed = seed;
   run_ranks(world, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-    FindingLog log;
+    FindingLog log(find_signature);
     CollectiveCheck check(diag, log, sync, CollectiveCheckOptions::from(cfg, diag, /*shared_cores=*/true), &faults);
     check.preflight();
     for (int step = 1; step <= steps; ++step) {
