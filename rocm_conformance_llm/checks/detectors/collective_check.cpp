@@ -113,9 +113,8 @@ nlohmann::json CollectiveCheck::report_sections() const {
     const CaseHistory& h = history_[i];
     if (h.runs == 0) continue;
     const double median = h.seconds.empty() ? h.last_seconds : stats::median({h.seconds.begin(), h.seconds.end()});
-    const bool reduces = c.kind == CollectiveKind::all_reduce || c.kind == CollectiveKind::reduce_scatter;
     cases.push_back({{"kind", to_string(c.kind)},
-                     {"reduce_op", reduces ? to_string(c.reduce) : ""},
+                     {"reduce_op", is_reduction(c.kind) ? to_string(c.reduce) : ""},
                      {"dtype", c10::toString(c.dtype)},
                      {"bytes", c.bytes},
                      {"route", h.route},
