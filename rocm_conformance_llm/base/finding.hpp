@@ -1,6 +1,6 @@
 // A finding: one failure signature seen, attributed to a ROCm component. The vocabulary every
 // layer reports in (a collective that failed, a check, a checkpoint's saved findings); what a
-// signature's registry entry adds (default action, cap) is checks/finding_log.hpp.
+// signature's registry entry adds (default action, cap) is checks/findings/finding_log.hpp.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ enum class Action {
   none,             // information only
 };
 
-// How a re-run of the anomalous step judged it (checks/rerun.hpp, docs/detectors.md).
+// How a re-run of the anomalous step judged it (checks/findings/rerun_outcome.hpp, docs/detectors.md).
 enum class Classification {
   transient,      // not reproduced when the step ran again on the same device
   persistent,     // reproduced on this device in higher precision, not on the CPU (or CPU not run)
@@ -73,7 +73,8 @@ Classification classification_from_string(const std::string& s);  // ConfigError
 // A double for evidence: JSON has no NaN/Inf, so those become the strings "nan", "inf", "-inf".
 nlohmann::json json_number(double v);
 
-// Reads what to_json (checks/finding_log.hpp) wrote (a previous run's report.json); ConfigError on a malformed entry.
+// Reads what to_json (checks/findings/finding_log.hpp) wrote (a previous run's report.json); ConfigError
+// on a malformed entry.
 Finding finding_from_json(const nlohmann::json& j);
 
 }  // namespace rcl

@@ -1,6 +1,6 @@
 // How much the rest of the host took from a stretch of this process's work (a training step):
 // on shared cores a compiler or another job slows the step as surely as a slow kernel, and
-// that is not a ROCm fault (checks/step_time.cpp attributes such steps to the host).
+// that is not a ROCm fault (checks/detectors/step_time.cpp attributes such steps to the host).
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "rocm_conformance_llm/checks/robust_stats.hpp"
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/checks/findings/finding_log.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
 

@@ -14,7 +14,7 @@
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
-#include "rocm_conformance_llm/checks/robust_stats.hpp"
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 #include "rocm_conformance_llm/reports/baseline.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"

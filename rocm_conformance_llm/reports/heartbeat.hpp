@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "rocm_conformance_llm/checks/watchdog.hpp"
+#include "rocm_conformance_llm/checks/monitors/watchdog.hpp"
 
 namespace rcl {
 

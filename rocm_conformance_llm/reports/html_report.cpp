@@ -393,7 +393,7 @@ std::string findings_section(const json& findings) {
   return s + "</table>\n";
 }
 
-// The collective battery's table (checks/collective_check.hpp): kind x size x dtype.
+// The collective battery's table (checks/detectors/collective_check.hpp): kind x size x dtype.
 std::string collectives_section(const json& collectives) {
   const json cases = collectives.value("cases", json::array());
   if (cases.empty()) return "";

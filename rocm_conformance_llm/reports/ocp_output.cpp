@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/base/finding.hpp"
-#include "rocm_conformance_llm/checks/registry.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 
 namespace rcl {
 

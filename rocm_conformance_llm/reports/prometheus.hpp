@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/checks/findings/finding_log.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
 

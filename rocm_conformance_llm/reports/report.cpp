@@ -16,8 +16,8 @@
 
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/files.hpp"
-#include "rocm_conformance_llm/checks/error_classifier.hpp"
-#include "rocm_conformance_llm/checks/registry.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/monitors/error_classifier.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
 #include "rocm_conformance_llm/reports/ocp_output.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"

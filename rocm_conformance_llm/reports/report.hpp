@@ -20,8 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rocm_conformance_llm/checks/coverage.hpp"
-#include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/checks/findings/coverage.hpp"
+#include "rocm_conformance_llm/checks/findings/finding_log.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
 
@@ -33,7 +33,7 @@ std::string to_string(RunOutcome o);
 struct ComponentStatus {
   std::string component;
   // "FAIL" / "WARN" from its findings (on any device: a finding is a finding), else "PASS" when
-  // a check exercised it, else "NOT_RUN" (checks/coverage.hpp).
+  // a check exercised it, else "NOT_RUN" (checks/findings/coverage.hpp).
   std::string status;
   int info = 0, warn = 0, fail = 0;
   bool exercised = false;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "rocm_conformance_llm/checks/finding_log.hpp"
-#include "rocm_conformance_llm/checks/robust_stats.hpp"
+#include "rocm_conformance_llm/checks/findings/finding_log.hpp"
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 
 namespace rcl {
 

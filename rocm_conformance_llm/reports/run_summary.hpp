@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rocm_conformance_llm/checks/op_counter.hpp"
+#include "rocm_conformance_llm/checks/detectors/op_counter.hpp"
 #include "rocm_conformance_llm/loop/step_record.hpp"
 
 namespace rcl {

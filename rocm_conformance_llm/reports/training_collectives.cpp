@@ -1,6 +1,6 @@
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
 
-#include "rocm_conformance_llm/checks/robust_stats.hpp"
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 
 namespace rcl {
 

@@ -16,12 +16,12 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/base/files.hpp"
-#include "rocm_conformance_llm/checks/attention_probe.hpp"
-#include "rocm_conformance_llm/checks/host_read_count.hpp"
-#include "rocm_conformance_llm/checks/memory.hpp"
-#include "rocm_conformance_llm/checks/registry.hpp"
-#include "rocm_conformance_llm/checks/telemetry.hpp"
-#include "rocm_conformance_llm/checks/watchdog.hpp"
+#include "rocm_conformance_llm/checks/detectors/attention_probe.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/memory.hpp"
+#include "rocm_conformance_llm/checks/monitors/host_read_count.hpp"
+#include "rocm_conformance_llm/checks/monitors/telemetry.hpp"
+#include "rocm_conformance_llm/checks/monitors/watchdog.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
@@ -408,8 +408,9 @@ class Job {
                                              std::_Exit(code);
                                            });
     wiring.add(part::watchdog, watchdog_.get());
-    coverage.record("watchdog", run_.diagnostics.watchdog_timeout_s > 0, "off (diagnostics.watchdog_timeout_s=0)");
-    coverage.record("baseline", s_.baseline.has_value(), "no --baseline");
+    coverage.record(registered_detector("watchdog"), run_.diagnostics.watchdog_timeout_s > 0,
+                    "off (diagnostics.watchdog_timeout_s=0)");
+    coverage.record(registered_detector("baseline"), s_.baseline.has_value(), "no --baseline");
     report_.set_coverage(coverage);
     heartbeat_.emplace(run_.output_dir, s_.launch.rank, *watchdog_);
     if (!run_.checkpoint_interval.empty()) {
@@ -445,7 +446,7 @@ class Job {
     c.gpu = !s_.device.is_cpu();
     c.world_size = sync_->world_size();
     if (c.world_size > 1) c.collective_backend = collective_backend(s_.device);
-    c.record("collectives", c.world_size > 1, "one rank: no process group");
+    c.record(registered_detector("collectives"), c.world_size > 1, "one rank: no process group");
     for (const auto& [mode, reason] : run_.stress_skipped)
       for (const auto& spec : stress_mode_registry())
         if (spec.name == mode) c.skipped_modes.push_back({mode, spec.components, reason});
@@ -543,7 +544,7 @@ class Job {
 
   const RunConfig& run_;
   RunSetup s_;
-  FindingLog findings_;
+  FindingLog findings_{find_signature};
   RunSummary summary_;
   nlohmann::json config_doc_;
   TrainingCollectives training_collectives_;

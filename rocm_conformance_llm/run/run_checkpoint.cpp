@@ -10,6 +10,7 @@
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
 

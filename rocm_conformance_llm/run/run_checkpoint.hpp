@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/base/strings.hpp"
-#include "rocm_conformance_llm/checks/finding_log.hpp"
+#include "rocm_conformance_llm/checks/findings/finding_log.hpp"
 #include "rocm_conformance_llm/loop/step_hooks.hpp"
 #include "rocm_conformance_llm/run/run_config.hpp"
 

@@ -71,8 +71,7 @@ void compare(const torch::Tensor& got, const torch::Tensor& expected, bool round
 }  // namespace
 
 std::string BatteryCase::name() const {
-  const bool reduces = kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter;
-  return fmt::format("{}{}/{}/{}", to_string(kind), reduces ? "/" + to_string(reduce) : "",
+  return fmt::format("{}{}/{}/{}", to_string(kind), is_reduction(kind) ? "/" + to_string(reduce) : "",
                      c10::toString(dtype), human_bytes(bytes));
 }
 

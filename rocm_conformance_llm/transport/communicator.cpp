@@ -151,6 +151,17 @@ std::string to_string(CollectiveKind kind) {
   return "?";
 }
 
+bool is_reduction(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+    case CollectiveKind::reduce_scatter: return true;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::all_to_all:
+    case CollectiveKind::broadcast: return false;
+  }
+  return false;
+}
+
 std::string to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return "sum";
@@ -182,7 +193,7 @@ CollectiveRoute route_collective(const std::string& backend, CollectiveKind kind
   if (backend != "gloo") return route;  // RCCL / NCCL: every kind, op and dtype natively
   constexpr bool gloo_has_bf16 = TORCH_VERSION_MAJOR >= 2;
   constexpr bool gloo_has_allgather_base = TORCH_VERSION_MAJOR >= 2;
-  const bool reduces = kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter;
+  const bool reduces = is_reduction(kind);
   std::vector<std::string> steps;
   if (dtype == torch::kBFloat16 && !gloo_has_bf16) {
     route.carried_as = reduces ? torch::kFloat : torch::kHalf;

@@ -45,6 +45,10 @@ struct RankHeartbeat {
 // tensor and reduce-scatter, MoE's all-to-all, and broadcast.
 enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast };
 std::string to_string(CollectiveKind kind);  // "all_reduce", "all_gather", ...
+// Whether the kind combines the ranks' values with a ReduceOp (all-reduce, reduce-scatter): its
+// results depend on the op, its bf16 is carried as fp32 where Gloo lacks it, and its samples,
+// battery cases and report rows name the op. The other kinds only move data.
+bool is_reduction(CollectiveKind kind);
 
 // nccl-tests' bus bandwidth in GB/s: algbw (bytes / s) scaled by the share of data each rank
 // must move, 2(n-1)/n for all-reduce, (n-1)/n for all-gather (bytes = gathered total),

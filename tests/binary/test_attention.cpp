@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "support/cli_runner.hpp"
-#include "rocm_conformance_llm/checks/attention_probe.hpp"
+#include "rocm_conformance_llm/checks/detectors/attention_probe.hpp"
 #include "rocm_conformance_llm/model.hpp"
 
 namespace rcl {

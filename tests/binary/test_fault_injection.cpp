@@ -81,7 +81,7 @@ struct Expected {
   std::string severity;
   std::string evidence_key = {};  // optional evidence that must hold `evidence_value`
   std::string evidence_value = {};
-  std::string classification = {};  // optional: the anomaly re-run's verdict (rerun.hpp)
+  std::string classification = {};  // optional: the anomaly re-run's verdict (anomaly_rerun.hpp)
   std::string action = {};          // optional
 };
 

@@ -17,8 +17,8 @@
 
 #include "support/cli_runner.hpp"
 #include "support/node_fixtures.hpp"
-#include "rocm_conformance_llm/checks/kernel_log.hpp"
-#include "rocm_conformance_llm/checks/telemetry.hpp"
+#include "rocm_conformance_llm/checks/monitors/kernel_log.hpp"
+#include "rocm_conformance_llm/checks/monitors/telemetry.hpp"
 #include "rocm_conformance_llm/platform/doctor.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cli_runner.hpp"
-#include "rocm_conformance_llm/checks/registry.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/run/job.hpp"
@@ -264,7 +264,7 @@ TEST(ErrorBoundary, UnwritableReportIsAClearErrorAndExitThree) {
   const fs::path dir = fresh_dir("unwritable");
   fs::create_directories(dir);
   std::ofstream(dir / "file").close();  // a regular file where the output directory should be: even root fails
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   ReportWriter writer(dir / "file" / "out", 0, json::object(), json::object(), log, summary, 0);
   EXPECT_EQ(writer.write(RunOutcome::completed), 3);

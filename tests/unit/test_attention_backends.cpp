@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "rocm_conformance_llm/checks/attention_probe.hpp"
+#include "rocm_conformance_llm/checks/detectors/attention_probe.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"

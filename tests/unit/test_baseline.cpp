@@ -7,7 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/op_counter.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/op_counter.hpp"
 #include "rocm_conformance_llm/reports/baseline.hpp"
 #include "rocm_conformance_llm/reports/metrics_writer.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
@@ -106,7 +107,7 @@ fs::path write_run(const std::string& name, const std::vector<StepRecord>& steps
     MetricsWriter metrics(dir, 0, {"gemm"});
     for (const auto& r : steps) metrics.write(r);
   }
-  FindingLog log;
+  FindingLog log(find_signature);
   for (const auto& f : findings) log.add(f);
   RunSummary summary;
   for (const auto& r : steps) summary.on_step(r);

@@ -5,13 +5,16 @@
 // are emulations (route_collective): the same exact values prove them. Then the battery: exact on
 // clean runs over several seeds, naming a wrong shard's rank and a stalled reduce-scatter.
 #include <chrono>
+#include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/collective_check.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/collective_check.hpp"
 #include "rocm_conformance_llm/transport/collective_battery.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
@@ -70,6 +73,15 @@ void expect_equal(std::vector<std::string>& problems, const std::string& what, c
 void expect_no_problems(const Problems& problems) {
   for (size_t r = 0; r < problems.size(); ++r)
     for (const auto& p : problems[r]) ADD_FAILURE() << "rank " << r << ": " << p;
+}
+
+// Every CollectiveKind, in declaration order: the enum's values run from 0 and to_string names
+// each (-Wall warns where a switch over the kinds misses one); past the last it says "?".
+std::vector<CollectiveKind> every_collective_kind() {
+  std::vector<CollectiveKind> kinds;
+  for (int i = 0; to_string(static_cast<CollectiveKind>(i)) != "?"; ++i)
+    kinds.push_back(static_cast<CollectiveKind>(i));
+  return kinds;
 }
 
 TEST_P(CollectiveKindsTest, AllReduceEveryOpAndDtype) {
@@ -221,8 +233,7 @@ TEST(CollectiveSampleTest, NamesItsKindReduceOpDtypeAndGroup) {
 // The emulation choice is one table: RCCL does everything natively; Gloo emulates what the
 // libtorch it is built with lacks.
 TEST(CollectiveRouteTest, RcclNativeGlooEmulatesWhatItLacks) {
-  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::reduce_scatter,
-                          CollectiveKind::all_to_all, CollectiveKind::broadcast}) {
+  for (const auto kind : every_collective_kind()) {
     for (const auto reduce : {ReduceOp::sum, ReduceOp::avg}) {
       const CollectiveRoute rccl = route_collective("rccl", kind, reduce, torch::kBFloat16);
       EXPECT_TRUE(rccl.native && !rccl.carried_as && !rccl.sum_then_divide) << to_string(kind);
@@ -246,6 +257,34 @@ TEST(CollectiveRouteTest, RcclNativeGlooEmulatesWhatItLacks) {
   EXPECT_TRUE(bf16_move.reinterpreted);
   EXPECT_FALSE(route_collective("gloo", CollectiveKind::all_gather, ReduceOp::sum, torch::kFloat).native);
 #endif
+}
+
+// docs/extending.md, "Adding a collective kind": every kind declared has battery cases (run
+// against exact values below and by the collective check), and the one reduce rule decides
+// where its op is named and how Gloo carries its bf16.
+TEST(CollectiveKindList, EveryKindIsInTheBatteryAndFollowsTheReduceRule) {
+  const auto kinds = every_collective_kind();
+  ASSERT_GE(kinds.size(), 5u);  // the five of communicator.hpp, and any added since
+  EXPECT_TRUE(is_reduction(CollectiveKind::all_reduce));
+  EXPECT_TRUE(is_reduction(CollectiveKind::reduce_scatter));
+  const auto cases = battery_cases(battery_sizes(int64_t{32} << 10));
+  for (const auto kind : kinds) {
+    const std::string name = to_string(kind);
+    std::set<ReduceOp> ops;
+    for (const auto& c : cases) {
+      if (c.kind != kind) continue;
+      ops.insert(c.reduce);
+      const std::string named = name + (is_reduction(kind) ? "/" + to_string(c.reduce) : "") + "/";
+      EXPECT_EQ(c.name().rfind(named, 0), 0u) << c.name() << " does not start with " << named;
+    }
+    EXPECT_FALSE(ops.empty()) << name << " has no battery case";
+    if (!is_reduction(kind)) EXPECT_EQ(ops, std::set<ReduceOp>{ReduceOp::sum}) << name << ": only moves data";
+#if TORCH_VERSION_MAJOR < 2
+    // 1.13's Gloo has no bf16: a reduction computes in fp32, data movement carries the 16 bits.
+    const CollectiveRoute bf16 = route_collective("gloo", kind, ReduceOp::sum, torch::kBFloat16);
+    EXPECT_EQ(bf16.carried_as, is_reduction(kind) ? torch::kFloat : torch::kHalf) << name;
+#endif
+  }
 }
 
 TEST(CollectiveBatteryTest, SizesCrossTheProtocolThresholdsAndInputsStayExactInBf16) {
@@ -367,7 +406,7 @@ CheckedRun run_check(int world, int steps, const std::string& inject, uint64_t s
   cfg.collective_check_max_mb = 0.05;  // the 32 KiB size only: CPU-sized
   cfg.seed = seed;
   run_ranks(world, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-    FindingLog log;
+    FindingLog log(find_signature);
     CollectiveCheck check(diag, log, sync, CollectiveCheckOptions::from(cfg, diag, /*shared_cores=*/true), &faults);
     check.preflight();
     for (int step = 1; step <= steps; ++step) {
@@ -385,6 +424,8 @@ CheckedRun run_check(int world, int steps, const std::string& inject, uint64_t s
 
 TEST(CollectiveCheckTest, CleanBatteriesStaySilentAndFillTheCollectivesTable) {
   torch::set_num_threads(1);
+  std::map<std::string, bool> reduces;  // by report.json's kind name
+  for (const auto kind : every_collective_kind()) reduces[to_string(kind)] = is_reduction(kind);
   for (const int world : {2, 4}) {
     for (const uint64_t seed : {11u, 12u}) {
       const CheckedRun run = run_check(world, 4, "", seed);
@@ -394,12 +435,17 @@ TEST(CollectiveCheckTest, CleanBatteriesStaySilentAndFillTheCollectivesTable) {
         const auto& table = run.sections[r]["collectives"];
         EXPECT_EQ(table["batteries"], 5);
         ASSERT_EQ(table["cases"].size(), battery_cases({int64_t{32} << 10}).size());
+        std::set<std::string> kinds_in_table;
         for (const auto& row : table["cases"]) {
+          kinds_in_table.insert(row["kind"].get<std::string>());
+          // A row names its op exactly when its kind reduces.
+          EXPECT_EQ(row["reduce_op"] != "", reduces.at(row["kind"].get<std::string>())) << row.dump();
           EXPECT_TRUE(row["verified"].get<bool>()) << row.dump();
           EXPECT_EQ(row["runs"], 5);
           EXPECT_GT(row["bus_bandwidth_gbps"].get<double>(), 0.0) << row.dump();
           EXPECT_EQ(row["latency_history_s"].size(), 5u);
         }
+        EXPECT_EQ(kinds_in_table.size(), reduces.size()) << "every kind has a row";
       }
     }
   }

@@ -8,8 +8,9 @@
 
 #include "rocm_conformance_llm/base/deferred_scalars.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
-#include "rocm_conformance_llm/checks/comm_monitor.hpp"
-#include "rocm_conformance_llm/checks/op_counter.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/comm_monitor.hpp"
+#include "rocm_conformance_llm/checks/detectors/op_counter.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
@@ -368,7 +369,7 @@ TEST(CommChecksTest, SkippedCollectiveIsNamedBySequenceCheck) {
   DiagnosticsConfig diag;
   diag.warmup_steps = 0;
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-    FindingLog log;
+    FindingLog log(find_signature);
     CommMonitorOptions options;
     options.check_interval = 1;
     CommMonitor monitor(diag, log, sync, {}, options);
@@ -459,7 +460,7 @@ MonitoredRun run_monitored(int world, int steps, int slow_rank, double sleep_s) 
   DiagnosticsConfig diag;
   diag.warmup_steps = 2;
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-    FindingLog log;
+    FindingLog log(find_signature);
     CommMonitorOptions options;
     options.check_interval = 5;  // canary, checksum and sequence checks ride along
     auto params = parameters_with_grads(0);  // identical on every rank, like real replicas

@@ -1,4 +1,4 @@
-// The detector registry (checks/registry.cpp): every signature declared once, attributed
+// The detector registry (checks/detectors/catalog.cpp): every signature declared once, attributed
 // to a known component and proven by a fault of the --inject table or by a test that exists;
 // thresholds are real config keys; every fault proves a signature; the FindingLog caps each
 // signature as declared. And docs/extending.md's walk-through: a throwaway detector registered
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/registry.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/run/wiring.hpp"
@@ -108,7 +108,7 @@ TEST(DetectorRegistry, ThresholdsAreConfigKeys) {
 }
 
 TEST(FindingLog, CapsEachSignatureAsTheRegistryDeclares) {
-  FindingLog log;
+  FindingLog log(find_signature);
   for (int i = 0; i < 8; ++i) log.add(Finding{.signature = "loss_spike", .step = i});
   for (int i = 0; i < 3; ++i) log.add(Finding{.signature = "nonfinite_loss", .step = i});
   for (int i = 0; i < 3; ++i) log.add(Finding{.signature = "undeclared", .step = i});
@@ -152,7 +152,7 @@ std::vector<Finding> run_smoke(const std::string& inject) {
   ctx.cfg.steps = 24;
   ctx.cfg.eval_interval = 0;
   Trainer trainer(ctx);
-  FindingLog log;
+  FindingLog log(find_signature);
   const FaultPlan faults = FaultPlan::parse(inject);
   FaultInjector injector(faults, 0, trainer.model(), ctx.device);
   auto detectors = make_detectors(DetectorContext{.diag = ctx.diag, .log = log, .loop = &trainer, .faults = &faults});

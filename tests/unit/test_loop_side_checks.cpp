@@ -10,11 +10,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/error_classifier.hpp"
-#include "rocm_conformance_llm/checks/gemm_canary.hpp"
-#include "rocm_conformance_llm/checks/numerics.hpp"
-#include "rocm_conformance_llm/checks/rerun.hpp"
-#include "rocm_conformance_llm/checks/rng_checks.hpp"
+#include "rocm_conformance_llm/checks/detectors/anomaly_rerun.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
+#include "rocm_conformance_llm/checks/detectors/numerics.hpp"
+#include "rocm_conformance_llm/checks/detectors/rng_checks.hpp"
+#include "rocm_conformance_llm/checks/monitors/error_classifier.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
@@ -68,7 +69,7 @@ class GemmCanaryDtypes : public ::testing::TestWithParam<torch::ScalarType> {};
 
 TEST_P(GemmCanaryDtypes, CleanDeviceIsSilentAndCorruptionFires) {
   GemmCanary canary(canary_shapes(GetParam()), kCpu);
-  FindingLog log;
+  FindingLog log(find_signature);
   for (const auto& r : canary.run(25, 0, log)) {
     EXPECT_TRUE(r.supported) << r.shape.to_string();
     EXPECT_TRUE(r.passed()) << r.shape.to_string() << " rel " << r.relative_fro_error << " max "
@@ -103,7 +104,7 @@ TEST_P(GemmCanaryDtypes, CleanDeviceIsSilentAndCorruptionFires) {
 // one in the same run is intermittent: fail, isolate the node.
 TEST(GemmCanary, AOneOffWrongResultIsTransientAndASecondFails) {
   GemmCanary canary(canary_shapes(torch::kFloat), kCpu);
-  FindingLog log;
+  FindingLog log(find_signature);
   canary.run(5, 0, log, CanaryFault::once);
   ASSERT_EQ(log.size(), 1u);
   const Finding first = log.snapshot()[0];
@@ -157,7 +158,7 @@ TEST(GemmCanary, Fp16IsCheckedWhereTheDeviceHasAKernelAndReportedUnsupportedOthe
     }
   }();
   GemmCanary canary({{"fp16", 16, 16, 16, false, true, torch::kHalf}}, kCpu);
-  FindingLog log;
+  FindingLog log(find_signature);
   const auto results = canary.run(1, 0, log);
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].supported, has_fp16_gemm);
@@ -341,7 +342,7 @@ TEST(RngChecks, ReplayDeterminismIsOnOnlyAroundTheComparedSteps) {
     c.determinism = level;
     ctx.output_dir = std::filesystem::temp_directory_path() / fmt::format("rcl-determinism-{}-{}", level, ::getpid());
     set_deterministic(false);
-    FindingLog log;
+    FindingLog log(find_signature);
     Trainer trainer(ctx);
     ReplayCheck replay(ctx.diag, log, trainer, nullptr);
     DeterminismProbe probe;

@@ -10,6 +10,7 @@
 
 #include "support/cli_runner.hpp"
 #include "support/prometheus_text.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 
 namespace rcl {
@@ -60,7 +61,7 @@ TEST(MetricsProm, RewrittenEveryIntervalStepsWithTheFindingsSoFar) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-prom-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  FindingLog log;
+  FindingLog log(find_signature);
   PrometheusObserver observer(dir, 0, 2, log);
   StepRecord r;
   r.step = 1;

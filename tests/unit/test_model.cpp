@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "rocm_conformance_llm/checks/gemm_canary.hpp"
-#include "rocm_conformance_llm/checks/numerics.hpp"
+#include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
+#include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 

@@ -17,8 +17,9 @@
 
 #include "support/cli_runner.hpp"
 #include "support/node_fixtures.hpp"
-#include "rocm_conformance_llm/checks/kernel_log.hpp"
-#include "rocm_conformance_llm/checks/telemetry.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/monitors/kernel_log.hpp"
+#include "rocm_conformance_llm/checks/monitors/telemetry.hpp"
 #include "rocm_conformance_llm/platform/doctor.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"
@@ -52,7 +53,7 @@ const char* kEccAndThrottleScript = "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp
 // tracker: the exact steps of the ECC increases and of the throttle episode.
 void expect_scripted_findings(const SmiLibrary& smi) {
   ASSERT_TRUE(smi.status().available) << smi.status().reason;
-  FindingLog log;
+  FindingLog log(find_signature);
   TelemetryTracker tracker(log, 0);
   for (int64_t step : {0, 10, 20, 30, 40}) {
     TelemetrySample s{.t_s = 0, .step = step, .device_count = smi.device_count(), .gpus = {}};
@@ -142,7 +143,7 @@ TEST(Telemetry, FakeAmdSmiOlderStructLayoutStillReadsPower) {
 }
 
 TEST(Telemetry, GpuThatStopsAnsweringOrIsNoLongerListedFails) {
-  FindingLog log;
+  FindingLog log(find_signature);
   TelemetryTracker tracker(log, 0);
   tracker.add(sample(0, 2, {gpu(0, 0, 0, 0), gpu(1, 0, 0, 0)}));
   tracker.add(sample(5, 2, {gpu(0, 0, 0, 0), {{"index", 1}, {"responding", false}}}));
@@ -155,7 +156,7 @@ TEST(Telemetry, GpuThatStopsAnsweringOrIsNoLongerListedFails) {
   EXPECT_EQ(findings[0].step, 5);
   EXPECT_EQ(findings[0].evidence.at("gpu"), 1);
 
-  FindingLog count_log;
+  FindingLog count_log(find_signature);
   TelemetryTracker count_tracker(count_log, 0);
   count_tracker.add(sample(0, 2, {gpu(0, 0, 0, 0), gpu(1, 0, 0, 0)}));
   count_tracker.add({.t_s = 1, .step = 3, .device_count = std::nullopt, .gpus = {}});
@@ -167,7 +168,7 @@ TEST(Telemetry, CleanSamplesStaySilent) {
   for (unsigned seed : {1u, 2u, 3u, 4u}) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> temp(35, 90);
-    FindingLog log;
+    FindingLog log(find_signature);
     TelemetryTracker tracker(log, 0);
     for (int64_t step = 0; step < 200; step += 3)
       tracker.add(sample(step, 2, {gpu(0, 7, 0, 0, temp(rng)), gpu(1, 0, 2, 0, temp(rng))}));

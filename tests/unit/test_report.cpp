@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/registry.hpp"
-#include "rocm_conformance_llm/checks/watchdog.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/monitors/watchdog.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 
@@ -170,7 +170,7 @@ TEST(FindingFields, RoundTripAndOldReportsWithoutTheKeysLoad) {
 
 TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   const fs::path dir = fresh_dir("complete");
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   const double losses[] = {6.0, 5.0, 4.0, 3.5, 3.0, 3.2, 2.9, 2.8};
   for (int64_t s = 1; s <= 8; ++s) summary.on_step(step(s, losses[s - 1], s == 1 ? 1.0 : 0.1 + 0.01 * s, 100 * s));
@@ -185,7 +185,7 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   ReportWriter writer(dir, 0, config, env, log, summary, /*warmup_steps=*/2);
   writer.add_section("faults", {"nan@step=20"});
   RunCoverage coverage = posed_coverage(/*gpu=*/true);
-  coverage.record("attention_probe", false, "off for this run");
+  coverage.record(registered_detector("attention_probe"), false, "off for this run");
   writer.set_coverage(coverage);
   EXPECT_EQ(writer.write(RunOutcome::completed), kExitFailFinding);
 
@@ -253,7 +253,7 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
 
 TEST(ReportWriter, CrashReportClassifiesTheExceptionAndExitsThree) {
   const fs::path dir = fresh_dir("crash");
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   for (int64_t s = 1; s <= 4; ++s) summary.on_step(step(s, 5.0, 0.1, 1 << 20));
   ReportWriter writer(dir, 1, {}, {}, log, summary, 0);
@@ -279,7 +279,7 @@ TEST(ReportWriter, CrashReportClassifiesTheExceptionAndExitsThree) {
 
 TEST(ReportWriter, WatchdogCallbackWritesAHungReportAndTheFirstVerdictStands) {
   const fs::path dir = fresh_dir("hang");
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   summary.on_step(step(1, 5.0, 0.1, 1 << 20));
   ReportWriter writer(dir, 0, {}, {}, log, summary, 0);
@@ -305,7 +305,7 @@ TEST(ReportWriter, WatchdogCallbackWritesAHungReportAndTheFirstVerdictStands) {
 // component and the verdict's sentence say nothing was exercised.
 TEST(ReportWriter, CleanRunWithoutStepsPassesButExercisedNothing) {
   const fs::path dir = fresh_dir("clean");
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   ReportWriter writer(dir, 0, {}, {}, log, summary, 5);
   writer.set_coverage(posed_coverage(/*gpu=*/true));
@@ -372,7 +372,7 @@ TEST(Coverage, AFindingOnTheCpuIsStillAFinding) {
 
 TEST(Coverage, ACheckThatDidNotRunOrASkippedModeIsTheReason) {
   RunCoverage run = posed_coverage(/*gpu=*/true);
-  run.record("attention_probe", false, "off for this run");
+  run.record(registered_detector("attention_probe"), false, "off for this run");
   run.skipped_modes.push_back({"attention", {component::attention}, "needs libtorch >= 2.0"});
   run.skipped_modes.push_back({"gemm", {component::rocblas}, "needs something"});
   const auto coverage = component_coverage(run, 10);

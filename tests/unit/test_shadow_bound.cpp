@@ -1,4 +1,4 @@
-// The shadow check's bound (checks/shadow_bound.hpp) against its derivation: the coefficients
+// The shadow check's bound (checks/detectors/shadow_bound.hpp) against its derivation: the coefficients
 // worked out by hand from 8 (u ||c_i|| + u_acc sqrt(K) ||a_i|| ||B||_F) for fp32, bf16, fp16 and
 // fp64; monotone in the reduction length; scaled by the output dtype's unit roundoff alone (the
 // accumulation is fp32 for every reduced dtype); and the element bound the derivation starts
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "rocm_conformance_llm/checks/shadow_bound.hpp"
+#include "rocm_conformance_llm/checks/detectors/shadow_bound.hpp"
 
 namespace rcl {
 namespace {

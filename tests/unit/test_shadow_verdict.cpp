@@ -1,4 +1,4 @@
-// The shadow check's verdict in-process (checks/shadow_verdict.hpp): its bound holds for honest
+// The shadow check's verdict in-process (checks/detectors/shadow_verdict.hpp): its bound holds for honest
 // GEMMs and LayerNorms in every dtype and catches NaN, a large value and a 1% error; the host
 // loops' verdict equals ATen's; the model reports its GEMMs and norms through its taps only while
 // observed. Through the real binary with a corrupting BLAS below libtorch:
@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "rocm_conformance_llm/checks/shadow_verdict.hpp"
+#include "rocm_conformance_llm/checks/detectors/shadow_verdict.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 

@@ -6,11 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/collectives.hpp"
-#include "rocm_conformance_llm/checks/memory.hpp"
-#include "rocm_conformance_llm/checks/numerics.hpp"
-#include "rocm_conformance_llm/checks/registry.hpp"
-#include "rocm_conformance_llm/checks/robust_stats.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/detectors/collectives.hpp"
+#include "rocm_conformance_llm/checks/detectors/memory.hpp"
+#include "rocm_conformance_llm/checks/detectors/numerics.hpp"
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 
 namespace rcl {
 namespace {
@@ -46,7 +46,7 @@ std::vector<StepRecord> clean_stream(int64_t steps = 60, uint32_t seed = 7) {
 
 std::vector<Finding> run_detectors(const std::vector<StepRecord>& stream,
                                    const DiagnosticsConfig& cfg = {}) {
-  FindingLog log;
+  FindingLog log(find_signature);
   // Without a trainer or process group the registry builds the step detectors only.
   const auto detectors = make_detectors(DetectorContext{.diag = cfg, .log = log});
   for (const auto& r : stream)
@@ -178,7 +178,7 @@ TEST(NumericsDetector, DropoutNoiseIsNotASpike) {
 TEST(NumericsDetector, LongRunsRaiseTheSpikeThreshold) {
   // A budget of 1e-3 false alarms per run spread over 1e9 steps needs z ~ 7.03 per step
   // rather than the configured 6.
-  FindingLog log;
+  FindingLog log(find_signature);
   NumericsDetector detector(DiagnosticsConfig{}, log, RunProfile{.steps = 1'000'000'000});
   auto stream = clean_stream();
   stream[40].loss = 100.0;  // still found: the run-length threshold only guards against noise
@@ -438,7 +438,7 @@ TEST(CollectiveDetector, OnSharedCoresOnlyAWaitOfSeveralStepsIsASpike) {
   // CPU ranks (bench/false-alarms.md): a peer descheduled by the loaded host kept an all-reduce 1.3 median
   // steps longer than usual in a clean 2-rank run; a stalled transport costs far more.
   const auto spikes = [](double extra_s) {
-    FindingLog log;
+    FindingLog log(find_signature);
     CollectiveDetector detector(DiagnosticsConfig{}, log, RunProfile{.shared_cores = true});
     auto stream = clean_stream();
     stream[29].collectives[0].seconds += extra_s;  // step 30's all-reduce, in 100 ms steps

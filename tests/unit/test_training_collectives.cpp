@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
@@ -149,7 +150,7 @@ fs::path report_dir(const std::string& name) {
 
 TEST(TrainingCollectives, ReportKeepsTheBatteryKeysBesideTheTableAndTheHtmlShowsIt) {
   const fs::path dir = report_dir("report");
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   TrainingCollectives table;
   ReportWriter writer(dir, 0, json::object(), json::object(), log, summary, 0);
@@ -172,7 +173,7 @@ TEST(TrainingCollectives, ReportKeepsTheBatteryKeysBesideTheTableAndTheHtmlShows
 
 TEST(TrainingCollectives, ReportWithoutTrainingCollectivesHasNoTableNorKey) {
   const fs::path dir = report_dir("empty");
-  FindingLog log;
+  FindingLog log(find_signature);
   RunSummary summary;
   TrainingCollectives table;
   ReportWriter writer(dir, 0, json::object(), json::object(), log, summary, 0);

@@ -6,7 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/checks/watchdog.hpp"
+#include "rocm_conformance_llm/checks/detectors/catalog.hpp"
+#include "rocm_conformance_llm/checks/monitors/watchdog.hpp"
 
 namespace rcl {
 namespace {
@@ -21,7 +22,7 @@ struct Fired {
 };
 
 TEST(Watchdog, FiresOnAStalledStepWithWhatTheRunWasDoing) {
-  FindingLog log;
+  FindingLog log(find_signature);
   std::promise<Fired> fired;
   Watchdog dog(kTimeout, 2, log, [&](const Finding& f) { fired.set_value({f, Clock::now()}); });
   for (int64_t step = 1; step <= 6; ++step) {
@@ -51,7 +52,7 @@ TEST(Watchdog, FiresOnAStalledStepWithWhatTheRunWasDoing) {
 }
 
 TEST(Watchdog, StallInACollectiveIsAttributedToRccl) {
-  FindingLog log;
+  FindingLog log(find_signature);
   std::promise<Finding> fired;
   Watchdog dog(kTimeout, 0, log, [&](const Finding& f) { fired.set_value(f); });
   dog.heartbeat(2);
@@ -69,7 +70,7 @@ TEST(Watchdog, StallInACollectiveIsAttributedToRccl) {
 // As the loop tells it: the optimizer phase brings the step's all-reduces, the watchdog names
 // the last one, and later phases without collectives keep it.
 TEST(Watchdog, NamesTheLastCollectiveTheLoopReported) {
-  FindingLog log;
+  FindingLog log(find_signature);
   std::promise<Finding> fired;
   Watchdog dog(kTimeout, 0, log, [&](const Finding& f) { fired.set_value(f); });
   dog.heartbeat(4);
@@ -86,7 +87,7 @@ TEST(Watchdog, NamesTheLastCollectiveTheLoopReported) {
 }
 
 TEST(Watchdog, SilentWhileHeartbeatsFlow) {
-  FindingLog log;
+  FindingLog log(find_signature);
   bool fired = false;
   {
     Watchdog dog(kTimeout, 0, log, [&](const Finding&) { fired = true; });
@@ -102,7 +103,7 @@ TEST(Watchdog, SilentWhileHeartbeatsFlow) {
 }
 
 TEST(Watchdog, StopsPromptlyWithALongTimeout) {
-  FindingLog log;
+  FindingLog log(find_signature);
   const auto start = Clock::now();
   { Watchdog dog(300.0, 0, log, nullptr); }
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 0.5);
