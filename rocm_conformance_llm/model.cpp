@@ -195,19 +195,6 @@ torch::Tensor strided_view_of(const torch::Tensor& v) {
   return at::constant_pad_nd(v, {0, kRowGap}).narrow(-1, 0, v.size(-1));
 }
 
-int64_t key_value_width(const TrainingConfig& cfg) {
-  return key_value_heads(cfg) * (cfg.hidden_size / cfg.num_heads);
-}
-
-int64_t qkv_output_width(const TrainingConfig& cfg) { return cfg.hidden_size + 2 * key_value_width(cfg); }
-
-int64_t ffn_hidden_size(const TrainingConfig& cfg) {
-  const double width = cfg.ffn_multiplier * double(cfg.hidden_size);
-  if (cfg.activation != "swiglu") return int64_t(std::llround(width));
-  const auto two_thirds = int64_t(std::llround(2.0 * width / 3.0));
-  return (two_thirds + 7) / 8 * 8;
-}
-
 int64_t parameter_count(const TrainingConfig& cfg) {
   const int64_t c = cfg.hidden_size;
   const int64_t head_dim = c / cfg.num_heads;
@@ -227,10 +214,12 @@ int64_t parameter_count(const TrainingConfig& cfg) {
   return total;
 }
 
+int64_t gemm_parameter_count(const TrainingConfig& cfg) {
+  return parameter_count(cfg) - (cfg.position == "learned" ? cfg.seq_len * cfg.hidden_size : 0);
+}
+
 double flops_per_token(const TrainingConfig& cfg) {
-  int64_t matmul_params = parameter_count(cfg);
-  if (cfg.position == "learned") matmul_params -= cfg.seq_len * cfg.hidden_size;
-  return 6.0 * double(matmul_params) +
+  return 6.0 * double(gemm_parameter_count(cfg)) +
          12.0 * double(cfg.num_layers) * double(cfg.hidden_size) * double(cfg.seq_len);
 }
 
@@ -283,14 +272,14 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
     // Primer's depthwise causal convolution on each Q/K/V channel. On ROCm a Conv1d goes
     // through MIOpen, so this knob puts MIOpen kernels (and their fusion/tuning choices)
     // inside every attention layer of the fusion stress mode.
-    qkv_conv_ = register_module(
+    qkv_conv = register_module(
         "qkv_conv",
         torch::nn::Conv1d(torch::nn::Conv1dOptions(qkv_width, qkv_width, conv_kernel_).groups(qkv_width).bias(false)));
     // Start as the identity (weight 1 on the current position) so turning the knob on does
     // not change what the model computes at initialisation.
     torch::NoGradGuard no_grad;
-    qkv_conv_->weight.zero_();
-    qkv_conv_->weight.select(2, conv_kernel_ - 1).fill_(1.0);
+    qkv_conv->weight.zero_();
+    qkv_conv->weight.select(2, conv_kernel_ - 1).fill_(1.0);
   }
   if (cfg.qk_norm) {
     q_norm_ = register_module("q_norm", Norm(cfg.norm, head_dim_));
@@ -309,7 +298,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
     // kernel refuses, so the dispatcher fell back to the math path (on an H200, seq 8192: a 24 GiB
     // float32 score gradient where the fused kernel needs 1.8 GiB, and an out-of-memory).
     const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
-    qkv_out = qkv_conv_(channels_first).transpose(1, 2).contiguous();
+    qkv_out = qkv_conv(channels_first).transpose(1, 2).contiguous();
   }
   const int64_t kv_width = kv_heads_ * head_dim_;
   const auto parts = qkv_out.split_with_sizes({width, kv_width, kv_width}, -1);
@@ -338,6 +327,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   if (strided_v_) v = strided_view_of(v);
   const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
   return tp_.row_parallel_linear(y, proj->weight, proj->bias);
+}
+
+void CausalSelfAttentionImpl::use_tensor_parallel(TensorParallelLink link, int degree) {
+  num_heads_ /= degree;
+  kv_heads_ /= degree;
+  tp_ = std::move(link);
 }
 
 torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) const {
@@ -468,11 +463,6 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   auto logits = tapped_linear(x, wte_->weight);  // LM head tied to the token embedding
   if (fsdp_) fsdp_->end_forward();
   return logits;
-}
-
-void GPTImpl::shard_fully(std::shared_ptr<ShardGroup> group) {
-  if (fsdp_) throw std::logic_error("GPT::shard_fully: already sharded");
-  fsdp_ = std::make_shared<FsdpModel>(*this, std::move(group));
 }
 
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {

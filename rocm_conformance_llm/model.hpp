@@ -13,6 +13,7 @@
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
 #include "rocm_conformance_llm/workload/model_parallel.hpp"
+#include "rocm_conformance_llm/workload/model_widths.hpp"
 #include "rocm_conformance_llm/workload/moe.hpp"
 #include "rocm_conformance_llm/workload/tensor_parallel.hpp"
 
@@ -26,26 +27,17 @@ struct ModelOptions {
   bool attention_self_only = false;
 };
 
-// Width of K (and of V): key_value_heads(cfg) heads of hidden_size / num_heads; hidden_size
-// without grouped-query attention.
-int64_t key_value_width(const TrainingConfig& cfg);
-// Output width of the fused Q/K/V projection: hidden_size + 2 * key_value_width.
-int64_t qkv_output_width(const TrainingConfig& cfg);
-
-// Width of the MLP's hidden layer: ffn_multiplier * hidden for GELU; for SwiGLU 2/3 of that
-// rounded up to a multiple of 8 (as LLaMA does) so the three SwiGLU matrices cost about what
-// GELU's two do.
-int64_t ffn_hidden_size(const TrainingConfig& cfg);
-
 // Trainable parameters of the model `cfg` describes (cfg.vocab_size must be resolved).
 int64_t parameter_count(const TrainingConfig& cfg);
+// The parameters that take part in a matrix multiply: every one except the learned position
+// table, which is only a lookup (the token table counts because the tied LM head multiplies by
+// it; grouped-query attention's narrower K/V projections count as they are).
+int64_t gemm_parameter_count(const TrainingConfig& cfg);
 
 // Training FLOPs per token (forward + backward), PaLM appendix B:
 //   6 * N + 12 * L * hidden * T
-// N = parameters that take part in a matrix multiply (everything except the learned position
-// table, which is only a lookup; the token table counts because the tied LM head multiplies
-// by it; grouped-query attention's narrower K/V projections count through N), L = layers,
-// T = seq_len. The second term is attention's QK^T and AV products over every query head.
+// N = gemm_parameter_count, L = layers, T = seq_len. The second term is attention's QK^T and AV
+// products over every query head.
 // Activation recomputation (checkpointing) is not counted: this is model FLOPs, not hardware.
 double flops_per_token(const TrainingConfig& cfg);
 
@@ -137,9 +129,11 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear qkv{nullptr};  // Q, K, V rows: hidden, then key_value_width twice
   torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
+  torch::nn::Conv1d qkv_conv{nullptr};  // qkv_conv_kernel > 0: one causal filter per Q/K/V channel
 
-  // Tensor parallel: keeps this rank's heads of the full weights (workload/tensor_parallel_model.cpp).
-  void shard(const ModelParallel& parallel, const std::string& name);
+  // Tensor parallel (transport/parallelize.hpp): the weights above already hold this rank's
+  // 1/degree of the heads; the forward then computes those heads and reduces through `link`.
+  void use_tensor_parallel(TensorParallelLink link, int degree);
 
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
@@ -156,9 +150,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   double pad_fraction_;
   bool strided_v_;
   AttentionInputs* capture_ = nullptr;
-  TensorParallelLink tp_;  // inactive unless sharded
+  TensorParallelLink tp_;  // inactive unless split
   int64_t conv_kernel_;
-  torch::nn::Conv1d qkv_conv_{nullptr};
   Norm q_norm_{nullptr};
   Norm k_norm_{nullptr};
 };
@@ -172,12 +165,13 @@ class MlpImpl : public torch::nn::Module {
   torch::nn::Linear up{nullptr};    // SwiGLU: gate and up projections fused in one GEMM
   torch::nn::Linear down{nullptr};  // residual projection (scaled init)
 
-  // Tensor parallel: keeps this rank's columns of the hidden layer (workload/tensor_parallel_model.cpp).
-  void shard(const ModelParallel& parallel, const std::string& name);
+  // Tensor parallel (transport/parallelize.hpp): up and down already hold this rank's columns of
+  // the hidden layer; the forward reduces the partial outputs through `link`.
+  void use_tensor_parallel(TensorParallelLink link) { tp_ = std::move(link); }
 
  private:
   bool swiglu_;
-  TensorParallelLink tp_;  // inactive unless sharded
+  TensorParallelLink tp_;  // inactive unless split
 };
 TORCH_MODULE(Mlp);
 
@@ -223,31 +217,12 @@ class GPTImpl : public torch::nn::Module {
   const TrainingConfig& config() const { return cfg_; }
   std::vector<Block>& blocks() { return blocks_; }
 
-  // Splits the model over `parallel`'s groups, each rank keeping its shard of the weights it was
-  // built with (call before moving parameters into an optimizer). Tensor parallel: attention
-  // heads and MLP columns (workload/tensor_parallel_model.cpp); expert parallel: each rank's
-  // experts (workload/moe.hpp).
-  void shard(const ModelParallel& parallel);
+  // The parallel layouts (transport/parallelize.hpp) transform a built model through these two
+  // seams: the groups its forward splits the sequence over (tensor and expert parallel), and the
+  // units that gather each block's parameters around its forward (fully sharded data parallel).
+  void set_parallel(ModelParallel parallel) { parallel_ = std::move(parallel); }
   const ModelParallel& parallel() const { return parallel_; }
-  // Replicated parameters whose gradient on each rank of the tensor-parallel group is only its
-  // share: the QK-norm weights (each rank's heads) and, with sequence parallelism, the norms and
-  // row-parallel biases (each rank's slice of the sequence); empty without tensor parallelism.
-  // Their gradients are summed over the group (all_reduce_replicated_gradients) before the
-  // data-parallel average, so they stay equal across it.
-  std::vector<torch::Tensor> partial_gradient_parameters();
-  // Every parameter the split made rank-specific or partial (SplitParameters); all empty when
-  // nothing is split. Gradient averaging, the global gradient norm, the cross-rank parameter
-  // checks and the checkpoints treat each kind its own way.
-  SplitParameters split_parameters();
-  // The whole model's parameters, by name, the tensor-parallel slices gathered over the tensor
-  // group and the experts over the expert group (collectives: every rank of the world calls it).
-  // The parameters themselves when not split.
-  std::vector<std::pair<std::string, torch::Tensor>> gather_full_parameters();
-
-  // Fully sharded data parallel (workload/fsdp.hpp): this rank keeps a shard of every block's
-  // and of the root's parameters; forward gathers each where it is used. Call once, after the
-  // model is on its device and before its parameters go to an optimizer (the shards do instead).
-  void shard_fully(std::shared_ptr<ShardGroup> group);
+  void set_fully_sharded(std::shared_ptr<FsdpModel> fsdp) { fsdp_ = std::move(fsdp); }
   FsdpModel* fsdp() const { return fsdp_.get(); }
 
  private:

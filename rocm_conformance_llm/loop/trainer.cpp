@@ -112,34 +112,24 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   set_deterministic(determinism_of(cfg) == Determinism::all);
 
   // The ranks of one tensor-parallel group are one data-parallel replica: the same batches.
-  data_ = make_data_source(cfg, sync_->data_rank(), sync_->data_world_size(), device);
+  const DataReplica replica = sync_->data_replica();
+  data_ = make_data_source(cfg, replica.index, replica.count, device);
   if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
 
   // Every rank draws the initial weights from the same seed: replicas must start identical.
   // Then each rank continues from its own seed, so dropout masks differ across ranks.
   seed_everything(cfg.seed, device);
   model_ = GPT(cfg, model_options);
-  // Tensor or expert parallel: each rank keeps its shard of the full weights, before the
-  // optimizer moves the parameters into its flat buffer.
-  SplitParameters split;
-  if (const ModelParallel parallel = sync_->model_parallel(); parallel.splits_model()) {
-    model_->shard(parallel);
-    split = model_->split_parameters();
-    sync_->set_split_parameters(split);
-  }
-  setup_memory_.emplace_back("after_model_creation", sample_memory(device));
-  model_->to(device);
-  setup_memory_.emplace_back("after_to_device", sample_memory(device));
+  // The layout transforms the built model (tensor and expert split, FSDP's shards) around its
+  // move to the device; the optimizer takes the parameters it leaves.
+  const ParallelizedModel parallel = sync_->parallelize(model_, [&] {
+    setup_memory_.emplace_back("after_model_creation", sample_memory(device));
+    model_->to(device);
+    setup_memory_.emplace_back("after_to_device", sample_memory(device));
+  });
   // By replica: a tensor-parallel group draws the same dropout masks on its replicated activations.
-  seed_everything(rank_seed(cfg.seed, sync_->data_rank()), device);
-  sync_->shard_parameters(model_);  // FSDP: the optimizer takes this rank's shards of the parameters
-  const FsdpModel* fsdp = model_->fsdp();
-  optimizer_ = std::make_unique<FlatAdamW>(fsdp ? fsdp->decayed_shards() : model_->decay_parameters(),
-                                           fsdp ? fsdp->plain_shards() : model_->no_decay_parameters(),
-                                           AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()},
-                                           sync_->optimizer_shard(), split.experts);  // experts: this rank's alone
-  if (const auto weights = sync_->norm_weights(optimizer_->parameters()); !weights.empty())
-    optimizer_->weigh_norm(weights);
+  seed_everything(rank_seed(cfg.seed, replica.index), device);
+  optimizer_ = parallel.make_optimizer(AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()});
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
@@ -217,7 +207,8 @@ Trainer::PendingStep Trainer::train_step() {
       rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
     grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip,
                                            [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
-    update_guard_.update(*optimizer_, rec.lr, loss_sum, grad_norm, rec.step, rec.skipped, replaying_);
+    // The scaler's skip left the weights alone; otherwise the guard says on the device whether to apply.
+    if (!rec.skipped) optimizer_->step(rec.lr, update_guard_.admit(loss_sum, grad_norm, rec.step, replaying_));
     if (scaler_) scaler_->update(rec.skipped, rec.step);
   }
   // ZeRO: each rank updated its shard; gather the others' (a comm phase). FSDP: the root is freed.

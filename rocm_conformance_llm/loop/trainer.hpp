@@ -72,6 +72,8 @@ class Trainer final : public LoopAccess {
   // The model's configuration as built: cfg.vocab_size resolved from the data.
   const TrainingConfig& model_config() const { return ctx_.cfg; }
   int64_t steps_done() const { return step_; }
+  // Which shard of the optimizer's flat buffer this rank updates (ZeRO, FSDP: one per rank).
+  const ShardOf& optimizer_shard() const { return optimizer_->shard(); }
   // Memory after the model was built and after it moved to the device (--memory-profile).
   const std::vector<std::pair<std::string, MemorySample>>& setup_memory() const { return setup_memory_; }
 

@@ -1,146 +1,18 @@
 #include "rocm_conformance_llm/loop/training_state.hpp"
 
-#include <array>
 #include <fstream>
-#include <span>
 
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/base/safetensors.hpp"
-#include "rocm_conformance_llm/data.hpp"
+#include "rocm_conformance_llm/transport/parallelize.hpp"
+#include "rocm_conformance_llm/workload/hf_names.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- Hugging Face names -------------------------------------------------------------------
-// The decoder maps onto a Hugging Face architecture when it computes what that one computes:
-//   GPT-2 (GPT2LMHeadModel): learned positions, LayerNorm before each branch, GELU;
-//   Llama (LlamaForCausalLM): rotary positions in the "rotate half" form, RMSNorm before each
-//     branch, SwiGLU (silu(gate) * up); our Linear biases load through Llama's attention_bias
-//     and mlp_bias (transformers >= 4.41).
-// Neither with Q/K norm, a Q/K/V convolution or mixture-of-experts feed-forwards (Mixtral's
-// experts have no biases and no GELU); the LM head is tied to the embedding in both.
-enum class Layout { native, gpt2, llama };
-constexpr const char* kLayoutNames[] = {"native", "gpt2", "llama"};
-
-Layout layout_of(const TrainingConfig& c) {
-  if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return Layout::native;
-  // GPT-2 has no grouped-query attention.
-  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu" && key_value_heads(c) == c.num_heads)
-    return Layout::gpt2;
-  if (c.position == "rotary" && c.norm == "rmsnorm" && c.activation == "swiglu") return Layout::llama;
-  return Layout::native;
-}
-
-// Our module path -> the stored names. A fused tensor is stored as row blocks, one name each
-// (Llama: Q, K, V of attn.qkv, K and V narrower under grouped-query attention; gate and up of
-// SwiGLU's mlp.up, equal halves in that order: the first goes through silu). GPT-2's Conv1D
-// stores a Linear weight transposed ([in, out]).
-struct NameRule {
-  const char* native;
-  std::array<const char*, 3> stored;  // the row blocks' names; nullptr-terminated
-  bool transpose;
-};
-constexpr NameRule kGpt2Top[] = {{"wte.", {"transformer.wte."}, false},
-                                 {"wpe.", {"transformer.wpe."}, false},
-                                 {"final_norm.", {"transformer.ln_f."}, false}};
-constexpr NameRule kGpt2Block[] = {{"norm_attn.", {"ln_1."}, false},  {"attn.qkv.", {"attn.c_attn."}, true},
-                                   {"attn.proj.", {"attn.c_proj."}, true}, {"norm_mlp.", {"ln_2."}, false},
-                                   {"mlp.up.", {"mlp.c_fc."}, true},   {"mlp.down.", {"mlp.c_proj."}, true}};
-constexpr NameRule kLlamaTop[] = {{"wte.", {"model.embed_tokens."}, false}, {"final_norm.", {"model.norm."}, false}};
-constexpr NameRule kLlamaBlock[] = {
-    {"norm_attn.", {"input_layernorm."}, false},
-    {"attn.qkv.", {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."}, false},
-    {"attn.proj.", {"self_attn.o_proj."}, false},
-    {"norm_mlp.", {"post_attention_layernorm."}, false},
-    {"mlp.up.", {"mlp.gate_proj.", "mlp.up_proj."}, false},
-    {"mlp.down.", {"mlp.down_proj."}, false}};
-
-struct StoredNames {
-  std::vector<std::string> names;  // one per row block of the parameter
-  std::vector<int64_t> rows{};     // the blocks' rows (set by stored_names)
-  bool transpose = false;
-};
-
-std::optional<StoredNames> apply_rules(std::string_view name, std::span<const NameRule> rules, const std::string& prefix) {
-  for (const auto& r : rules)
-    if (name.starts_with(r.native)) {
-      const std::string_view leaf = name.substr(std::string_view(r.native).size());
-      StoredNames out{.transpose = r.transpose && leaf == "weight"};
-      for (const char* stored : r.stored)
-        if (stored != nullptr) out.names.push_back(prefix + stored + std::string(leaf));
-      return out;
-    }
-  return std::nullopt;
-}
-
-StoredNames hf_names(const std::string& native, Layout layout) {
-  const bool gpt2 = layout == Layout::gpt2;
-  std::optional<StoredNames> mapped;
-  if (native.starts_with("block")) {
-    const auto dot = native.find('.');
-    const std::string index = native.substr(5, dot - 5);
-    mapped = apply_rules(std::string_view(native).substr(dot + 1), gpt2 ? std::span<const NameRule>(kGpt2Block) : kLlamaBlock,
-                         (gpt2 ? "transformer.h." : "model.layers.") + index + ".");
-  } else {
-    mapped = apply_rules(native, gpt2 ? std::span<const NameRule>(kGpt2Top) : kLlamaTop, "");
-  }
-  if (!mapped) throw std::logic_error(fmt::format("no {} name for parameter {}", kLayoutNames[int(layout)], native));
-  return *mapped;
-}
-
-// Each parameter's names in model.safetensors, with the rows of each block: Q, K, V's widths for
-// the three blocks of attn.qkv, equal shares otherwise.
-std::vector<std::pair<std::string, StoredNames>> stored_names(GPT& model, Layout layout) {
-  const auto& cfg = model->config();
-  std::vector<std::pair<std::string, StoredNames>> out;
-  for (const auto& item : model->named_parameters()) {
-    auto stored = layout == Layout::native ? StoredNames{{item.key()}} : hf_names(item.key(), layout);
-    const auto parts = static_cast<int64_t>(stored.names.size());
-    if (parts == 3)
-      stored.rows = {cfg.hidden_size, key_value_width(cfg), key_value_width(cfg)};
-    else
-      stored.rows.assign(stored.names.size(), item.value().size(0) / parts);
-    out.emplace_back(item.key(), std::move(stored));
-  }
-  return out;
-}
-
-nlohmann::json hf_config(const TrainingConfig& c, Layout layout) {
-  if (layout == Layout::gpt2)
-    return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", c.vocab_size},
-            {"n_positions", c.seq_len}, {"n_embd", c.hidden_size}, {"n_layer", c.num_layers},
-            {"n_head", c.num_heads}, {"n_inner", ffn_hidden_size(c)}, {"activation_function", "gelu"},
-            {"layer_norm_epsilon", 1e-5}, {"resid_pdrop", c.dropout}, {"embd_pdrop", c.dropout},
-            {"attn_pdrop", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
-  if (layout == Layout::llama)
-    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
-            {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
-            {"intermediate_size", ffn_hidden_size(c)}, {"num_hidden_layers", c.num_layers},
-            {"num_attention_heads", c.num_heads}, {"num_key_value_heads", key_value_heads(c)},
-            {"head_dim", c.hidden_size / c.num_heads}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
-            {"rope_theta", 10000.0}, {"attention_bias", true}, {"mlp_bias", true},
-            {"attention_dropout", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
-  // No Hugging Face architecture has this layout: the same keys' meaning, our own model_type.
-  return {{"architectures", {"RclGPT"}}, {"model_type", "rcl-gpt"}, {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
-          {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
-          {"num_key_value_heads", key_value_heads(c)}, {"intermediate_size", ffn_hidden_size(c)}, {"hidden_act", c.activation}, {"norm", c.norm},
-          {"norm_layout", c.norm_layout}, {"position_embedding", c.position}, {"qk_norm", c.qk_norm},
-          {"qkv_conv_kernel", c.qkv_conv_kernel}, {"moe_experts", c.moe_experts}, {"moe_top_k", c.moe_top_k},
-          {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
-}
-
-// The data layer's special tokens, so transformers neither warns about nor generates with its
-// architecture's defaults (GPT-2's 50256 lies outside a byte vocabulary): the byte tokenizer's
-// for a text file, none for the synthetic corpus.
-nlohmann::json special_token_ids(const TrainingConfig& c) {
-  if (c.data_path.empty()) return {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
-  return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
-}
 
 // Which optimizer file of how many this rank's moments go to: ZeRO's shard, or, a model split
 // across ranks, one per rank (the ranks of a tensor-parallel group share a ZeRO shard index).
@@ -216,15 +88,15 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
     std::vector<std::pair<std::string, torch::Tensor>> mine;
     for (const auto& item : loop.model()->named_parameters()) mine.emplace_back(item.key(), item.value());
     write_safetensors(dir / model_shard_file(loop.rank()), mine, {{"format", "pt"}});
-    whole = loop.model()->gather_full_parameters();
+    whole = gather_full_parameters(loop.model());
   }
   const GatheredParameters full(loop.model()->fsdp());  // FSDP: on every rank; rank 0 writes it
   if (!shared) return;
   const auto& cfg = loop.ctx().cfg;
-  const Layout layout = layout_of(cfg);
+  const HfLayout layout = hf_layout_of(cfg);
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   auto params = loop.model()->named_parameters();
-  for (const auto& [native, stored] : stored_names(loop.model(), layout)) {
+  for (const auto& [native, stored] : stored_names(cfg, params, layout)) {
     torch::Tensor value = params[native];
     for (const auto& [name, full] : whole)
       if (name == native) value = full;
@@ -248,7 +120,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   nlohmann::json state = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
                           {"step", snap.step}, {"micro_batches", snap.micro_batches},
                           {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
-                          {"weights", kLayoutNames[int(layout)]}, {"optimizer_shards", files.count},
+                          {"weights", to_string(layout)}, {"optimizer_shards", files.count},
                           {"model_shards", split ? loop.world_size() : 1}};
   state.update(run_fields);
   write_file_synced(dir / kStateFile, {state.dump(2) + "\n"});
@@ -258,8 +130,8 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   const auto state = read_checkpoint_json(dir / kStateFile);
   const auto& cfg = loop.ctx().cfg;
   const bool split = loop.model()->parallel().splits_model();
-  const Layout layout = layout_of(cfg);
-  if (state.value("weights", "") != kLayoutNames[int(layout)])
+  const HfLayout layout = hf_layout_of(cfg);
+  if (state.value("weights", "") != to_string(layout))
     throw CheckpointError("checkpoint " + dir.string() + ": state.json's weights layout does not fit this model");
   const int model_shards = state.value("model_shards", 1);
   if (model_shards != (split ? loop.world_size() : 1))
@@ -272,13 +144,13 @@ LoopAccess::Snapshot read_training_state(LoopAccess& loop, const fs::path& dir) 
   const auto weights = read_safetensors(weights_path);
   {
     GatheredParameters full(loop.model()->fsdp());
-    const auto names = stored_names(loop.model(), split ? Layout::native : layout);  // a shard: native names
+    auto params = loop.model()->named_parameters();
+    const auto names = stored_names(cfg, params, split ? HfLayout::native : layout);  // a shard: native names
     size_t stored_tensors = 0;
     for (const auto& [native, stored] : names) stored_tensors += stored.names.size();
     if (weights.tensors.size() != stored_tensors)
       throw CheckpointError(fmt::format("checkpoint {}: {} holds {} tensors, this model stores {}", dir.string(),
                                         weights_path.filename().string(), weights.tensors.size(), stored_tensors));
-    auto params = loop.model()->named_parameters();
     for (const auto& [native, stored] : names) {
       auto& param = params[native];
       std::vector<torch::Tensor> blocks;

@@ -10,15 +10,14 @@ namespace rcl {
 UpdateGuard::UpdateGuard(const torch::Device& device)
     : state_{.withheld = torch::zeros({}, torch::TensorOptions().dtype(torch::kBool).device(device))} {}
 
-void UpdateGuard::update(FlatAdamW& optimizer, double lr, const torch::Tensor& loss_sum, const torch::Tensor& grad_norm,
-                         int64_t step, bool skipped, bool replay) {
-  if (skipped) return;
+torch::Tensor UpdateGuard::admit(const torch::Tensor& loss_sum, const torch::Tensor& grad_norm, int64_t step,
+                                 bool replay) {
   // Decided on the device, read by the host one step later: an ordinary step never waits for
   // the GPU to say whether its loss was finite.
   state_.withheld.logical_or_(loss_sum.isfinite().logical_and(grad_norm.isfinite()).logical_not());
-  optimizer.step(lr, state_.withheld.logical_not());
   if (!replay) state_.queued.push_back(step);
   if (state_.queued.size() > kQueuedUpdatesKept) state_.queued.pop_front();
+  return state_.withheld.logical_not();
 }
 
 int64_t UpdateGuard::after_published(FlatAdamW& optimizer, int64_t published, bool skipped, double loss,

@@ -31,12 +31,12 @@ class UpdateGuard {
 
   explicit UpdateGuard(const torch::Device& device);
 
-  // The optimizer update of `step`, applied only while no non-finite step is pending.
-  // `skipped`: the fp16 scaler skipped the step and left the weights alone already: nothing is
-  // withheld (else its overflow would withhold the next step's update too). A `replay` (a
-  // check's unpublished step) is never published, so it is not queued for a release.
-  void update(FlatAdamW& optimizer, double lr, const torch::Tensor& loss_sum, const torch::Tensor& grad_norm,
-              int64_t step, bool skipped, bool replay);
+  // Whether the optimizer update of `step` may apply (FlatAdamW::step's device bool): only while
+  // no non-finite step is pending, this one included. Not asked for a step the fp16 scaler
+  // skipped (it left the weights alone already; its overflow must not withhold the next step's
+  // update too). A `replay` (a check's unpublished step) is never published, so it is not queued
+  // for a release.
+  torch::Tensor admit(const torch::Tensor& loss_sum, const torch::Tensor& grad_norm, int64_t step, bool replay);
 
   // Step `published` reached the host as {loss, grad_norm}; `latest` is the last step queued.
   // A non-finite step not yet accounted for releases the updates withheld since it: the flag

@@ -351,7 +351,8 @@ class Job {
         RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, sync_);
     // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
     if (cfg.data_parallel != kDataParallelDdp || trainer_->model()->parallel().expert)
-      report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
+      report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, trainer_->optimizer_shard(),
+                                                                 sync_->world_size(), trainer_->model()));
     if (cfg.attention_backend != "math") record_attention_kernel();  // SDPA's (refused on 1.13 before here)
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "rocm_conformance_llm/transport/parallelize.hpp"
+
 namespace rcl {
 
 void CommunicatorShardGroup::all_gather(torch::Tensor& out, const torch::Tensor& in, const std::string& op) {
@@ -13,8 +15,7 @@ void CommunicatorShardGroup::reduce_scatter_avg(torch::Tensor& out, const torch:
 }
 
 void FsdpShards::shard_model(GPT& model) {
-  model->shard_fully(group_);
-  model_ = model->fsdp();
+  model_ = &fully_shard(model, group_);
 }
 
 void FsdpShards::sync_gradients(std::vector<CollectiveSample>& out) {

@@ -36,7 +36,7 @@ class FsdpShards {
   explicit FsdpShards(Communicator& comm) : comm_(comm), group_(std::make_shared<CommunicatorShardGroup>(comm)) {}
 
   ShardOf optimizer_shard() const { return {comm_.rank(), comm_.world_size(), /*given=*/true}; }
-  // Shards `model` over the ranks (GPTImpl::shard_fully); the step's calls below act on it.
+  // Shards `model` over the ranks (fully_shard); the step's calls below act on it.
   void shard_model(GPT& model);
   // Forgets the units' collectives not yet taken: those run between steps.
   void drop_samples() { group_->take_samples(); }

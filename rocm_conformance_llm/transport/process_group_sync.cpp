@@ -163,8 +163,24 @@ ShardOf ProcessGroupSync::optimizer_shard() const {
   return zero_ ? zero_->shard() : ShardOf{};
 }
 
-void ProcessGroupSync::shard_parameters(GPT& model) {
-  if (fsdp_) fsdp_->shard_model(model);
+ParallelizedModel ProcessGroupSync::parallelize(GPT& model, const std::function<void()>& place) {
+  // Tensor or expert parallel: each rank keeps its shard of the full weights, before they reach
+  // the device and the optimizer's flat buffer.
+  SplitParameters split;
+  if (split_ && split_->model_parallel().splits_model()) {
+    split = parallelize_split(model, split_->model_parallel());
+    set_split_parameters(split);
+  }
+  place();
+  if (fsdp_) fsdp_->shard_model(model);  // the optimizer takes this rank's shards of the parameters
+  ParallelizedModel out = optimizer_parameters(model);
+  out.optimizer_shard = optimizer_shard();
+  out.experts = std::move(split.experts);  // this rank's alone
+  if (split_)
+    out.norm_weights = [layout = split_.get(), zero = zero_.has_value()](const std::vector<torch::Tensor>& params) {
+      return layout->norm_weights(params, zero);
+    };
+  return out;
 }
 
 void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
@@ -206,16 +222,10 @@ void ProcessGroupSync::split_model(const ParallelLayout& layout) {
   if (zero_) zero_.emplace(split_->data());  // ZeRO's shards: over the data-parallel group
 }
 
-ModelParallel ProcessGroupSync::model_parallel() const { return split_ ? split_->model_parallel() : ModelParallel{}; }
-int ProcessGroupSync::data_rank() const { return data_comm().rank(); }
-int ProcessGroupSync::data_world_size() const { return data_comm().world_size(); }
+DataReplica ProcessGroupSync::data_replica() const { return {data_comm().rank(), data_comm().world_size()}; }
 
 void ProcessGroupSync::set_split_parameters(SplitParameters params) {
   if (split_) split_->set_parameters(std::move(params));
-}
-
-std::vector<double> ProcessGroupSync::norm_weights(const std::vector<torch::Tensor>& params) const {
-  return split_ ? split_->norm_weights(params, zero_.has_value()) : std::vector<double>{};
 }
 
 void ProcessGroupSync::complete_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {

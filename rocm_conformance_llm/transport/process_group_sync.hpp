@@ -16,6 +16,7 @@
 #include "rocm_conformance_llm/transport/fsdp_sync.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
+#include "rocm_conformance_llm/transport/parallelize.hpp"
 #include "rocm_conformance_llm/transport/sharded_sync.hpp"
 #include "rocm_conformance_llm/transport/split_model.hpp"
 
@@ -52,29 +53,33 @@ class ProcessGroupSync final : public GradientSync {
 
   int rank() const override;
   int world_size() const override;
-  // SUM all-reduce per bucket, then divide by the world size. A parameter without a gradient
-  // on this rank contributes zeros, so every rank sends the same bucket layout.
-  void average_gradients(const std::vector<torch::Tensor>& params,
-                         std::vector<CollectiveSample>& out) override;
-  double mean_across_ranks(double value) override;
-  ShardOf optimizer_shard() const override;
-  void shard_parameters(GPT& model) override;
+  std::string backend() const override;
+  DataReplica data_replica() const override;
+  // The model split over the groups split_model made (parallelize_split), placed, then fully
+  // sharded under FSDP (fully_shard); the optimizer's shard is ZeRO's or FSDP's, and a split
+  // model's norm weighs each parameter by its copies.
+  ParallelizedModel parallelize(GPT& model, const std::function<void()>& place) override;
+  void begin_step(int64_t step) override;
   void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
+  void complete_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
   void sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) override;
   void after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
-  void begin_step(int64_t step) override;
-  std::string backend() const override;
+  double mean_across_ranks(double value) override;
+
+  // DDP's step: SUM all-reduce per bucket, then divide by the data-parallel world size. A
+  // parameter without a gradient on this rank contributes zeros, so every rank sends the same
+  // bucket layout. Each collective it ran is appended to `out`.
+  void average_gradients(const std::vector<torch::Tensor>& params, std::vector<CollectiveSample>& out);
+  // Which shard of the flat optimizer buffer this rank updates: all of it ({0, 1}) unless ZeRO or
+  // FSDP shards the optimizer across the data-parallel ranks.
+  ShardOf optimizer_shard() const;
 
   // Splits the model-parallel groups out of this world (every rank, at setup): from then on the
   // gradients are averaged (DDP) or sharded (ZeRO) over the data-parallel group, and the
   // parameter checks compare only the ranks that must hold equal values.
   void split_model(const ParallelLayout& layout);
-  ModelParallel model_parallel() const override;
-  int data_rank() const override;
-  int data_world_size() const override;
-  void set_split_parameters(SplitParameters params) override;
-  std::vector<double> norm_weights(const std::vector<torch::Tensor>& params) const override;
-  void complete_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
+  // The split model's parameters (split_parameters, which parallelize records itself).
+  void set_split_parameters(SplitParameters params);
 
   // Every rank starts from rank 0's parameters (in buckets, like the gradients); a split model's
   // from its data-parallel group's first rank, its experts from the first rank holding them.

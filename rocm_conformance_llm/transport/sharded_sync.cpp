@@ -2,14 +2,15 @@
 
 namespace rcl {
 
-nlohmann::json data_parallel_section(const std::string& requested, const GradientSync& sync, GPT& model) {
+nlohmann::json data_parallel_section(const std::string& requested, const ShardOf& optimizer_shard, int world_size,
+                                     GPT& model) {
   // Sharded only where the data-parallel group has several ranks: a world split wholly into one
   // tensor-parallel group has a single replica, whose optimizer is whole.
-  const int shards = sync.optimizer_shard().count;
+  const int shards = optimizer_shard.count;
   nlohmann::json section = {{"requested", requested}, {"optimizer_shards", shards},
                             {"effect", shards > 1                   ? "sharded"
                                        : requested == kDataParallelDdp ? "none: ddp keeps the optimizer whole on every rank"
-                                       : sync.world_size() > 1         ? "none: one data-parallel rank has nothing to shard"
+                                       : world_size > 1         ? "none: one data-parallel rank has nothing to shard"
                                                                        : "none: one rank has nothing to shard"}};
   if (const FsdpModel* fsdp = model->fsdp()) {
     // What FSDP changes beyond ZeRO: the parameters themselves are sharded, so between steps a
@@ -19,7 +20,7 @@ nlohmann::json data_parallel_section(const std::string& requested, const Gradien
     section["parameter_units"] = fsdp->units();
     section["parameter_shard_bytes"] = fsdp->shard_bytes();
     section["activation_recomputation"] = true;
-  } else if (sync.world_size() > 1) {
+  } else if (world_size > 1) {
     section["parameters"] = "replicated";
   }
   // A mixture of experts: how many of the model's expert parameters this rank stores (with their

@@ -21,8 +21,10 @@ inline constexpr const char* kDataParallelDdp = "ddp";
 inline constexpr const char* kDataParallelZero = "zero";
 inline constexpr const char* kDataParallelFsdp = "fsdp";
 
-// report.json's `data_parallel` section: what `requested` did in this run (`model` as trained).
-nlohmann::json data_parallel_section(const std::string& requested, const GradientSync& sync, GPT& model);
+// report.json's `data_parallel` section: what `requested` did in this run of `world_size` ranks
+// (`model` as trained, its optimizer updating `optimizer_shard`).
+nlohmann::json data_parallel_section(const std::string& requested, const ShardOf& optimizer_shard, int world_size,
+                                     GPT& model);
 
 class ZeroShards {
  public:

@@ -1,10 +1,8 @@
 #include "rocm_conformance_llm/workload/fsdp.hpp"
 
 #include <algorithm>
-#include <set>
 #include <stdexcept>
 
-#include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
@@ -19,8 +17,7 @@ int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_
 // What the backward of one block needs: the unit, the block, and the forward's random and
 // autocast state, so the recomputation draws the same dropout masks in the same precision.
 struct BlockReplay : torch::CustomClassHolder {
-  std::shared_ptr<FsdpUnit> unit;
-  std::shared_ptr<BlockImpl> block;
+  FsdpBlock block;
   RngSnapshot rng;
   AutocastState autocast;
 };
@@ -33,9 +30,10 @@ struct FsdpBlockFunction : torch::autograd::Function<FsdpBlockFunction> {
     const auto device = x.device();
     replay->rng = capture_rng(device);
     replay->autocast = current_autocast(device.type());
-    replay->unit->gather("fwd");
-    torch::Tensor out = replay->block->forward(x);
-    replay->unit->release();
+    auto& unit = *replay->block.unit;
+    unit.gather("fwd");
+    torch::Tensor out = replay->block.forward(x);
+    unit.release();
     ctx->save_for_backward({x});
     ctx->saved_data["replay"] = c10::IValue::make_capsule(replay);
     return out;
@@ -45,7 +43,7 @@ struct FsdpBlockFunction : torch::autograd::Function<FsdpBlockFunction> {
     auto replay = c10::static_intrusive_pointer_cast<BlockReplay>(ctx->saved_data["replay"].toCapsule());
     const auto input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     const auto device = input.device();
-    auto& unit = *replay->unit;
+    auto& unit = *replay->block.unit;
     unit.gather("bwd");
     // The forward's generator state for the recomputation, then back to where the step's stream
     // is, so the rest of the step draws what it would have drawn without FSDP.
@@ -55,7 +53,7 @@ struct FsdpBlockFunction : torch::autograd::Function<FsdpBlockFunction> {
     {
       torch::AutoGradMode grad_enabled(true);
       AutocastGuard autocast(device.type(), replay->autocast);
-      const torch::Tensor output = replay->block->forward(input);
+      const torch::Tensor output = replay->block.forward(input);
       restore_rng(after_forward, device);
       variable_list inputs{input};
       inputs.insert(inputs.end(), unit.parameters().begin(), unit.parameters().end());
@@ -149,41 +147,16 @@ int64_t FsdpUnit::resident_bytes() const {
   return bytes;
 }
 
-FsdpModel::FsdpModel(GPTImpl& model, std::shared_ptr<ShardGroup> group) : group_(std::move(group)) {
-  // Weight decay applies to what it applies to unsharded (GPTImpl::decay_parameters).
-  std::set<const void*> decayed;
-  for (const auto& p : model.decay_parameters()) decayed.insert(p.unsafeGetTensorImpl());
-  const auto split = [&](const std::vector<torch::Tensor>& params) {
-    std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> out;
-    for (const auto& p : params) (decayed.count(p.unsafeGetTensorImpl()) ? out.first : out.second).push_back(p);
-    return out;
-  };
-  std::set<const void*> in_blocks;
-  for (size_t i = 0; i < model.blocks().size(); ++i) {
-    const auto block = model.blocks()[i].ptr();
-    const auto params = block->parameters();
-    for (const auto& p : params) in_blocks.insert(p.unsafeGetTensorImpl());
-    auto [dec, plain] = split(params);
-    blocks_.push_back(block);
-    block_units_.push_back(std::make_shared<FsdpUnit>("block" + std::to_string(i), dec, plain, group_));
-  }
-  std::vector<torch::Tensor> root;
-  for (const auto& p : model.parameters())
-    if (!in_blocks.count(p.unsafeGetTensorImpl())) root.push_back(p);
-  auto [dec, plain] = split(root);
-  root_ = std::make_shared<FsdpUnit>("root", dec, plain, group_);
-}
-
 std::vector<torch::Tensor> FsdpModel::decayed_shards() const {
   std::vector<torch::Tensor> out;
-  for (const auto& unit : block_units_) out.push_back(unit->decayed_shard());
+  for (const auto& block : blocks_) out.push_back(block.unit->decayed_shard());
   out.push_back(root_->decayed_shard());
   return out;
 }
 
 std::vector<torch::Tensor> FsdpModel::plain_shards() const {
   std::vector<torch::Tensor> out;
-  for (const auto& unit : block_units_) out.push_back(unit->plain_shard());
+  for (const auto& block : blocks_) out.push_back(block.unit->plain_shard());
   out.push_back(root_->plain_shard());
   return out;
 }
@@ -196,9 +169,9 @@ void FsdpModel::end_forward() {
 
 torch::Tensor FsdpModel::block_forward(int64_t index, const torch::Tensor& x) {
   auto replay = c10::make_intrusive<BlockReplay>();
-  replay->unit = block_units_.at(index);
   replay->block = blocks_.at(index);
-  return FsdpBlockFunction::apply(replay, x, replay->unit->decayed_shard(), replay->unit->plain_shard());
+  const auto& unit = *replay->block.unit;
+  return FsdpBlockFunction::apply(replay, x, unit.decayed_shard(), unit.plain_shard());
 }
 
 void FsdpModel::reduce_scatter_root_gradients() {
@@ -215,23 +188,23 @@ void FsdpModel::reduce_scatter_root_gradients() {
 void FsdpModel::end_step() { root_->release(); }
 
 void FsdpModel::gather_all() {
-  for (auto& unit : block_units_) unit->gather("full");
+  for (auto& block : blocks_) block.unit->gather("full");
   root_->gather("full");
 }
 
 void FsdpModel::keep_own_chunks() {
-  for (auto& unit : block_units_) unit->keep_own_chunk();
+  for (auto& block : blocks_) block.unit->keep_own_chunk();
   root_->keep_own_chunk();
 }
 
 void FsdpModel::release_all() {
-  for (auto& unit : block_units_) unit->release();
+  for (auto& block : blocks_) block.unit->release();
   root_->release();
 }
 
 int64_t FsdpModel::resident_parameter_bytes() const {
   int64_t bytes = root_->resident_bytes();
-  for (const auto& unit : block_units_) bytes += unit->resident_bytes();
+  for (const auto& block : blocks_) bytes += block.unit->resident_bytes();
   return bytes;
 }
 

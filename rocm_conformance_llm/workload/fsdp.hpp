@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,9 +20,6 @@
 #include <torch/torch.h>
 
 namespace rcl {
-
-class BlockImpl;
-class GPTImpl;
 
 // The collectives FSDP issues, over the data-parallel ranks: the model (workload layer) calls
 // them, the transport layer runs them through the Communicator and records each one.
@@ -79,11 +77,18 @@ class FsdpUnit {
   bool gathered_ = false;
 };
 
-// The whole model's units: one per block and the root.
+// One block as FSDP runs it: its unit, and its forward (which reads the unit's parameters).
+struct FsdpBlock {
+  std::shared_ptr<FsdpUnit> unit;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+// The whole model's units: one per block and the root (transport/parallelize.hpp's fully_shard
+// cuts them from a built model).
 class FsdpModel {
  public:
-  // Shards `model`'s parameters (built identically on every rank) over `group`.
-  FsdpModel(GPTImpl& model, std::shared_ptr<ShardGroup> group);
+  FsdpModel(std::vector<FsdpBlock> blocks, std::shared_ptr<FsdpUnit> root)
+      : blocks_(std::move(blocks)), root_(std::move(root)) {}
 
   // The optimizer's parameters: every unit's decayed part, and every unit's other part.
   std::vector<torch::Tensor> decayed_shards() const;
@@ -110,16 +115,14 @@ class FsdpModel {
   void release_all();
 
   // Units: the blocks and the root.
-  int64_t units() const { return int64_t(block_units_.size()) + 1; }
+  int64_t units() const { return int64_t(blocks_.size()) + 1; }
   // Bytes of full (gathered) block and root parameters now resident.
   int64_t resident_parameter_bytes() const;
   // Bytes of this rank's shards (the optimizer's parameters).
   int64_t shard_bytes() const;
 
  private:
-  std::shared_ptr<ShardGroup> group_;
-  std::vector<std::shared_ptr<BlockImpl>> blocks_;
-  std::vector<std::shared_ptr<FsdpUnit>> block_units_;
+  std::vector<FsdpBlock> blocks_;
   std::shared_ptr<FsdpUnit> root_;
 };
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/model_widths.hpp"
 #include "rocm_conformance_llm/workload/tensor_parallel.hpp"
 
 namespace rcl {

@@ -130,8 +130,7 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
   p.parameters = parameter_count(cfg);
   p.vocab_size = s.V;
   const int64_t P = p.parameters;
-  // Every parameter takes part in a GEMM but the learned position table (a lookup).
-  const int64_t gemm_parameters = P - (cfg.position == "learned" ? cfg.seq_len * cfg.hidden_size : 0);
+  const int64_t gemm_parameters = gemm_parameter_count(cfg);
 
   p.resident = {
       {"parameters", 4 * P, "4 P (float32)"},

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/transport/parallelize.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
@@ -75,7 +76,7 @@ TEST(FsdpUnitTest, ShardedModelHasTheUnshardedLossAndGradientsWithDropoutOn) {
   }
 
   auto group = std::make_shared<OneRankGroup>();
-  sharded->shard_fully(group);
+  fully_shard(sharded, group);
   group->model = sharded->fsdp();
   FlatAdamW optimizer(sharded->fsdp()->decayed_shards(), sharded->fsdp()->plain_shards(), AdamWHyper{},
                       ShardOf{0, 1, /*given=*/true});
@@ -129,7 +130,7 @@ TEST(FsdpUnitTest, ShardedModelHasTheUnshardedLossAndGradientsWithDropoutOn) {
 TEST(FsdpUnitTest, EvaluationLeavesNoFullParametersResident) {
   const TrainingConfig cfg = tiny_config();
   GPT model(cfg);
-  model->shard_fully(std::make_shared<OneRankGroup>());
+  fully_shard(model, std::make_shared<OneRankGroup>());
   FlatAdamW optimizer(model->fsdp()->decayed_shards(), model->fsdp()->plain_shards(), AdamWHyper{},
                       ShardOf{0, 1, /*given=*/true});
   model->eval();

@@ -1,5 +1,7 @@
 // The decoder: shapes and counts, causality, float64 gradient checks of every block variant,
 // activation checkpointing's exactness, and the diagnostics views (block outputs, GEMM shapes).
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -8,6 +10,7 @@
 #include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
 #include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/hf_names.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -49,27 +52,86 @@ TEST(Model, SwigluWidthIsTwoThirdsRoundedToMultipleOfEight) {
   EXPECT_EQ(ffn_hidden_size(cfg), 272);
 }
 
-TEST(Model, ParameterCountMatchesTheBuiltModelForEveryKnob) {
+struct Variant {
+  const char* norm;
+  const char* activation;
+  const char* layout;
+  bool qk_norm;
+  int64_t conv;
+  const char* position;
+};
+
+std::string variant_name(const testing::TestParamInfo<Variant>& info) {
+  const auto& v = info.param;
+  return std::string(v.norm) + "_" + v.activation + "_" + v.layout + (v.qk_norm ? "_qknorm" : "") +
+         (v.conv ? "_conv" : "") + "_" + v.position;
+}
+
+std::vector<Variant> all_variants() {
+  std::vector<Variant> out;
   for (const char* norm : {"layernorm", "rmsnorm"})
     for (const char* activation : {"gelu", "swiglu"})
       for (const char* layout : {"pre", "sandwich"})
         for (bool qk_norm : {false, true})
           for (int64_t conv : {0, 3})
             for (const char* position : {"learned", "rotary"})
-              for (int64_t kv_heads : {0, 1}) {
-                auto cfg = tiny_config();
-                cfg.norm = norm;
-                cfg.activation = activation;
-                cfg.norm_layout = layout;
-                cfg.qk_norm = qk_norm;
-                cfg.qkv_conv_kernel = conv;
-                cfg.position = position;
-                cfg.num_key_value_heads = kv_heads;
-                GPT model(cfg);
-                const auto all = model->parameters();
-                EXPECT_EQ(parameter_count(cfg), numel_of(all)) << nlohmann::json(cfg).dump();
-                EXPECT_EQ(numel_of(model->decay_parameters()) + numel_of(model->no_decay_parameters()), numel_of(all));
-              }
+              out.push_back({norm, activation, layout, qk_norm, conv, position});
+  return out;
+}
+
+// The tiny model with `v`'s knobs.
+TrainingConfig variant_config(const Variant& v) {
+  auto cfg = tiny_config();
+  cfg.norm = v.norm;
+  cfg.activation = v.activation;
+  cfg.norm_layout = v.layout;
+  cfg.qk_norm = v.qk_norm;
+  cfg.qkv_conv_kernel = v.conv;
+  cfg.position = v.position;
+  return cfg;
+}
+
+TEST(Model, ParameterCountMatchesTheBuiltModelForEveryKnob) {
+  for (const Variant& v : all_variants())
+    for (int64_t kv_heads : {0, 1}) {
+      auto cfg = variant_config(v);
+      cfg.num_key_value_heads = kv_heads;
+      GPT model(cfg);
+      const auto all = model->parameters();
+      EXPECT_EQ(parameter_count(cfg), numel_of(all)) << nlohmann::json(cfg).dump();
+      EXPECT_EQ(numel_of(model->decay_parameters()) + numel_of(model->no_decay_parameters()), numel_of(all));
+    }
+}
+
+// Every block variant's parameters under the names its checkpoint stores (workload/hf_names.hpp):
+// each name once, a fused tensor's row blocks covering it, and the blocks put back together
+// (transposed back where GPT-2's Conv1D stores them so) are the parameter again. A variant only
+// a native checkpoint can hold must not be given a Hugging Face layout.
+TEST(HfNames, EveryBlockVariantStoresEachParameterOnceAndRoundTrips) {
+  for (const Variant& v : all_variants())
+    for (int64_t kv_heads : {0, 1})
+      for (int64_t experts : {0, 2}) {
+        auto cfg = variant_config(v);
+        cfg.num_key_value_heads = kv_heads;
+        cfg.moe_experts = experts;
+        GPT model(cfg);
+        const HfLayout layout = hf_layout_of(cfg);
+        if (v.qk_norm || v.conv > 0 || experts > 0 || v.layout != std::string("pre"))
+          EXPECT_EQ(layout, HfLayout::native);
+        const auto params = model->named_parameters();
+        std::set<std::string> names;
+        for (const auto& [native, stored] : stored_names(cfg, params, layout)) {
+          const torch::Tensor& param = params[native];
+          for (const auto& name : stored.names) EXPECT_TRUE(names.insert(name).second) << name;
+          std::vector<torch::Tensor> read_back;  // as training_state.cpp writes, then reads them
+          for (const auto& block : param.split_with_sizes(stored.rows, 0)) {
+            const auto written = stored.transpose ? block.t().contiguous() : block;
+            read_back.push_back(stored.transpose ? written.t() : written);
+          }
+          EXPECT_TRUE(torch::equal(torch::cat(read_back, 0), param)) << native << " " << to_string(layout);
+        }
+        EXPECT_GE(names.size(), params.size());
+      }
 }
 
 TEST(Model, FlopsPerTokenFollowsThePalmFormula) {
@@ -276,46 +338,12 @@ TEST(Model, SelfOnlyAttentionMakesEachPositionBlindToItsPrefix) {
 
 // --- gradients ---
 
-struct Variant {
-  const char* norm;
-  const char* activation;
-  const char* layout;
-  bool qk_norm;
-  int64_t conv;
-  const char* position;
-};
-
-std::string variant_name(const testing::TestParamInfo<Variant>& info) {
-  const auto& v = info.param;
-  return std::string(v.norm) + "_" + v.activation + "_" + v.layout + (v.qk_norm ? "_qknorm" : "") +
-         (v.conv ? "_conv" : "") + "_" + v.position;
-}
-
-std::vector<Variant> all_variants() {
-  std::vector<Variant> out;
-  for (const char* norm : {"layernorm", "rmsnorm"})
-    for (const char* activation : {"gelu", "swiglu"})
-      for (const char* layout : {"pre", "sandwich"})
-        for (bool qk_norm : {false, true})
-          for (int64_t conv : {0, 3})
-            for (const char* position : {"learned", "rotary"})
-              out.push_back({norm, activation, layout, qk_norm, conv, position});
-  return out;
-}
-
 class BlockVariantGradient : public testing::TestWithParam<Variant> {};
 
 // float64 central differences along a random direction in each parameter tensor, in training
 // mode with dropout and stochastic depth on (masks fixed by re-seeding before each forward).
 TEST_P(BlockVariantGradient, MatchesFiniteDifferencesInFloat64) {
-  const auto& v = GetParam();
-  auto cfg = tiny_config();
-  cfg.norm = v.norm;
-  cfg.activation = v.activation;
-  cfg.norm_layout = v.layout;
-  cfg.qk_norm = v.qk_norm;
-  cfg.qkv_conv_kernel = v.conv;
-  cfg.position = v.position;
+  auto cfg = variant_config(GetParam());
   cfg.dropout = 0.1;
   cfg.drop_path = 0.2;
   torch::manual_seed(11);

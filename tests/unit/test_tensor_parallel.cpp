@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/transport/parallelize.hpp"
 #include "rocm_conformance_llm/transport/sharded_sync.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
@@ -106,10 +107,10 @@ std::vector<RankRun> split_run(const TrainingConfig& cfg, int world, torch::Scal
         Subgroups groups = make_subgroups(*world_comm, layout);
         auto data_group = make_data_parallel_group(*world_comm, layout);
         GPT model = seeded_model(cfg);
-        model->shard(groups.model_parallel());
+        const SplitParameters split = parallelize_split(model, groups.model_parallel());
         model->to(dtype);
         FlatAdamW opt = optimizer_for(model);
-        const auto partial = model->partial_gradient_parameters();
+        const auto& partial = split.partial;
         const int replica = data_group->rank();
         for (int step = 0; step < kSteps; ++step) {
           opt.zero_grad();

@@ -206,7 +206,8 @@ class ThreadPairSync final : public GradientSync {
   ThreadPairSync(std::shared_ptr<Shared> shared, int rank) : shared_(std::move(shared)), rank_(rank) {}
   int rank() const override { return rank_; }
   int world_size() const override { return 2; }
-  void average_gradients(const std::vector<torch::Tensor>& params, std::vector<CollectiveSample>& out) override {
+  void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override {
+    const auto& params = optimizer.shared_parameters();
     auto& mine = shared_->grads[rank_];
     mine.clear();
     for (const auto& p : params) mine.push_back(p.grad().clone());

@@ -21,7 +21,7 @@ class UpdateGuardTest : public ::testing::Test {
     const auto& w = optimizer_.parameters().front();
     (w * w).sum().backward();
     const auto grad_norm = optimizer_.clip_grad_norm(0);
-    guard_.update(optimizer_, 0.1, torch::tensor(loss), grad_norm, step, skipped, replay);
+    if (!skipped) optimizer_.step(0.1, guard_.admit(torch::tensor(loss), grad_norm, step, replay));
   }
   torch::Tensor weights() const { return optimizer_.flat_params().clone(); }
   int64_t optimizer_steps() const { return optimizer_.state().steps; }

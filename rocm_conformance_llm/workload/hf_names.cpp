@@ -1,0 +1,131 @@
+#include "rocm_conformance_llm/workload/hf_names.hpp"
+
+#include <array>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/data.hpp"
+#include "rocm_conformance_llm/workload/model_widths.hpp"
+
+namespace rcl {
+namespace {
+
+// Our module path -> the stored names, a fused tensor's row blocks one name each.
+struct NameRule {
+  const char* native;
+  std::array<const char*, 3> stored;  // the row blocks' names; nullptr-terminated
+  bool transpose;
+};
+constexpr NameRule kGpt2Top[] = {{"wte.", {"transformer.wte."}, false},
+                                 {"wpe.", {"transformer.wpe."}, false},
+                                 {"final_norm.", {"transformer.ln_f."}, false}};
+constexpr NameRule kGpt2Block[] = {{"norm_attn.", {"ln_1."}, false},  {"attn.qkv.", {"attn.c_attn."}, true},
+                                   {"attn.proj.", {"attn.c_proj."}, true}, {"norm_mlp.", {"ln_2."}, false},
+                                   {"mlp.up.", {"mlp.c_fc."}, true},   {"mlp.down.", {"mlp.c_proj."}, true}};
+constexpr NameRule kLlamaTop[] = {{"wte.", {"model.embed_tokens."}, false}, {"final_norm.", {"model.norm."}, false}};
+constexpr NameRule kLlamaBlock[] = {
+    {"norm_attn.", {"input_layernorm."}, false},
+    {"attn.qkv.", {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."}, false},
+    {"attn.proj.", {"self_attn.o_proj."}, false},
+    {"norm_mlp.", {"post_attention_layernorm."}, false},
+    {"mlp.up.", {"mlp.gate_proj.", "mlp.up_proj."}, false},
+    {"mlp.down.", {"mlp.down_proj."}, false}};
+
+std::optional<StoredNames> apply_rules(std::string_view name, std::span<const NameRule> rules,
+                                       const std::string& prefix) {
+  for (const auto& r : rules)
+    if (name.starts_with(r.native)) {
+      const std::string_view leaf = name.substr(std::string_view(r.native).size());
+      StoredNames out{.transpose = r.transpose && leaf == "weight"};
+      for (const char* stored : r.stored)
+        if (stored != nullptr) out.names.push_back(prefix + stored + std::string(leaf));
+      return out;
+    }
+  return std::nullopt;
+}
+
+
+StoredNames hf_names(const std::string& native, HfLayout layout) {
+  const bool gpt2 = layout == HfLayout::gpt2;
+  std::optional<StoredNames> mapped;
+  if (native.starts_with("block")) {
+    const auto dot = native.find('.');
+    const std::string index = native.substr(5, dot - 5);
+    const std::span<const NameRule> rules = gpt2 ? std::span<const NameRule>(kGpt2Block) : kLlamaBlock;
+    mapped = apply_rules(std::string_view(native).substr(dot + 1), rules,
+                         (gpt2 ? "transformer.h." : "model.layers.") + index + ".");
+  } else {
+    mapped = apply_rules(native, gpt2 ? std::span<const NameRule>(kGpt2Top) : kLlamaTop, "");
+  }
+  if (!mapped) throw std::logic_error(fmt::format("no {} name for parameter {}", to_string(layout), native));
+  return *mapped;
+}
+
+
+}  // namespace
+
+const char* to_string(HfLayout layout) {
+  constexpr const char* kNames[] = {"native", "gpt2", "llama"};
+  return kNames[int(layout)];
+}
+
+HfLayout hf_layout_of(const TrainingConfig& c) {
+  if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return HfLayout::native;
+  // GPT-2 has no grouped-query attention.
+  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu" && key_value_heads(c) == c.num_heads)
+    return HfLayout::gpt2;
+  if (c.position == "rotary" && c.norm == "rmsnorm" && c.activation == "swiglu") return HfLayout::llama;
+  return HfLayout::native;
+}
+
+std::vector<std::pair<std::string, StoredNames>> stored_names(const TrainingConfig& cfg, const NamedParameters& params,
+                                                              HfLayout layout) {
+  std::vector<std::pair<std::string, StoredNames>> out;
+  for (const auto& item : params) {
+    auto stored = layout == HfLayout::native ? StoredNames{{item.key()}} : hf_names(item.key(), layout);
+    const auto parts = static_cast<int64_t>(stored.names.size());
+    if (parts == 3)
+      stored.rows = {cfg.hidden_size, key_value_width(cfg), key_value_width(cfg)};
+    else
+      stored.rows.assign(stored.names.size(), item.value().size(0) / parts);
+    out.emplace_back(item.key(), std::move(stored));
+  }
+  return out;
+}
+
+nlohmann::json hf_config(const TrainingConfig& c, HfLayout layout) {
+  if (layout == HfLayout::gpt2)
+    return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", c.vocab_size},
+            {"n_positions", c.seq_len}, {"n_embd", c.hidden_size}, {"n_layer", c.num_layers},
+            {"n_head", c.num_heads}, {"n_inner", ffn_hidden_size(c)}, {"activation_function", "gelu"},
+            {"layer_norm_epsilon", 1e-5}, {"resid_pdrop", c.dropout}, {"embd_pdrop", c.dropout},
+            {"attn_pdrop", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+  if (layout == HfLayout::llama)
+    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
+            {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
+            {"intermediate_size", ffn_hidden_size(c)}, {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_heads}, {"num_key_value_heads", key_value_heads(c)},
+            {"head_dim", c.hidden_size / c.num_heads}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0}, {"attention_bias", true}, {"mlp_bias", true},
+            {"attention_dropout", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+  // No Hugging Face architecture has this layout: the same keys' meaning, our own model_type.
+  return {{"architectures", {"RclGPT"}}, {"model_type", "rcl-gpt"}, {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
+          {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
+          {"num_key_value_heads", key_value_heads(c)}, {"intermediate_size", ffn_hidden_size(c)},
+          {"hidden_act", c.activation}, {"norm", c.norm},
+          {"norm_layout", c.norm_layout}, {"position_embedding", c.position}, {"qk_norm", c.qk_norm},
+          {"qkv_conv_kernel", c.qkv_conv_kernel}, {"moe_experts", c.moe_experts}, {"moe_top_k", c.moe_top_k},
+          {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+}
+
+nlohmann::json special_token_ids(const TrainingConfig& c) {
+  if (c.data_path.empty()) return {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
+  return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
+}
+
+}  // namespace rcl

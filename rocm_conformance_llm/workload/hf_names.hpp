@@ -1,0 +1,53 @@
+// The decoder's parameters under Hugging Face names, as the checkpoints' model.safetensors and
+// config.json store them (docs/checkpoints.md). The decoder maps onto a Hugging Face architecture
+// when it computes what that one computes:
+//   GPT-2 (GPT2LMHeadModel): learned positions, LayerNorm before each branch, GELU;
+//   Llama (LlamaForCausalLM): rotary positions in the "rotate half" form, RMSNorm before each
+//     branch, SwiGLU (silu(gate) * up); our Linear biases load through Llama's attention_bias
+//     and mlp_bias (transformers >= 4.41).
+// Neither with Q/K norm, a Q/K/V convolution or mixture-of-experts feed-forwards (Mixtral's
+// experts have no biases and no GELU); the LM head is tied to the embedding in both. Any other
+// layout keeps the model's own names ("native").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/config.hpp"
+
+namespace rcl {
+
+enum class HfLayout { native, gpt2, llama };
+const char* to_string(HfLayout layout);  // "native", "gpt2", "llama": state.json's "weights"
+HfLayout hf_layout_of(const TrainingConfig& cfg);
+
+// One parameter's names in model.safetensors. A fused tensor is stored as row blocks, one name
+// each (Llama: Q, K, V of attn.qkv, K and V narrower under grouped-query attention; gate and up
+// of SwiGLU's mlp.up, equal halves in that order: the first goes through silu). GPT-2's Conv1D
+// stores a Linear weight transposed ([in, out]).
+struct StoredNames {
+  std::vector<std::string> names{};  // one per row block of the parameter
+  std::vector<int64_t> rows{};     // the blocks' rows
+  bool transpose = false;
+};
+
+// Each of `params`' (the model's named_parameters) names in model.safetensors, with the rows of
+// each block: Q, K, V's widths for the three blocks of attn.qkv, equal shares otherwise.
+// std::logic_error for a parameter `layout` has no name for.
+using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
+std::vector<std::pair<std::string, StoredNames>> stored_names(const TrainingConfig& cfg, const NamedParameters& params,
+                                                              HfLayout layout);
+
+// config.json's model fields for `layout` (our own model_type "rcl-gpt" for native).
+nlohmann::json hf_config(const TrainingConfig& cfg, HfLayout layout);
+// The data layer's special tokens, so transformers neither warns about nor generates with its
+// architecture's defaults (GPT-2's 50256 lies outside a byte vocabulary): the byte tokenizer's
+// for a text file, none for the synthetic corpus.
+nlohmann::json special_token_ids(const TrainingConfig& cfg);
+
+}  // namespace rcl
