@@ -142,7 +142,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
     optimizer_->weigh_norm(weights);
 
   autocast_ = autocast_for(cfg.mixed_precision);
-  if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
+  if (cfg.mixed_precision == Precision::fp16) scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
 }
 
 void Trainer::add_observer(StepObserver* observer) { observers_.push_back(observer); }

@@ -231,10 +231,21 @@ nlohmann::json sections_of(const Preset& preset) {
           {"rocm", RocmConfig{}}};
 }
 
-RocmConfig rocm_of(const nlohmann::json& doc) {
-  auto rocm = doc.at("rocm").get<RocmConfig>();
-  validate(rocm);
-  return rocm;
+RocmConfig rocm_of(const nlohmann::json& doc) { return parse_rocm_config(doc.at("rocm")); }
+
+// The dedicated flags win over everything the sections hold; they are checked with the keys
+// they set.
+void apply_dedicated_flags(nlohmann::json& doc, const CliOptions& o) {
+  nlohmann::json& training = doc.at("training");
+  if (o.steps) training["steps"] = *o.steps;
+  if (o.seed) training["seed"] = *o.seed;
+  if (!o.device.empty()) training["device"] = o.device;
+  if (!o.precision.empty()) training["mixed_precision"] = o.precision;
+  if (!o.data.empty()) training["data_path"] = o.data;
+  if (!o.duration.empty()) training["max_duration_s"] = parse_duration_s("--duration", o.duration);
+  nlohmann::json& diagnostics = doc.at("diagnostics");
+  if (o.watchdog_timeout_s) diagnostics["watchdog_timeout_s"] = *o.watchdog_timeout_s;
+  if (o.memory_profile) diagnostics["memory_profile"] = true;
 }
 
 // The device a run's config is fitted to: the one --device-memory poses, else the GPU's own
@@ -276,26 +287,17 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   nlohmann::json doc = sections_of(preset);
   overlay_sections(doc, o, file);
   try {
-    run.base = doc.at("training").get<TrainingConfig>();
     run.stress_profile = complete_stress_profile(doc.at("stress_profile").get<StressProfile>());
-    run.diagnostics = doc.at("diagnostics").get<DiagnosticsConfig>();
     run.rocm = rocm_of(doc);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(std::string("invalid config: ") + e.what());
   }
 
-  // 3. Dedicated flags win over everything above.
-  if (o.steps) run.base.steps = *o.steps;
-  if (o.seed) run.base.seed = *o.seed;
-  if (!o.device.empty()) run.base.device = o.device;
-  if (!o.precision.empty()) run.base.mixed_precision = o.precision;
-  if (!o.data.empty()) run.base.data_path = o.data;
-  if (o.watchdog_timeout_s) run.diagnostics.watchdog_timeout_s = *o.watchdog_timeout_s;
-  if (!o.duration.empty()) run.base.max_duration_s = parse_duration_s("--duration", o.duration);
-  if (o.memory_profile) run.diagnostics.memory_profile = true;
-  validate(run.base);
+  // 3. Dedicated flags win over everything above; then each section is checked and read.
+  apply_dedicated_flags(doc, o);
+  run.base = parse_training_config(doc.at("training"));
   validate(run.stress_profile);
-  validate(run.diagnostics);
+  run.diagnostics = parse_diagnostics_config(doc.at("diagnostics"));
 
   // 4. Stress modes mutate the validated base.
   if (o.stress) {

@@ -155,7 +155,7 @@ struct RunSetup {
 // units are whole dense blocks: the layout fits it by keeping the model whole (recorded), but
 // experts the user asked for cannot be dropped silently: refused before anything is written.
 ParallelLayout resolve_parallel_layout(const TrainingConfig& cfg, int world_size) {
-  if (cfg.data_parallel == kDataParallelFsdp && world_size > 1 && cfg.moe_experts > 0)
+  if (cfg.data_parallel == DataParallel::fsdp && world_size > 1 && cfg.moe_experts > 0)
     throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with moe_experts={}: fsdp shards dense "
                                   "blocks only; allowed: fsdp with moe_experts=0, or data_parallel ddp, zero",
                                   cfg.moe_experts));
@@ -174,7 +174,7 @@ RunSetup setup(const RunConfig& run, bool overwrite) {
   check_output_dir(run.output_dir);
   // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
   // block's own forward.
-  if (run.training.data_parallel == kDataParallelFsdp && s.launch.world_size > 1 && s.faults.requested(FaultKind::nan))
+  if (run.training.data_parallel == DataParallel::fsdp && s.launch.world_size > 1 && s.faults.requested(FaultKind::nan))
     throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
                       "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
                       "ddp, zero");
@@ -350,9 +350,9 @@ class Job {
     trainer_ = std::make_unique<Trainer>(
         RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, sync_);
     // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
-    if (cfg.data_parallel != kDataParallelDdp || trainer_->model()->parallel().expert)
+    if (cfg.data_parallel != DataParallel::ddp || trainer_->model()->parallel().expert)
       report_.add_section("data_parallel", data_parallel_section(cfg.data_parallel, *sync_, trainer_->model()));
-    if (cfg.attention_backend != "math") record_attention_kernel();  // SDPA's (refused on 1.13 before here)
+    if (cfg.attention_backend != AttentionBackend::math) record_attention_kernel();  // SDPA's (refused on 1.13 before here)
     ballast_.emplace(cfg.memory_pressure_bytes, s_.device);
     trainer_->set_stop_check([] { return signals::received() != 0; });
     if (const auto floor = trainer_->data().loss_floor()) report_.add_section("loss_floor", *floor);
@@ -430,11 +430,12 @@ class Job {
     const nlohmann::json section = {{"attention_backend", cfg.attention_backend}, {"training_kernel", kernel}};
     config_doc_["attention_kernel"] = section;
     report_.add_section("attention_kernel", section);
-    if (kernel == "math" && cfg.attention_backend == "sdpa" && !s_.device.is_cpu())
+    if (kernel == "math" && cfg.attention_backend == AttentionBackend::sdpa && !s_.device.is_cpu())
       spdlog::warn("no fused SDPA kernel takes the training attention call (attention_backend=sdpa): it runs on the "
                    "math path, whose B x H x T x T scores the sizing and the fit do not count");
     else
-      spdlog::info("training attention runs on the {} kernel (attention_backend={})", kernel, cfg.attention_backend);
+      spdlog::info("training attention runs on the {} kernel (attention_backend={})", kernel,
+                   name_of(cfg.attention_backend));
   }
 
   // The device and transport the checks run on, the process group's collectives, the stress

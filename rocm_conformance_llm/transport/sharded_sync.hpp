@@ -10,19 +10,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
 
-// training.data_parallel's values, in the order of what they shard.
-inline constexpr const char* kDataParallelDdp = "ddp";
-inline constexpr const char* kDataParallelZero = "zero";
-inline constexpr const char* kDataParallelFsdp = "fsdp";
-
 // report.json's `data_parallel` section: what `requested` did in this run (`model` as trained).
-nlohmann::json data_parallel_section(const std::string& requested, const GradientSync& sync, GPT& model);
+nlohmann::json data_parallel_section(DataParallel requested, const GradientSync& sync, GPT& model);
 
 class ZeroShards {
  public:

@@ -101,7 +101,7 @@ std::vector<std::pair<std::string, torch::Tensor>> GPTImpl::gather_full_paramete
   const int degree = parallel_.tensor_degree();
   // Row blocks of each column-parallel parameter, whole (each rank holds 1/degree of each).
   const std::vector<int64_t> qkv_rows{cfg_.hidden_size, key_value_width(cfg_), key_value_width(cfg_)};
-  const std::vector<int64_t> up_rows(cfg_.activation == "swiglu" ? 2 : 1, ffn_hidden_size(cfg_));
+  const std::vector<int64_t> up_rows(cfg_.activation == Activation::swiglu ? 2 : 1, ffn_hidden_size(cfg_));
   // Each block's experts, gathered over the expert-parallel group.
   std::map<std::string, torch::Tensor> experts;
   for (size_t i = 0; i < blocks_.size(); ++i) {
