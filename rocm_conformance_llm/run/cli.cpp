@@ -384,6 +384,23 @@ nlohmann::json sizing_json(const RunConfig& run, const TrainingConfig& model) {
   return predict_step(model, run.fit ? run.fit->device : host_device(run)).to_json();
 }
 
+void check_for_world(const RunConfig& run, int world_size, const FaultPlan& faults) {
+  const TrainingConfig& cfg = run.training;
+  if (cfg.data_parallel != DataParallel::fsdp || world_size <= 1) return;
+  // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
+  // block's own forward.
+  if (faults.requested(FaultKind::nan))
+    throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
+                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
+                      "ddp, zero");
+  // FSDP's units are whole dense blocks: the layout fits a tensor split by keeping the model
+  // whole (recorded), but experts the user asked for cannot be dropped silently.
+  if (cfg.moe_experts > 0)
+    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with moe_experts={}: fsdp shards dense "
+                                  "blocks only; allowed: fsdp with moe_experts=0, or data_parallel ddp, zero",
+                                  cfg.moe_experts));
+}
+
 std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }
 
 std::string explain_text(const RunConfig& run) {
