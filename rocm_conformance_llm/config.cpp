@@ -74,7 +74,7 @@ std::vector<Preset> make_presets() {
       .name = "smoke",
       .description = "CPU-sized: learns the synthetic corpus to near its loss floor in seconds (tests, CI)",
       .training = {.hidden_size = 64, .num_layers = 2, .batch_size = 16, .seq_len = 64, .num_heads = 4,
-                   .position = "rotary", .steps = 300, .learning_rate = 1e-2, .warmup_steps = 10,
+                   .position = PositionEncoding::rotary, .steps = 300, .learning_rate = 1e-2, .warmup_steps = 10,
                    .eval_interval = 50, .eval_batches = 4},
       .stress = nlohmann::json{
           {"gemm", {{"min_hidden_size", 128}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
@@ -101,7 +101,7 @@ std::vector<Preset> make_presets() {
       .name = "small",
       .description = "One GPU, GPT-2-small shape and vocabulary (default when a GPU is present)",
       .training = {.hidden_size = 768, .num_layers = 12, .batch_size = 8, .seq_len = 1024,
-                   .mixed_precision = "bf16", .num_heads = 12, .vocab_size = kGpt2Vocab, .steps = 500,
+                   .mixed_precision = Precision::bf16, .num_heads = 12, .vocab_size = kGpt2Vocab, .steps = 500,
                    .learning_rate = 6e-4,
                    .warmup_steps = 50, .eval_interval = 100, .eval_batches = 8},
       .stress = nlohmann::json{
@@ -126,8 +126,9 @@ std::vector<Preset> make_presets() {
       .name = "large",
       .description = "MI300-class memory (192 GB): Llama-3.2-1B shape, GQA and vocabulary",
       .training = {.hidden_size = 2048, .num_layers = 16, .ffn_multiplier = 6.0, .batch_size = 8,
-                   .seq_len = 2048, .mixed_precision = "bf16", .num_heads = 32, .num_key_value_heads = 8,
-                   .vocab_size = kLlama3Vocab, .position = "rotary", .norm = "rmsnorm", .activation = "swiglu",
+                   .seq_len = 2048, .mixed_precision = Precision::bf16, .num_heads = 32,
+                   .num_key_value_heads = 8, .vocab_size = kLlama3Vocab, .position = PositionEncoding::rotary,
+                   .norm = NormKind::rmsnorm, .activation = Activation::swiglu,
                    .steps = 1000, .learning_rate = 3e-4,
                    .warmup_steps = 100, .eval_interval = 200, .eval_batches = 8},
       .stress = large_stress};
@@ -142,8 +143,7 @@ int64_t key_value_heads(const TrainingConfig& cfg) {
 }
 
 Determinism determinism_of(const TrainingConfig& cfg) {
-  if (cfg.deterministic || cfg.determinism == "all") return Determinism::all;
-  return cfg.determinism == "replay" ? Determinism::replay : Determinism::off;
+  return cfg.deterministic ? Determinism::all : cfg.determinism;
 }
 
 FieldCheck unchecked() { return {}; }
@@ -177,9 +177,20 @@ const std::vector<ConfigField>& rocm_fields() {
 }
 #undef RCL_FIELD_ROW
 
+namespace {
+// A key missing from `j` keeps its default; an enum key's text is parsed with its field's error.
+template <typename T>
+void read_field(const nlohmann::json& j, const char* key, T& out) {
+  if (!j.contains(key)) return;
+  if constexpr (NamedEnum<T>)
+    out = parse_enum<T>(j.at(key).get<std::string>(), key);
+  else
+    j.at(key).get_to(out);
+}
+}  // namespace
+
 #define RCL_FIELD_TO_JSON(type, member, ...) j[#member] = c.member;
-#define RCL_FIELD_FROM_JSON(type, member, ...) \
-  if (j.contains(#member)) j.at(#member).get_to(c.member);
+#define RCL_FIELD_FROM_JSON(type, member, ...) read_field(j, #member, c.member);
 
 void to_json(nlohmann::json& j, const TrainingConfig& c) { RCL_TRAINING_FIELDS(RCL_FIELD_TO_JSON) }
 void from_json(const nlohmann::json& j, TrainingConfig& c) { RCL_TRAINING_FIELDS(RCL_FIELD_FROM_JSON) }
@@ -297,15 +308,13 @@ void validate_field(const nlohmann::json& value, const ConfigField& field, const
 }
 
 namespace {
-template <typename Config>
-void validate_fields(const Config& config, const std::vector<ConfigField>& fields, const std::string& prefix) {
-  const nlohmann::json values = config;
+void validate_fields(const nlohmann::json& values, const std::vector<ConfigField>& fields, const std::string& prefix) {
   for (const auto& field : fields) validate_field(values.at(field.name), field, prefix + field.name);
 }
 }  // namespace
 
 void validate(const TrainingConfig& c) {
-  validate_fields(c, training_fields(), "");
+  validate_fields(nlohmann::json(c), training_fields(), "");
   // Cross-field checks, once every field is in its own range.
   require(c.hidden_size % c.num_heads == 0, "hidden_size", show(c.hidden_size),
           "must be divisible by num_heads=" + show(c.num_heads));
@@ -314,7 +323,7 @@ void validate(const TrainingConfig& c) {
   require(c.grad_sync_interval <= c.grad_accum_steps, "grad_sync_interval", show(c.grad_sync_interval),
           "must be <= grad_accum_steps=" + show(c.grad_accum_steps) +
               " (gradients are synchronised at least once per optimizer step)");
-  require(c.position != "rotary" || (c.hidden_size / c.num_heads) % 2 == 0, "position", "'rotary'",
+  require(c.position != PositionEncoding::rotary || (c.hidden_size / c.num_heads) % 2 == 0, "position", "'rotary'",
           "needs an even head dimension (hidden_size/num_heads=" + show(c.hidden_size / c.num_heads) + ")");
   // Model parallelism: what holds whatever the world. A tensor-parallel degree the heads (or the
   // sequence) do not divide is fitted with the world (plan_parallel_layout), so a stress mode
@@ -325,8 +334,28 @@ void validate(const TrainingConfig& c) {
           "must be <= distributed_moe_experts=" + show(c.distributed_moe_experts));
 }
 
-void validate(const DiagnosticsConfig& d) { validate_fields(d, diagnostics_fields(), "diagnostics."); }
-void validate(const RocmConfig& r) { validate_fields(r, rocm_fields(), "rocm."); }
+void validate(const DiagnosticsConfig& d) { validate_fields(nlohmann::json(d), diagnostics_fields(), "diagnostics."); }
+void validate(const RocmConfig& r) { validate_fields(nlohmann::json(r), rocm_fields(), "rocm."); }
+
+namespace {
+template <typename Config>
+Config parse_config(const nlohmann::json& values, const std::vector<ConfigField>& fields, const std::string& prefix) {
+  validate_fields(values, fields, prefix);  // before the read: an enum key's error names its field
+  auto config = values.get<Config>();
+  validate(config);
+  return config;
+}
+}  // namespace
+
+TrainingConfig parse_training_config(const nlohmann::json& values) {
+  return parse_config<TrainingConfig>(values, training_fields(), "");
+}
+DiagnosticsConfig parse_diagnostics_config(const nlohmann::json& values) {
+  return parse_config<DiagnosticsConfig>(values, diagnostics_fields(), "diagnostics.");
+}
+RocmConfig parse_rocm_config(const nlohmann::json& values) {
+  return parse_config<RocmConfig>(values, rocm_fields(), "rocm.");
+}
 
 std::string describe_fields(const std::vector<ConfigField>& fields, const std::string& section, bool markdown) {
   std::string out;

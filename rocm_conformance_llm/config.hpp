@@ -12,8 +12,64 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/base/named_enum.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 
 namespace rcl {
+
+// The enum-valued keys: each vocabulary's names are its JSON values, its allowed values in
+// validate() and `--help-config`, in this order (an ordered one weakest first: stress rules that
+// raise it go by this order).
+enum class Precision { fp32, bf16, fp16 };
+RCL_ENUM_NAMES(Precision, {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"})
+enum class PositionEncoding { learned, rotary };
+RCL_ENUM_NAMES(PositionEncoding, {PositionEncoding::learned, "learned"}, {PositionEncoding::rotary, "rotary"})
+enum class NormKind { layernorm, rmsnorm };
+RCL_ENUM_NAMES(NormKind, {NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"})
+enum class NormLayout { pre, sandwich };
+RCL_ENUM_NAMES(NormLayout, {NormLayout::pre, "pre"}, {NormLayout::sandwich, "sandwich"})
+enum class Activation { gelu, swiglu };
+RCL_ENUM_NAMES(Activation, {Activation::gelu, "gelu"}, {Activation::swiglu, "swiglu"})
+enum class AttentionBackend { math, sdpa, sdpa_math, sdpa_flash, sdpa_mem_efficient };
+RCL_ENUM_NAMES(AttentionBackend, {AttentionBackend::math, "math"}, {AttentionBackend::sdpa, "sdpa"},
+               {AttentionBackend::sdpa_math, "sdpa_math"}, {AttentionBackend::sdpa_flash, "sdpa_flash"},
+               {AttentionBackend::sdpa_mem_efficient, "sdpa_mem_efficient"})
+// Deterministic algorithms, ordered off < replay < all.
+enum class Determinism { off, replay, all };
+RCL_ENUM_NAMES(Determinism, {Determinism::off, "off"}, {Determinism::replay, "replay"}, {Determinism::all, "all"})
+// Data parallelism, ordered by what it shards.
+enum class DataParallel { ddp, zero, fsdp };
+RCL_ENUM_NAMES(DataParallel, {DataParallel::ddp, "ddp"}, {DataParallel::zero, "zero"}, {DataParallel::fsdp, "fsdp"})
+enum class DeviceChoice { automatic, cpu, gpu };
+RCL_ENUM_NAMES(DeviceChoice, {DeviceChoice::automatic, "auto"}, {DeviceChoice::cpu, "cpu"}, {DeviceChoice::gpu, "gpu"})
+// ROCm knobs; `keep` ("default") leaves the variable as the environment has it.
+enum class BlasBackend { keep, hipblaslt, rocblas };
+RCL_ENUM_NAMES(BlasBackend, {BlasBackend::keep, "default"}, {BlasBackend::hipblaslt, "hipblaslt"},
+               {BlasBackend::rocblas, "rocblas"})
+enum class KnobSwitch { keep, on, off };
+RCL_ENUM_NAMES(KnobSwitch, {KnobSwitch::keep, "default"}, {KnobSwitch::on, "on"}, {KnobSwitch::off, "off"})
+enum class KnobBool { keep, yes, no };
+RCL_ENUM_NAMES(KnobBool, {KnobBool::keep, "default"}, {KnobBool::yes, "true"}, {KnobBool::no, "false"})
+enum class MiopenFindMode { keep, normal, fast, hybrid, dynamic_hybrid };
+RCL_ENUM_NAMES(MiopenFindMode, {MiopenFindMode::keep, "default"}, {MiopenFindMode::normal, "NORMAL"},
+               {MiopenFindMode::fast, "FAST"}, {MiopenFindMode::hybrid, "HYBRID"},
+               {MiopenFindMode::dynamic_hybrid, "DYNAMIC_HYBRID"})
+
+// ConfigError "invalid WHAT='TEXT': allowed: A, B" unless `text` names a value of E: the same
+// line validate() gives for the field WHAT.
+template <NamedEnum E>
+E parse_enum(const std::string& text, const std::string& what) {
+  if (const auto value = parse_name<E>(text)) return *value;
+  throw ConfigError("invalid " + what + "='" + text + "': allowed: " + join(names_of<E>()));
+}
+template <NamedEnum E>
+void to_json(nlohmann::json& j, E value) {
+  j = name_of(value);
+}
+template <NamedEnum E>
+void from_json(const nlohmann::json& j, E& value) {
+  value = parse_enum<E>(j.get<std::string>(), "value");
+}
 
 // A per-field check: what validate() enforces and `--help-config` prints as allowed values.
 struct FieldCheck {
@@ -30,6 +86,10 @@ FieldCheck at_least(double lo, std::string note = "");
 FieldCheck above(double lo);
 FieldCheck within(double lo, double hi, bool hi_inclusive);
 FieldCheck one_of(std::vector<std::string> allowed);
+template <NamedEnum E>
+FieldCheck one_of_names() {
+  return one_of(names_of<E>());
+}
 
 // One key of a config section: its name, default (which also fixes its JSON type), check and
 // one-line meaning. Stress intensities are declared the same way, in the stress mode registry.
@@ -55,22 +115,23 @@ struct ConfigField {
   X(int64_t, grad_sync_interval, 1, at_least(1),                                                         \
     "micro-steps between gradient all-reduces (<= grad_accum_steps)")                                    \
   X(bool, activation_checkpointing, false, unchecked(), "recompute block activations in backward")      \
-  X(std::string, mixed_precision, "fp32", one_of({"fp32", "bf16", "fp16"}), "autocast precision")       \
+  X(Precision, mixed_precision, Precision::fp32, one_of_names<Precision>(), "autocast precision")         \
   /* --- model shape and knobs --- */                                                                   \
   X(int64_t, num_heads, 4, at_least(1), "attention heads")                                               \
   X(int64_t, num_key_value_heads, 0, at_least(0, "0 = num_heads"),                                       \
     "key/value heads: fewer than num_heads is grouped-query attention (must divide num_heads)")          \
   X(int64_t, vocab_size, 0, at_least(0), "vocabulary size (0: taken from the data source)")              \
-  X(std::string, position, "learned", one_of({"learned", "rotary"}), "position encoding")                \
-  X(std::string, norm, "layernorm", one_of({"layernorm", "rmsnorm"}), "normalisation")                   \
-  X(std::string, norm_layout, "pre", one_of({"pre", "sandwich"}),                                        \
+  X(PositionEncoding, position, PositionEncoding::learned, one_of_names<PositionEncoding>(),              \
+    "position encoding")                                                                                \
+  X(NormKind, norm, NormKind::layernorm, one_of_names<NormKind>(), "normalisation")                       \
+  X(NormLayout, norm_layout, NormLayout::pre, one_of_names<NormLayout>(),                                \
     "pre-norm, or sandwich (pre + post norm on each branch)")                                            \
   X(bool, qk_norm, false, unchecked(), "normalise Q and K per head")                                     \
-  X(std::string, activation, "gelu", one_of({"gelu", "swiglu"}), "MLP activation")                       \
+  X(Activation, activation, Activation::gelu, one_of_names<Activation>(), "MLP activation")               \
   X(double, drop_path, 0.0, within(0, 1, false), "stochastic depth rate (last block), linear in depth")  \
   X(int64_t, qkv_conv_kernel, 0, at_least(0), "Primer depthwise causal conv after Q/K/V (0 = off)")      \
-  X(std::string, attention_backend, "math",                                                              \
-    one_of({"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}), "attention kernel")       \
+  X(AttentionBackend, attention_backend, AttentionBackend::math, one_of_names<AttentionBackend>(),       \
+    "attention kernel")                                                                                 \
   /* --- attention mode --- */                                                                          \
   X(double, attention_pad_fraction, 0.0, within(0, 1, false),                                            \
     "tail share of every second sequence masked as padding (a padded batch's attention mask)")           \
@@ -96,7 +157,7 @@ struct ConfigField {
   X(uint64_t, seed, 1234, unchecked(), "seed for init, data order and dropout")                          \
   X(bool, deterministic, false, unchecked(),                                                             \
     "at::globalContext().setDeterministicAlgorithms for every step (true means determinism=all)")         \
-  X(std::string, determinism, "off", one_of({"off", "replay", "all"}),                                   \
+  X(Determinism, determinism, Determinism::off, one_of_names<Determinism>(),                             \
     "deterministic algorithms: off; replay (only around the steps a replay check compares); all steps")  \
   X(int64_t, replay_check_interval, 0, at_least(0), "steps between rewind-and-replay checks (0 = off)")  \
   X(int64_t, replay_steps, 2, at_least(1), "steps re-run by each replay check")                          \
@@ -105,7 +166,7 @@ struct ConfigField {
   /* --- comm mode and distributed --- */                                                               \
   X(bool, log_per_rank, false, unchecked(), "every rank logs, not only rank 0")                          \
   X(double, bucket_mb, 25.0, above(0), "gradient all-reduce bucket size (MB)")                           \
-  X(std::string, data_parallel, "ddp", one_of({"ddp", "zero", "fsdp"}),                                   \
+  X(DataParallel, data_parallel, DataParallel::ddp, one_of_names<DataParallel>(),                         \
     "data parallelism, ordered by what it shards: ddp (nothing) < zero (optimizer state, gradients) < fsdp (parameters too, per block; not with tensor_parallel_degree > 1 or moe_experts); no effect on one rank") \
   X(double, collective_timeout_s, 120.0, above(0), "timeout of every collective (PyTorch's default is 600)") \
   X(int64_t, checksum_interval, 10, at_least(0), "steps between cross-rank parameter checksums (0 = off)") \
@@ -128,7 +189,7 @@ struct ConfigField {
   X(std::string, data_path, "", unchecked(), "text or JSONL file (empty: the embedded synthetic corpus)") \
   X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")       \
   /* --- execution --- */                                                                               \
-  X(std::string, device, "auto", one_of({"auto", "cpu", "gpu"}), "where to run")                         \
+  X(DeviceChoice, device, DeviceChoice::automatic, one_of_names<DeviceChoice>(), "where to run")          \
   X(int64_t, num_threads, 0, at_least(0), "intra-op CPU threads (0 = all cores)")                        \
   X(bool, phase_timing, false, unchecked(), "per-phase timing (data/forward/backward/grad_sync/optimizer)")
 
@@ -183,21 +244,23 @@ struct ConfigField {
 // initialises ("default" / "" / 0 leaves the variable as the environment has it). Which variable,
 // and when it is set: platform/rocm_knobs.hpp and docs/configuration.md.
 #define RCL_ROCM_FIELDS(X)                                                                              \
-  X(std::string, blas_backend, "default", one_of({"default", "hipblaslt", "rocblas"}),                    \
+  X(BlasBackend, blas_backend, BlasBackend::keep, one_of_names<BlasBackend>(),                           \
     "GEMM backend preference (TORCH_BLAS_PREFER_HIPBLASLT)")                                             \
-  X(std::string, tunableop, "default", one_of({"default", "on", "off"}), "TunableOp (PYTORCH_TUNABLEOP_ENABLED)") \
+  X(KnobSwitch, tunableop, KnobSwitch::keep, one_of_names<KnobSwitch>(),                                  \
+    "TunableOp (PYTORCH_TUNABLEOP_ENABLED)")                                                             \
   X(std::string, tunableop_results_file, "", unchecked(), "TunableOp results file (PYTORCH_TUNABLEOP_FILENAME)") \
-  X(std::string, miopen_find_mode, "default", one_of({"default", "NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID"}), \
+  X(MiopenFindMode, miopen_find_mode, MiopenFindMode::keep, one_of_names<MiopenFindMode>(),             \
     "MIOpen kernel search (MIOPEN_FIND_MODE)")                                                           \
   X(std::string, miopen_user_db, "", unchecked(),                                                        \
     "MIOPEN_USER_DB_PATH: a path, or per-run (OUTPUT_DIR/miopen-user-db)")                               \
-  X(std::string, expandable_segments, "default", one_of({"default", "true", "false"}),                    \
+  X(KnobBool, expandable_segments, KnobBool::keep, one_of_names<KnobBool>(),                             \
     "allocator expandable_segments (PYTORCH_HIP_ALLOC_CONF)")                                            \
   X(int64_t, max_split_size_mb, 0, at_least(0, "0 = libtorch's default"),                                \
     "allocator max_split_size_mb (PYTORCH_HIP_ALLOC_CONF)")                                              \
   X(double, garbage_collection_threshold, 0.0, within(0, 1, false),                                      \
     "allocator garbage_collection_threshold, 0 = off (PYTORCH_HIP_ALLOC_CONF)")                          \
-  X(std::string, hsa_enable_sdma, "default", one_of({"default", "on", "off"}), "SDMA copy engines (HSA_ENABLE_SDMA)")
+  X(KnobSwitch, hsa_enable_sdma, KnobSwitch::keep, one_of_names<KnobSwitch>(),                            \
+    "SDMA copy engines (HSA_ENABLE_SDMA)")
 
 #define RCL_DECLARE_MEMBER(type, member, default_value, check, meaning) type member = default_value;
 
@@ -221,9 +284,8 @@ struct RocmConfig {
 // Key/value heads of cfg's attention: num_key_value_heads, or num_heads when it is 0.
 int64_t key_value_heads(const TrainingConfig& cfg);
 
-// Deterministic algorithms, ordered off < replay < all: `determinism`, raised to all by the
-// stable bool `deterministic` (true means all).
-enum class Determinism { off, replay, all };
+// Deterministic algorithms: `determinism`, raised to all by the stable bool `deterministic`
+// (true means all).
 Determinism determinism_of(const TrainingConfig& cfg);
 
 // The field tables, in declaration order.
@@ -297,6 +359,13 @@ const RunLevel& find_run_level(int level);  // ConfigError naming the known leve
 void validate(const TrainingConfig& cfg);
 void validate(const DiagnosticsConfig& diag);
 void validate(const RocmConfig& rocm);
+
+// A section as merged JSON (every key of its table present) checked key by key in table order,
+// then read (the enum keys parsed here, once) and validated: validate()'s errors, never a value
+// the struct cannot hold. `diagnostics.` and `rocm.` prefix their keys in the errors.
+TrainingConfig parse_training_config(const nlohmann::json& values);
+DiagnosticsConfig parse_diagnostics_config(const nlohmann::json& values);
+RocmConfig parse_rocm_config(const nlohmann::json& values);
 
 // Checks `value` of the key `path` against `field`'s type and check.
 void validate_field(const nlohmann::json& value, const ConfigField& field, const std::string& path);

@@ -24,7 +24,7 @@ constexpr double kNormEps = 1e-5;
 // float64 stays float64 (gradient checks); bf16/fp16 compute in float32.
 c10::ScalarType at_least_float(c10::ScalarType t) { return at::promote_types(t, torch::kFloat); }
 
-int64_t norm_params(const std::string& kind, int64_t dim) { return kind == "rmsnorm" ? dim : 2 * dim; }
+int64_t norm_params(NormKind kind, int64_t dim) { return kind == NormKind::rmsnorm ? dim : 2 * dim; }
 
 void init_linear(torch::nn::Linear& layer, double std) {
   torch::NoGradGuard no_grad;
@@ -83,15 +83,16 @@ void set_sdpa_switches(const std::vector<bool>& on) {
 // Restricting SDPA to one kernel family pins which GPU implementation (AOTriton/CK flash or
 // memory-efficient on ROCm, or the math fallback) the run validates; plain "sdpa" lets libtorch
 // choose among all of them.
-void select_sdpa_backend(const std::string& backend) {
-  if (backend == "math") return;
+void select_sdpa_backend(AttentionBackend backend) {
+  if (backend == AttentionBackend::math) return;
 #ifndef RCL_HAVE_SDPA
-  throw ConfigError("invalid attention_backend='" + backend + "': needs libtorch >= 2.0 (this build has " +
-                    torch_version_text() + "); allowed here: math");
+  throw ConfigError(std::string("invalid attention_backend='") + name_of(backend) +
+                    "': needs libtorch >= 2.0 (this build has " + torch_version_text() + "); allowed here: math");
 #else
-  const bool any = backend == "sdpa";
-  set_sdpa_switches({any || backend == "sdpa_flash", any || backend == "sdpa_mem_efficient",
-                     any || backend == "sdpa_math", any});
+  const bool any = backend == AttentionBackend::sdpa;
+  set_sdpa_switches({any || backend == AttentionBackend::sdpa_flash,
+                     any || backend == AttentionBackend::sdpa_mem_efficient,
+                     any || backend == AttentionBackend::sdpa_math, any});
 #endif
 }
 
@@ -106,21 +107,22 @@ bool sdpa_available() {
 }
 
 void check_attention_backend(const TrainingConfig& cfg, torch::DeviceType device) {
-  const std::string& b = cfg.attention_backend;
+  const AttentionBackend b = cfg.attention_backend;
   const auto refuse = [&](const std::string& why, const std::string& allowed) {
-    throw ConfigError("invalid attention_backend='" + b + "': " + why + "; allowed here: " + allowed);
+    throw ConfigError(std::string("invalid attention_backend='") + name_of(b) + "': " + why +
+                      "; allowed here: " + allowed);
   };
-  if (b == "math") return;
+  if (b == AttentionBackend::math) return;
   if (!sdpa_available()) refuse("needs libtorch >= 2.0 (this build has " + torch_version_text() + ")", "math");
   const bool gpu = device != torch::kCPU;
   const char* all_but_flash = "math, sdpa, sdpa_math, sdpa_mem_efficient";
   // The GPU flash kernels (AOTriton/CK on ROCm, FlashAttention on CUDA) take fp16/bf16 only,
   // and no attention mask; CPU flash takes float32 and masks too.
-  if (b == "sdpa_flash" && gpu && cfg.mixed_precision == "fp32")
+  if (b == AttentionBackend::sdpa_flash && gpu && cfg.mixed_precision == Precision::fp32)
     refuse("the GPU flash kernel takes fp16/bf16 only (mixed_precision=fp32)", all_but_flash);
-  if (b == "sdpa_flash" && gpu && cfg.attention_pad_fraction > 0)
+  if (b == AttentionBackend::sdpa_flash && gpu && cfg.attention_pad_fraction > 0)
     refuse("the GPU flash kernel takes no attention mask (attention_pad_fraction > 0)", all_but_flash);
-  if (b == "sdpa_mem_efficient" && !gpu)
+  if (b == AttentionBackend::sdpa_mem_efficient && !gpu)
     refuse("libtorch has no memory-efficient attention kernel on the CPU", "math, sdpa, sdpa_math, sdpa_flash");
 }
 
@@ -128,7 +130,7 @@ SdpaBackendScope::SdpaBackendScope(const std::string& backend) {
 #ifdef RCL_HAVE_SDPA
   saved_ = sdpa_switches();
 #endif
-  select_sdpa_backend(backend);
+  select_sdpa_backend(parse_enum<AttentionBackend>(backend, "attention_backend"));
 }
 
 SdpaBackendScope::~SdpaBackendScope() {
@@ -200,9 +202,9 @@ int64_t parameter_count(const TrainingConfig& cfg) {
   const int64_t head_dim = c / cfg.num_heads;
   const int64_t qkv_width = qkv_output_width(cfg);
   const int64_t ffn = ffn_hidden_size(cfg);
-  const int64_t up_width = cfg.activation == "swiglu" ? 2 * ffn : ffn;
+  const int64_t up_width = cfg.activation == Activation::swiglu ? 2 * ffn : ffn;
   int64_t block = 0;
-  block += (cfg.norm_layout == "sandwich" ? 4 : 2) * norm_params(cfg.norm, c);
+  block += (cfg.norm_layout == NormLayout::sandwich ? 4 : 2) * norm_params(cfg.norm, c);
   block += c * qkv_width + qkv_width;                  // qkv (K and V narrower under GQA)
   block += qkv_width * cfg.qkv_conv_kernel;            // depthwise conv, no bias
   if (cfg.qk_norm) block += 2 * norm_params(cfg.norm, head_dim);
@@ -210,12 +212,12 @@ int64_t parameter_count(const TrainingConfig& cfg) {
   const int64_t mlp = c * up_width + up_width + ffn * c + c;
   block += cfg.moe_experts > 0 ? cfg.moe_experts * (mlp + c) : mlp;  // MLP, or the experts and their router
   int64_t total = cfg.vocab_size * c + cfg.num_layers * block + norm_params(cfg.norm, c);
-  if (cfg.position == "learned") total += cfg.seq_len * c;
+  if (cfg.position == PositionEncoding::learned) total += cfg.seq_len * c;
   return total;
 }
 
 int64_t gemm_parameter_count(const TrainingConfig& cfg) {
-  return parameter_count(cfg) - (cfg.position == "learned" ? cfg.seq_len * cfg.hidden_size : 0);
+  return parameter_count(cfg) - (cfg.position == PositionEncoding::learned ? cfg.seq_len * cfg.hidden_size : 0);
 }
 
 double flops_per_token(const TrainingConfig& cfg) {
@@ -236,7 +238,7 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
 
 // --- Norm ---
 
-NormImpl::NormImpl(const std::string& kind, int64_t dim) : rms_(kind == "rmsnorm"), dim_(dim) {
+NormImpl::NormImpl(NormKind kind, int64_t dim) : rms_(kind == NormKind::rmsnorm), dim_(dim) {
   weight_ = register_parameter("weight", torch::ones({dim}));
   if (!rms_) bias_ = register_parameter("bias", torch::zeros({dim}));
 }
@@ -258,7 +260,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
       kv_heads_(key_value_heads(cfg)),
       head_dim_(cfg.hidden_size / cfg.num_heads),
       dropout_(cfg.dropout),
-      rotary_(cfg.position == "rotary"),
+      rotary_(cfg.position == PositionEncoding::rotary),
       backend_(cfg.attention_backend),
       self_only_(options.attention_self_only),
       pad_fraction_(cfg.attention_pad_fraction),
@@ -361,7 +363,7 @@ std::string CausalSelfAttentionImpl::training_kernel(const torch::Tensor& q, con
 
 // --- MLP ---
 
-MlpImpl::MlpImpl(const TrainingConfig& cfg) : swiglu_(cfg.activation == "swiglu") {
+MlpImpl::MlpImpl(const TrainingConfig& cfg) : swiglu_(cfg.activation == Activation::swiglu) {
   const int64_t ffn = ffn_hidden_size(cfg);
   up = register_module("up", torch::nn::Linear(cfg.hidden_size, swiglu_ ? 2 * ffn : ffn));
   down = register_module("down", torch::nn::Linear(ffn, cfg.hidden_size));
@@ -385,7 +387,7 @@ BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOption
     moe = register_module("moe", MoeFeedForward(cfg));
   else
     mlp = register_module("mlp", Mlp(cfg));
-  if (cfg.norm_layout == "sandwich") {
+  if (cfg.norm_layout == NormLayout::sandwich) {
     post_norm_attn_ = register_module("post_norm_attn", Norm(cfg.norm, cfg.hidden_size));
     post_norm_mlp_ = register_module("post_norm_mlp", Norm(cfg.norm, cfg.hidden_size));
   }
@@ -416,7 +418,8 @@ GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
   select_sdpa_backend(cfg.attention_backend);
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
-  if (cfg.position == "learned") wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden_size));
+  if (cfg.position == PositionEncoding::learned)
+    wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden_size));
   for (int64_t i = 0; i < cfg.num_layers; ++i)
     blocks_.push_back(register_module("block" + std::to_string(i), Block(cfg, i, options)));
   final_norm_ = register_module("final_norm", Norm(cfg.norm, cfg.hidden_size));

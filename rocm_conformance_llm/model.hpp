@@ -106,7 +106,7 @@ struct AttentionInputs {
 // LayerNorm or RMSNorm over the last dimension.
 class NormImpl : public torch::nn::Module {
  public:
-  NormImpl(const std::string& kind, int64_t dim);
+  NormImpl(NormKind kind, int64_t dim);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
@@ -137,7 +137,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
-  bool calls_sdpa() const { return backend_ != "math" && !self_only_; }
+  bool calls_sdpa() const { return backend_ != AttentionBackend::math && !self_only_; }
   torch::Tensor allowed_keys(const torch::Tensor& q) const;  // undefined: causal only
 
   int64_t num_heads_;
@@ -145,7 +145,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int64_t head_dim_;
   double dropout_;
   bool rotary_;
-  std::string backend_;
+  AttentionBackend backend_;
   bool self_only_;
   double pad_fraction_;
   bool strided_v_;

@@ -98,7 +98,7 @@ std::vector<StressMode> builtin_modes() {
        .components = {component::miopen},
        .summary = "deeper residual stack, more LayerNorms, SwiGLU/GELU, depthwise conv on Q/K/V",
        .intensities = {{"min_num_layers", 24, at_least(1), "num_layers floor"},
-                       {"activation", "swiglu", one_of({"gelu", "swiglu"}), "MLP activation to use"},
+                       {"activation", "swiglu", one_of_names<Activation>(), "MLP activation to use"},
                        {"qkv_conv_kernel", 3, at_least(0), "qkv_conv_kernel floor"}},
        .rules = {raise_to("num_layers", intensity("min_num_layers")), set_to("norm_layout", fixed("sandwich")),
                  switch_on("qk_norm"), set_to("activation", intensity("activation")),

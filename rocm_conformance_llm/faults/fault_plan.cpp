@@ -152,8 +152,9 @@ FaultSpec parse_one(std::string_view spec) {
       out.rank = static_cast<int>(parse_at_least(spec, number, "@rank", 0));
     } else if (key == "phase" && t.needs_phase) {
       if (!out.phase.empty()) bad_spec(spec, "@phase is given twice");
-      if (std::find(phase::all.begin(), phase::all.end(), number) == phase::all.end())
-        bad_spec(spec, fmt::format("unknown phase '{}' (allowed: {})", number, fmt::join(phase::all, ", ")));
+      const auto& phases = phase::rank_stop_phases;
+      if (std::find(phases.begin(), phases.end(), number) == phases.end())
+        bad_spec(spec, fmt::format("unknown phase '{}' (allowed: {})", number, fmt::join(phases, ", ")));
       out.phase = number;
     } else {
       bad_spec(spec, fmt::format("unknown selector '@{}' (allowed: @step=N, @rank=R{})", key,

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <torch/torch.h>
@@ -18,7 +19,9 @@
 
 namespace rcl {
 
-// Phase names the loop reports through StepHooks::on_phase (the watchdog names them in a hang).
+// The phase names, one vocabulary for everyone who passes or reads them: the loop and the checks
+// report them through StepHooks::on_phase, the watchdog and heartbeat.json show them, a hang is
+// attributed by them, `--inject rank-stop@phase=P` names them.
 namespace phase {
 inline constexpr const char* data = "data";
 inline constexpr const char* forward = "forward";
@@ -30,14 +33,24 @@ inline constexpr const char* eval = "eval";
 inline constexpr const char* canary = "canary";
 inline constexpr const char* attention_probe = "attention_probe";  // SDPA backends vs float64 math
 inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
-inline constexpr const char* rerun = "rerun";          // an anomalous step run again (checks/rerun.hpp)
+inline constexpr const char* rerun = "rerun";          // an anomalous step run again (checks/detectors/anomaly_rerun.hpp)
 inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
 // Before the loop (the runner, not the trainer, passes these): the c10d store exchange that
 // forms the group, and the detectors' cross-rank preflight (broadcast, all-reduce canary).
 inline constexpr const char* rendezvous = "rendezvous";
 inline constexpr const char* preflight = "preflight";
-inline constexpr std::array all = {rendezvous, preflight, data, forward, backward, grad_sync, checksum, optimizer,
-                                   eval, canary, attention_probe, replay, rerun, loss_allreduce};
+// Between steps: a training checkpoint being written (run/run_checkpoint.hpp).
+inline constexpr const char* checkpoint = "checkpoint";
+// The phases a rank-stop fault may strike in.
+inline constexpr std::array rank_stop_phases = {rendezvous, preflight, data,      forward, backward,
+                                                grad_sync,  checksum,  optimizer, eval,    canary,
+                                                attention_probe, replay, rerun, loss_allreduce};
+// A collective phase: a hang there is attributed to RCCL, anywhere else to the HIP runtime.
+// grad_sync, checksum, and anything named "collective..." / "allreduce..." / "barrier...".
+inline bool is_collective(std::string_view p) {
+  return p == grad_sync || p == checksum || p.starts_with("collective") || p.starts_with("allreduce") ||
+         p.starts_with("barrier");
+}
 }  // namespace phase
 
 class StepHooks {

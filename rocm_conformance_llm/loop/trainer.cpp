@@ -132,7 +132,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   optimizer_ = parallel.make_optimizer(AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available()});
 
   autocast_ = autocast_for(cfg.mixed_precision);
-  if (cfg.mixed_precision == "fp16") scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
+  if (cfg.mixed_precision == Precision::fp16) scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);
 }
 
 void Trainer::add_observer(StepObserver* observer) { observers_.push_back(observer); }

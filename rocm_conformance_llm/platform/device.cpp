@@ -29,9 +29,9 @@ namespace rcl {
 
 bool gpu_available() { return torch::cuda::is_available(); }
 
-torch::Device resolve_device(const std::string& choice, int local_rank) {
+torch::Device resolve_device(DeviceChoice choice, int local_rank) {
   const bool gpu = gpu_available();
-  if (choice == "cpu" || (choice == "auto" && !gpu)) return torch::Device(torch::kCPU);
+  if (choice == DeviceChoice::cpu || (choice == DeviceChoice::automatic && !gpu)) return torch::Device(torch::kCPU);
   if (!gpu)
     throw ConfigError("invalid --device gpu: no GPU visible to libtorch (" RCL_TORCH_BUILD
                       " build); use --device cpu or auto");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/platform/memory_sample.hpp"
 
 namespace rcl {
@@ -18,7 +19,7 @@ bool gpu_available();  // torch::cuda::is_available(): the HIP device on ROCm bu
 // "auto" -> GPU when present else CPU; "gpu" without one is a ConfigError. Makes the chosen GPU
 // the current device. A local rank beyond the visible GPUs is refused where ranks meet over RCCL
 // (one GPU per rank) and shares a GPU, with a warning, where they meet over Gloo.
-torch::Device resolve_device(const std::string& choice, int local_rank);
+torch::Device resolve_device(DeviceChoice choice, int local_rank);
 
 // Deterministic mode: sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it (call before
 // the first GEMM). Returns what was set, for the log; empty when nothing was.

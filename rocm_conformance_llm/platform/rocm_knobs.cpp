@@ -13,9 +13,11 @@ namespace {
 
 using Value = std::optional<std::string>;
 
-std::optional<std::string> on_off(const std::string& knob, const char* on, const char* off) {
-  if (knob == "default") return std::nullopt;
-  return knob == "on" || knob == "hipblaslt" || knob == "true" ? on : off;
+// Unset for `keep`, else "1" where the knob is `on_value` and "0" otherwise.
+template <typename Knob>
+Value on_off(Knob knob, Knob on_value) {
+  if (knob == Knob::keep) return std::nullopt;
+  return knob == on_value ? "1" : "0";
 }
 
 struct Knob {
@@ -25,12 +27,15 @@ struct Knob {
 
 const std::vector<Knob>& knobs() {
   static const std::vector<Knob> table = {
-      {"TORCH_BLAS_PREFER_HIPBLASLT", [](const RocmConfig& r, auto&) { return on_off(r.blas_backend, "1", "0"); }},
-      {"PYTORCH_TUNABLEOP_ENABLED", [](const RocmConfig& r, auto&) { return on_off(r.tunableop, "1", "0"); }},
+      {"TORCH_BLAS_PREFER_HIPBLASLT",
+       [](const RocmConfig& r, auto&) { return on_off(r.blas_backend, BlasBackend::hipblaslt); }},
+      {"PYTORCH_TUNABLEOP_ENABLED", [](const RocmConfig& r, auto&) { return on_off(r.tunableop, KnobSwitch::on); }},
       {"PYTORCH_TUNABLEOP_FILENAME",
        [](const RocmConfig& r, auto&) { return r.tunableop_results_file.empty() ? Value() : r.tunableop_results_file; }},
       {"MIOPEN_FIND_MODE",
-       [](const RocmConfig& r, auto&) { return r.miopen_find_mode == "default" ? Value() : r.miopen_find_mode; }},
+       [](const RocmConfig& r, auto&) {
+         return r.miopen_find_mode == MiopenFindMode::keep ? Value() : Value(name_of(r.miopen_find_mode));
+       }},
       // A user DB shared across jobs corrupts (MIOpen#1878, #2214): per-run gives each run its own.
       {"MIOPEN_USER_DB_PATH",
        [](const RocmConfig& r, const std::string& output_dir) -> Value {
@@ -43,7 +48,7 @@ const std::vector<Knob>& knobs() {
       {"PYTORCH_HIP_ALLOC_CONF", [](const RocmConfig& r, auto&) { return allocator_conf(r).empty() ? Value() : allocator_conf(r); }},
       {"PYTORCH_CUDA_ALLOC_CONF", [](const RocmConfig& r, auto&) { return allocator_conf(r).empty() ? Value() : allocator_conf(r); }},
       // rocm-systems#7896: a lost SDMA completion hangs the host; off copies with blit kernels.
-      {"HSA_ENABLE_SDMA", [](const RocmConfig& r, auto&) { return on_off(r.hsa_enable_sdma, "1", "0"); }},
+      {"HSA_ENABLE_SDMA", [](const RocmConfig& r, auto&) { return on_off(r.hsa_enable_sdma, KnobSwitch::on); }},
   };
   return table;
 }
@@ -63,8 +68,8 @@ const std::map<std::string, std::string>& environment_at_start() {
 
 std::string allocator_conf(const RocmConfig& r) {
   std::vector<std::string> parts;
-  if (r.expandable_segments != "default")
-    parts.push_back(std::string("expandable_segments:") + (r.expandable_segments == "true" ? "True" : "False"));
+  if (r.expandable_segments != KnobBool::keep)
+    parts.push_back(std::string("expandable_segments:") + (r.expandable_segments == KnobBool::yes ? "True" : "False"));
   if (r.max_split_size_mb > 0) parts.push_back(fmt::format("max_split_size_mb:{}", r.max_split_size_mb));
   if (r.garbage_collection_threshold > 0)
     parts.push_back(fmt::format("garbage_collection_threshold:{}", r.garbage_collection_threshold));

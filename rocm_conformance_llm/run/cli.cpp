@@ -231,10 +231,21 @@ nlohmann::json sections_of(const Preset& preset) {
           {"rocm", RocmConfig{}}};
 }
 
-RocmConfig rocm_of(const nlohmann::json& doc) {
-  auto rocm = doc.at("rocm").get<RocmConfig>();
-  validate(rocm);
-  return rocm;
+RocmConfig rocm_of(const nlohmann::json& doc) { return parse_rocm_config(doc.at("rocm")); }
+
+// The dedicated flags win over everything the sections hold; they are checked with the keys
+// they set.
+void apply_dedicated_flags(nlohmann::json& doc, const CliOptions& o) {
+  nlohmann::json& training = doc.at("training");
+  if (o.steps) training["steps"] = *o.steps;
+  if (o.seed) training["seed"] = *o.seed;
+  if (!o.device.empty()) training["device"] = o.device;
+  if (!o.precision.empty()) training["mixed_precision"] = o.precision;
+  if (!o.data.empty()) training["data_path"] = o.data;
+  if (!o.duration.empty()) training["max_duration_s"] = parse_duration_s("--duration", o.duration);
+  nlohmann::json& diagnostics = doc.at("diagnostics");
+  if (o.watchdog_timeout_s) diagnostics["watchdog_timeout_s"] = *o.watchdog_timeout_s;
+  if (o.memory_profile) diagnostics["memory_profile"] = true;
 }
 
 // The device a run's config is fitted to: the one --device-memory poses, else the GPU's own
@@ -276,26 +287,17 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   nlohmann::json doc = sections_of(preset);
   overlay_sections(doc, o, file);
   try {
-    run.base = doc.at("training").get<TrainingConfig>();
     run.stress_profile = complete_stress_profile(doc.at("stress_profile").get<StressProfile>());
-    run.diagnostics = doc.at("diagnostics").get<DiagnosticsConfig>();
     run.rocm = rocm_of(doc);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(std::string("invalid config: ") + e.what());
   }
 
-  // 3. Dedicated flags win over everything above.
-  if (o.steps) run.base.steps = *o.steps;
-  if (o.seed) run.base.seed = *o.seed;
-  if (!o.device.empty()) run.base.device = o.device;
-  if (!o.precision.empty()) run.base.mixed_precision = o.precision;
-  if (!o.data.empty()) run.base.data_path = o.data;
-  if (o.watchdog_timeout_s) run.diagnostics.watchdog_timeout_s = *o.watchdog_timeout_s;
-  if (!o.duration.empty()) run.base.max_duration_s = parse_duration_s("--duration", o.duration);
-  if (o.memory_profile) run.diagnostics.memory_profile = true;
-  validate(run.base);
+  // 3. Dedicated flags win over everything above; then each section is checked and read.
+  apply_dedicated_flags(doc, o);
+  run.base = parse_training_config(doc.at("training"));
   validate(run.stress_profile);
-  validate(run.diagnostics);
+  run.diagnostics = parse_diagnostics_config(doc.at("diagnostics"));
 
   // 4. Stress modes mutate the validated base.
   if (o.stress) {
@@ -380,6 +382,23 @@ nlohmann::json to_json(const RunConfig& run) {
 
 nlohmann::json sizing_json(const RunConfig& run, const TrainingConfig& model) {
   return predict_step(model, run.fit ? run.fit->device : host_device(run)).to_json();
+}
+
+void check_for_world(const RunConfig& run, int world_size, const FaultPlan& faults) {
+  const TrainingConfig& cfg = run.training;
+  if (cfg.data_parallel != DataParallel::fsdp || world_size <= 1) return;
+  // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
+  // block's own forward.
+  if (faults.requested(FaultKind::nan))
+    throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
+                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
+                      "ddp, zero");
+  // FSDP's units are whole dense blocks: the layout fits a tensor split by keeping the model
+  // whole (recorded), but experts the user asked for cannot be dropped silently.
+  if (cfg.moe_experts > 0)
+    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with moe_experts={}: fsdp shards dense "
+                                  "blocks only; allowed: fsdp with moe_experts=0, or data_parallel ddp, zero",
+                                  cfg.moe_experts));
 }
 
 std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }

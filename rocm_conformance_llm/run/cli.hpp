@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/faults/fault_plan.hpp"
 #include "rocm_conformance_llm/reports/compare.hpp"
 #include "rocm_conformance_llm/run/run_config.hpp"
 
@@ -61,6 +62,10 @@ std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* arg
 // the device cannot hold (the fit's one-line reason) unless the options only print the config
 // or explain the stress (those show the refusal; `refusal` then gives the line).
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
+
+// The combinations only the launch can refuse, before anything is written: they depend on the
+// world size and the fault plan. ConfigError naming the key and what is allowed.
+void check_for_world(const RunConfig& run, int world_size, const FaultPlan& faults);
 
 // The fit's refusal when the resolved run does not fit its device, else "".
 std::string refusal(const RunConfig& run);

@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kPhase = "checkpoint";  // what the watchdog and heartbeat.json call a write
 constexpr const char* kManifest = "manifest.json";
 std::string findings_file(int rank) { return fmt::format("findings-rank-{}.json", rank); }
 std::string step_dir_name(int64_t step) { return fmt::format("step-{:08d}", step); }
@@ -220,7 +219,7 @@ fs::path Checkpointer::save(const std::string& reason) {
   const auto snap = loop_.snapshot();
   const fs::path final_dir = root_ / step_dir_name(snap.step);
   if (snap.step == last_saved_step_) return final_dir;
-  loop_.enter_phase(kPhase, snap.step);  // the watchdog and heartbeat.json name it
+  loop_.enter_phase(phase::checkpoint, snap.step);  // the watchdog and heartbeat.json name it
   const auto start = SteadyClock::now();
   const int rank = loop_.rank();
   const fs::path tmp = root_ / (".tmp-" + step_dir_name(snap.step));

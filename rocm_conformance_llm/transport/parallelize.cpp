@@ -14,7 +14,7 @@ std::vector<int64_t> qkv_row_blocks(const TrainingConfig& cfg) {
 
 // Row blocks of the MLP's up weight: gate and up for SwiGLU, each split the same way.
 std::vector<int64_t> up_row_blocks(const TrainingConfig& cfg) {
-  return std::vector<int64_t>(cfg.activation == "swiglu" ? 2 : 1, ffn_hidden_size(cfg));
+  return std::vector<int64_t>(cfg.activation == Activation::swiglu ? 2 : 1, ffn_hidden_size(cfg));
 }
 
 // Column- and row-parallel weights (and column-parallel biases): each rank keeps its slice.

@@ -95,10 +95,10 @@ std::string human_bytes(int64_t bytes) {
 }  // namespace
 
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
-                                   const std::string& data_parallel)
+                                   DataParallel data_parallel)
     : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
-  if (data_parallel == kDataParallelZero) zero_.emplace(*comm_);
-  if (data_parallel == kDataParallelFsdp) fsdp_.emplace(*comm_);
+  if (data_parallel == DataParallel::zero) zero_.emplace(*comm_);
+  if (data_parallel == DataParallel::fsdp) fsdp_.emplace(*comm_);
 }
 
 int ProcessGroupSync::rank() const { return comm_->rank(); }
@@ -413,8 +413,9 @@ RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s, double col
 std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
                                                  const torch::Device& device) {
   if (!launch.distributed()) {  // cfg is validated (config.cpp)
-    if (cfg.data_parallel != kDataParallelDdp)
-      spdlog::info("data_parallel={} has no effect in a world of one rank: nothing to shard", cfg.data_parallel);
+    if (cfg.data_parallel != DataParallel::ddp)
+      spdlog::info("data_parallel={} has no effect in a world of one rank: nothing to shard",
+                   name_of(cfg.data_parallel));
     return std::make_shared<LocalSync>();
   }
   const auto timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0));

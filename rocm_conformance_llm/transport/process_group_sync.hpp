@@ -49,7 +49,8 @@ class ProcessGroupSync final : public GradientSync {
   // Validated with the config (bucket_mb > 0).
   // `data_parallel`: "ddp" (bucketed all-reduce), "zero" (ZeroShards: the optimizer state
   // and the gradients sharded across the ranks) or "fsdp" (FsdpShards: the parameters too).
-  ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, const std::string& data_parallel = kDataParallelDdp);
+  ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
+                   DataParallel data_parallel = DataParallel::ddp);
 
   int rank() const override;
   int world_size() const override;

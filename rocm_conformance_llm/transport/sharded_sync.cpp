@@ -2,16 +2,16 @@
 
 namespace rcl {
 
-nlohmann::json data_parallel_section(const std::string& requested, const ShardOf& optimizer_shard, int world_size,
+nlohmann::json data_parallel_section(DataParallel requested, const ShardOf& optimizer_shard, int world_size,
                                      GPT& model) {
   // Sharded only where the data-parallel group has several ranks: a world split wholly into one
   // tensor-parallel group has a single replica, whose optimizer is whole.
   const int shards = optimizer_shard.count;
-  nlohmann::json section = {{"requested", requested}, {"optimizer_shards", shards},
-                            {"effect", shards > 1                   ? "sharded"
-                                       : requested == kDataParallelDdp ? "none: ddp keeps the optimizer whole on every rank"
-                                       : world_size > 1         ? "none: one data-parallel rank has nothing to shard"
-                                                                       : "none: one rank has nothing to shard"}};
+  const char* effect = shards > 1                       ? "sharded"
+                       : requested == DataParallel::ddp ? "none: ddp keeps the optimizer whole on every rank"
+                       : world_size > 1                 ? "none: one data-parallel rank has nothing to shard"
+                                                        : "none: one rank has nothing to shard";
+  nlohmann::json section = {{"requested", requested}, {"optimizer_shards", shards}, {"effect", effect}};
   if (const FsdpModel* fsdp = model->fsdp()) {
     // What FSDP changes beyond ZeRO: the parameters themselves are sharded, so between steps a
     // rank holds its shards only; each block is gathered for its forward and again for its

@@ -10,20 +10,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
 
-// training.data_parallel's values, in the order of what they shard.
-inline constexpr const char* kDataParallelDdp = "ddp";
-inline constexpr const char* kDataParallelZero = "zero";
-inline constexpr const char* kDataParallelFsdp = "fsdp";
-
 // report.json's `data_parallel` section: what `requested` did in this run of `world_size` ranks
 // (`model` as trained, its optimizer updating `optimizer_shard`).
-nlohmann::json data_parallel_section(const std::string& requested, const ShardOf& optimizer_shard, int world_size,
+nlohmann::json data_parallel_section(DataParallel requested, const ShardOf& optimizer_shard, int world_size,
                                      GPT& model);
 
 class ZeroShards {

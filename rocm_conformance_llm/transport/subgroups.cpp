@@ -41,7 +41,7 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   layout.world_size = world_size;
   // FSDP's units are whole dense blocks (transport/fsdp_sync.hpp): with several ranks it keeps the
   // model unsplit, so the comm mode's tensor split and experts compose with it as recorded no-ops.
-  const bool fsdp = cfg.data_parallel == kDataParallelFsdp && world_size > 1;
+  const bool fsdp = cfg.data_parallel == DataParallel::fsdp && world_size > 1;
   int asked = fsdp ? 1 : static_cast<int>(cfg.tensor_parallel_degree);
   if (fsdp && cfg.tensor_parallel_degree > 1)
     layout.notes.push_back(fmt::format("tensor_parallel_degree={} with data_parallel fsdp, whose units are whole "

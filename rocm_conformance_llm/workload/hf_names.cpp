@@ -74,11 +74,11 @@ const char* to_string(HfLayout layout) {
 }
 
 HfLayout hf_layout_of(const TrainingConfig& c) {
-  if (c.norm_layout != "pre" || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return HfLayout::native;
+  if (c.norm_layout != NormLayout::pre || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return HfLayout::native;
   // GPT-2 has no grouped-query attention.
-  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu" && key_value_heads(c) == c.num_heads)
+  if (c.position == PositionEncoding::learned && c.norm == NormKind::layernorm && c.activation == Activation::gelu && key_value_heads(c) == c.num_heads)
     return HfLayout::gpt2;
-  if (c.position == "rotary" && c.norm == "rmsnorm" && c.activation == "swiglu") return HfLayout::llama;
+  if (c.position == PositionEncoding::rotary && c.norm == NormKind::rmsnorm && c.activation == Activation::swiglu) return HfLayout::llama;
   return HfLayout::native;
 }
 

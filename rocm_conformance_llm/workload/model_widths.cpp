@@ -12,7 +12,7 @@ int64_t qkv_output_width(const TrainingConfig& cfg) { return cfg.hidden_size + 2
 
 int64_t ffn_hidden_size(const TrainingConfig& cfg) {
   const double width = cfg.ffn_multiplier * double(cfg.hidden_size);
-  if (cfg.activation != "swiglu") return int64_t(std::llround(width));
+  if (cfg.activation != Activation::swiglu) return int64_t(std::llround(width));
   const auto two_thirds = int64_t(std::llround(2.0 * width / 3.0));
   return (two_thirds + 7) / 8 * 8;
 }

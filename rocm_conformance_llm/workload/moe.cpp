@@ -23,7 +23,7 @@ std::vector<int64_t> to_vector(const torch::Tensor& t) {
 }  // namespace
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(const TrainingConfig& cfg)
-    : experts_(cfg.moe_experts), top_k_(cfg.moe_top_k), swiglu_(cfg.activation == "swiglu") {
+    : experts_(cfg.moe_experts), top_k_(cfg.moe_top_k), swiglu_(cfg.activation == Activation::swiglu) {
   const int64_t c = cfg.hidden_size, ffn = ffn_hidden_size(cfg);
   const int64_t up_width = swiglu_ ? 2 * ffn : ffn;
   router = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(c, experts_).bias(false)));

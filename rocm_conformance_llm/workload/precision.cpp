@@ -37,11 +37,13 @@ void apply(torch::DeviceType device_type, const AutocastState& state) {
 
 }  // namespace
 
-AutocastState autocast_for(const std::string& mixed_precision) {
-  if (mixed_precision == "fp32") return {false, c10::ScalarType::BFloat16};
-  if (mixed_precision == "bf16") return {true, c10::ScalarType::BFloat16};
-  if (mixed_precision == "fp16") return {true, c10::ScalarType::Half};
-  throw ConfigError("invalid mixed_precision='" + mixed_precision + "': allowed fp32, bf16, fp16");
+AutocastState autocast_for(Precision mixed_precision) {
+  switch (mixed_precision) {
+    case Precision::fp32: return {false, c10::ScalarType::BFloat16};
+    case Precision::bf16: return {true, c10::ScalarType::BFloat16};
+    case Precision::fp16: return {true, c10::ScalarType::Half};
+  }
+  return {};
 }
 
 AutocastState current_autocast(torch::DeviceType device_type) {

@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/config.hpp"
+
 namespace rcl {
 
 // Autocast on or off for one device type, and the dtype it casts to.
@@ -17,8 +19,8 @@ struct AutocastState {
   c10::ScalarType dtype = c10::ScalarType::BFloat16;
 };
 
-// "fp32" -> off, "bf16" / "fp16" -> on with that dtype; anything else is a ConfigError.
-AutocastState autocast_for(const std::string& mixed_precision);
+// fp32 -> off, bf16 / fp16 -> on with that dtype.
+AutocastState autocast_for(Precision mixed_precision);
 // The state currently in force for `device_type` (kCPU or kCUDA, the HIP device on ROCm).
 AutocastState current_autocast(torch::DeviceType device_type);
 

@@ -32,23 +32,24 @@ Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
   s.H = cfg.num_heads;
   s.K = key_value_width(cfg);
   s.F = ffn_hidden_size(cfg);
-  s.swiglu = cfg.activation == "swiglu";
+  s.swiglu = cfg.activation == Activation::swiglu;
   s.F_up = s.swiglu ? 2 * s.F : s.F;
   s.L = cfg.num_layers;
   s.V = cfg.vocab_size;
-  s.autocast = cfg.mixed_precision != "fp32";
+  s.autocast = cfg.mixed_precision != Precision::fp32;
   s.a = s.autocast ? 2 : 4;
   s.r = 4;
   s.drop = device.accelerator ? 1 : s.a;
   // The explicit path and SDPA's math fallback materialise B x H x T x T scores; the fused
   // kernels keep a log-sum-exp per query instead.
-  s.math_scores = cfg.attention_backend == "math" || cfg.attention_backend == "sdpa_math";
+  s.math_scores =
+      cfg.attention_backend == AttentionBackend::math || cfg.attention_backend == AttentionBackend::sdpa_math;
   s.padded = cfg.attention_pad_fraction > 0;
   s.dropout = cfg.dropout > 0;
-  s.rotary = cfg.position == "rotary";
+  s.rotary = cfg.position == PositionEncoding::rotary;
   s.qk_norm = cfg.qk_norm;
   s.conv = cfg.qkv_conv_kernel > 0;
-  s.sandwich = cfg.norm_layout == "sandwich";
+  s.sandwich = cfg.norm_layout == NormLayout::sandwich;
   s.strided_v = cfg.attention_noncontiguous_v;
   return s;
 }

@@ -28,7 +28,7 @@ std::vector<std::string> cpu_backends() {
   std::vector<std::string> out;
   for (const std::string b : {"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}) {
     TrainingConfig cfg;
-    cfg.attention_backend = b;
+    cfg.attention_backend = *parse_name<AttentionBackend>(b);
     try {
       check_attention_backend(cfg, torch::kCPU);
       out.push_back(b);
@@ -41,8 +41,8 @@ std::vector<std::string> cpu_backends() {
 std::string refusal(const std::string& backend, const std::string& precision, torch::DeviceType device,
                     double pad_fraction = 0.0) {
   TrainingConfig cfg;
-  cfg.attention_backend = backend;
-  cfg.mixed_precision = precision;
+  cfg.attention_backend = *parse_name<AttentionBackend>(backend);
+  cfg.mixed_precision = *parse_name<Precision>(precision);
   cfg.attention_pad_fraction = pad_fraction;
   try {
     check_attention_backend(cfg, device);
@@ -99,7 +99,7 @@ TEST(AttentionBackends, StridedViewKeepsTheValuesAndTheLastDimensionContiguous) 
 
 TrainingConfig tiny_model(const std::string& backend) {
   return {.hidden_size = 32, .num_layers = 2, .seq_len = 24, .num_heads = 2, .vocab_size = 50,
-          .position = "rotary", .attention_backend = backend};
+          .position = PositionEncoding::rotary, .attention_backend = *parse_name<AttentionBackend>(backend)};
 }
 
 // Every backend this CPU serves computes the same model as the explicit path (also padded, with
@@ -235,15 +235,15 @@ TEST(AttentionStressMode, AppliesWithSdpaAndIsARecordedNoOpWithout) {
   EXPECT_EQ(old_build.skipped.at("attention"), "needs libtorch >= 2.0 (this build has 1.13)");
   const auto new_build = compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 2, .torch_minor = 14});
   EXPECT_TRUE(new_build.skipped.empty());
-  EXPECT_EQ(new_build.training.attention_backend, "sdpa");
+  EXPECT_EQ(new_build.training.attention_backend, AttentionBackend::sdpa);
   EXPECT_EQ(new_build.training.attention_pad_fraction, 0.25);
   EXPECT_TRUE(new_build.training.attention_noncontiguous_v);
   EXPECT_EQ(new_build.training.attention_probe_interval, 50);
   EXPECT_EQ(new_build.training.attention_probe_seq_len, 256);
   auto flash = smoke.training;
-  flash.attention_backend = "sdpa_flash";  // a chosen fused backend stays
+  flash.attention_backend = AttentionBackend::sdpa_flash;  // a chosen fused backend stays
   EXPECT_EQ(compose_stress_modes(flash, {"attention"}, smoke.stress, {.torch_major = 2}).training.attention_backend,
-            "sdpa_flash");
+            AttentionBackend::sdpa_flash);
 }
 
 }  // namespace

@@ -15,14 +15,27 @@
 using namespace rcl;
 
 namespace {
-template <typename Config>
-void expect_invalid(const Config& c, const std::string& needle) {
+template <typename Check>
+void expect_refused(Check check, const std::string& needle) {
   try {
-    validate(c);
+    check();
     ADD_FAILURE() << "accepted config expected to fail with '" << needle << "'";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+template <typename Config>
+void expect_invalid(const Config& c, const std::string& needle) {
+  expect_refused([&] { validate(c); }, needle);
+}
+
+// An enum key no struct can hold a wrong value of: the smoke preset's training section with
+// `key` set to `text`, read as resolution reads it.
+void expect_invalid_key(const std::string& key, const std::string& text, const std::string& needle) {
+  nlohmann::json values = find_preset("smoke").training;
+  values[key] = text;
+  expect_refused([&] { parse_training_config(values); }, needle);
 }
 
 using rcl::testing::resolve_args;
@@ -41,18 +54,18 @@ TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
   auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
   expect_invalid(with([](auto& c) { c.hidden_size = 130; }), "hidden_size=130: must be divisible by num_heads=4");
   expect_invalid(with([](auto& c) { c.seq_len = 0; }), "seq_len=0");
-  expect_invalid(with([](auto& c) { c.mixed_precision = "fp8"; }), "mixed_precision='fp8'");
+  expect_invalid_key("mixed_precision", "fp8", "mixed_precision='fp8'");
   expect_invalid(with([](auto& c) { c.grad_accum_steps = 2; c.grad_sync_interval = 4; }),
                  "grad_sync_interval=4: must be <= grad_accum_steps=2");
   expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "dropout=1");
-  expect_invalid(with([](auto& c) { c.position = "rotary"; c.num_heads = 64; }), "even head dimension");
-  expect_invalid(with([](auto& c) { c.attention_backend = "flash"; }), "allowed: math, sdpa");
-  expect_invalid(with([](auto& c) { c.device = "tpu"; }), "allowed: auto, cpu, gpu");
+  expect_invalid(with([](auto& c) { c.position = PositionEncoding::rotary; c.num_heads = 64; }), "even head dimension");
+  expect_invalid_key("attention_backend", "flash", "allowed: math, sdpa");
+  expect_invalid_key("device", "tpu", "allowed: auto, cpu, gpu");
   expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
   expect_invalid(with([](auto& c) { c.num_key_value_heads = 3; }),
                  "invalid num_key_value_heads=3: must divide num_heads=4 (0 = num_heads)");
   expect_invalid(with([](auto& c) { c.num_key_value_heads = -1; }), "invalid num_key_value_heads=-1: must be >= 0");
-  expect_invalid(with([](auto& c) { c.determinism = "some"; }), "invalid determinism='some': allowed: off, replay, all");
+  expect_invalid_key("determinism", "some", "invalid determinism='some': allowed: off, replay, all");
   EXPECT_NO_THROW(validate(with([](auto& c) { c.num_key_value_heads = 2; })));
 }
 
@@ -64,7 +77,7 @@ TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {
   expect_invalid(with([](auto& c) { c.min_lr_ratio = 2; }), "invalid min_lr_ratio=2: must be in [0, 1]");
   expect_invalid(with([](auto& c) { c.bucket_mb = 0; }), "invalid bucket_mb=0: must be > 0");
   expect_invalid(with([](auto& c) { c.collective_timeout_s = 0; }), "invalid collective_timeout_s=0: must be > 0");
-  expect_invalid(with([](auto& c) { c.norm = "batchnorm"; }), "invalid norm='batchnorm': allowed: layernorm, rmsnorm");
+  expect_invalid_key("norm", "batchnorm", "invalid norm='batchnorm': allowed: layernorm, rmsnorm");
   DiagnosticsConfig d;
   d.window_steps = 2;
   expect_invalid(d, "invalid diagnostics.window_steps=2: must be >= 3");
@@ -91,6 +104,22 @@ TEST(FieldTables, CoverEveryMemberWithItsDefault) {
   for (const auto& f : diagnostics_fields()) EXPECT_EQ(diagnostics.at(f.name), f.default_value) << f.name;
 }
 
+// An enum key reads each of its allowed names and writes it back as it was given.
+TEST(FieldTables, EnumKeysRoundTripEveryAllowedName) {
+  const auto round_trips = [](const nlohmann::json& section, const std::vector<ConfigField>& fields, auto parse) {
+    for (const auto& f : fields) {
+      if (f.check.kind != FieldCheck::kOneOf) continue;
+      for (const auto& name : f.check.allowed) {
+        nlohmann::json values = section;
+        values[f.name] = name;
+        EXPECT_EQ(nlohmann::json(parse(values)).at(f.name), name) << f.name;
+      }
+    }
+  };
+  round_trips(find_preset("smoke").training, training_fields(), parse_training_config);
+  round_trips(RocmConfig{}, rocm_fields(), parse_rocm_config);
+}
+
 TEST(Presets, UnknownPresetListsKnownOnes) {
   try {
     find_preset("huge");
@@ -107,7 +136,7 @@ TEST(Overrides, SetNamesTrainingStressProfileAndDiagnosticsFields) {
                                  "norm=rmsnorm", "--set", "diagnostics.loss_spike_zscore=9", "--stress", "memory"});
   EXPECT_EQ(run.base.seq_len, 32);
   EXPECT_EQ(run.training.seq_len, 128);
-  EXPECT_EQ(run.training.norm, "rmsnorm");
+  EXPECT_EQ(run.training.norm, NormKind::rmsnorm);
   EXPECT_EQ(run.diagnostics.loss_spike_zscore, 9.0);
   EXPECT_THROW(resolve_args({"--set", "no_such_field=1"}), ConfigError);
   EXPECT_THROW(resolve_args({"--set", "seq_len=abc"}), ConfigError);
@@ -126,8 +155,8 @@ TEST(Overrides, DedicatedFlagsWinAndStressAppliesLast) {
   const auto run = resolve_args({"--steps", "7", "--seed", "99", "--precision", "fp32", "--stress", "gemm"});
   EXPECT_EQ(run.training.steps, 7);
   EXPECT_EQ(run.training.seed, 99u);
-  EXPECT_EQ(run.base.mixed_precision, "fp32");
-  EXPECT_EQ(run.training.mixed_precision, "bf16");  // gemm prefers reduced precision
+  EXPECT_EQ(run.base.mixed_precision, Precision::fp32);
+  EXPECT_EQ(run.training.mixed_precision, Precision::bf16);  // gemm prefers reduced precision
 }
 
 TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {

@@ -22,8 +22,8 @@ TEST(Fp16Training, RealOverflowSkipsBacksOffAndRegrowsOnTheModel) {
   RunContext ctx;
   auto& c = ctx.cfg;
   c.hidden_size = 32, c.num_heads = 2, c.num_layers = 2, c.seq_len = 32, c.batch_size = 4;
-  c.steps = 24, c.warmup_steps = 2, c.eval_interval = 0, c.device = "cpu";
-  c.mixed_precision = "fp16";
+  c.steps = 24, c.warmup_steps = 2, c.eval_interval = 0, c.device = DeviceChoice::cpu;
+  c.mixed_precision = Precision::fp16;
   c.fp16_initial_loss_scale = 16777216.0;  // 2^24
   c.fp16_growth_interval = 3;
   Trainer trainer(ctx);

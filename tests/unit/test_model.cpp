@@ -44,9 +44,9 @@ TEST(Model, SwigluWidthIsTwoThirdsRoundedToMultipleOfEight) {
   TrainingConfig cfg;
   cfg.hidden_size = 768;
   cfg.ffn_multiplier = 4.0;
-  cfg.activation = "gelu";
+  cfg.activation = Activation::gelu;
   EXPECT_EQ(ffn_hidden_size(cfg), 3072);
-  cfg.activation = "swiglu";
+  cfg.activation = Activation::swiglu;
   EXPECT_EQ(ffn_hidden_size(cfg), 2048);  // 2/3 * 3072
   cfg.hidden_size = 100;                  // 2/3 * 400 = 266.7 -> 267 -> 272
   EXPECT_EQ(ffn_hidden_size(cfg), 272);
@@ -82,12 +82,12 @@ std::vector<Variant> all_variants() {
 // The tiny model with `v`'s knobs.
 TrainingConfig variant_config(const Variant& v) {
   auto cfg = tiny_config();
-  cfg.norm = v.norm;
-  cfg.activation = v.activation;
-  cfg.norm_layout = v.layout;
+  cfg.norm = *parse_name<NormKind>(v.norm);
+  cfg.activation = *parse_name<Activation>(v.activation);
+  cfg.norm_layout = *parse_name<NormLayout>(v.layout);
   cfg.qk_norm = v.qk_norm;
   cfg.qkv_conv_kernel = v.conv;
-  cfg.position = v.position;
+  cfg.position = *parse_name<PositionEncoding>(v.position);
   return cfg;
 }
 
@@ -170,7 +170,7 @@ TEST(Model, TheLargePresetHasLlama32OneBsSizeAndVocabulary) {
 TEST(Model, KeyValueHeadsEqualToHeadsIsBitIdenticalToMultiHead) {
   for (const char* position : {"learned", "rotary"}) {
     auto cfg = tiny_config();
-    cfg.position = position;
+    cfg.position = *parse_name<PositionEncoding>(position);
     cfg.qk_norm = true;
     cfg.qkv_conv_kernel = 3;
     auto explicit_heads = cfg;
@@ -204,9 +204,9 @@ TEST(Model, GroupedQueryAttentionIsMultiHeadWithKeyValueHeadsRepeated) {
       auto cfg = tiny_config();
       cfg.hidden_size = 16;
       cfg.num_heads = 4;
-      cfg.position = "rotary";
+      cfg.position = PositionEncoding::rotary;
       cfg.qk_norm = qk_norm;
-      cfg.attention_backend = backend;
+      cfg.attention_backend = *parse_name<AttentionBackend>(backend);
       auto gqa_cfg = cfg;
       gqa_cfg.num_key_value_heads = 2;
       GPT gqa(gqa_cfg), mha(cfg);
@@ -277,7 +277,7 @@ TEST(Model, UnresolvedVocabIsAConfigError) {
 TEST(Model, SdpaBackendsNeedLibtorch2) {
   for (const char* backend : {"sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}) {
     auto cfg = tiny_config();
-    cfg.attention_backend = backend;
+    cfg.attention_backend = *parse_name<AttentionBackend>(backend);
     try {
       GPT model(cfg);
       FAIL() << backend << " accepted on libtorch 1.x";
@@ -292,7 +292,7 @@ TEST(Model, SdpaMatchesTheMathReference) {
   auto cfg = tiny_config();
   torch::manual_seed(3);
   GPT reference(cfg);
-  cfg.attention_backend = "sdpa_math";
+  cfg.attention_backend = AttentionBackend::sdpa_math;
   GPT sdpa(cfg);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < reference->parameters().size(); ++i)
@@ -308,9 +308,9 @@ TEST(Model, IsCausalForEveryPositionAndConvKnob) {
   for (const char* position : {"learned", "rotary"})
     for (int64_t conv : {0, 3}) {
       auto cfg = tiny_config();
-      cfg.position = position;
+      cfg.position = *parse_name<PositionEncoding>(position);
       cfg.qkv_conv_kernel = conv;
-      cfg.norm_layout = "sandwich";
+      cfg.norm_layout = NormLayout::sandwich;
       GPT model(cfg);
       model->eval();
       torch::NoGradGuard no_grad;
@@ -469,7 +469,7 @@ TEST(Model, BlockOutputsNameTheFirstNonFiniteBlock) {
 // The GEMM canary replays the model's own shapes: they must be the layers' weights.
 TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
   auto cfg = tiny_config();
-  cfg.activation = "swiglu";
+  cfg.activation = Activation::swiglu;
   cfg.num_key_value_heads = 1;  // grouped-query attention: a narrower Q/K/V projection
   GPT model(cfg);
   const auto shapes = model_gemm_shapes(cfg);

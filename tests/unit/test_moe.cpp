@@ -23,7 +23,7 @@ TrainingConfig moe_config(const std::string& activation, int64_t experts, int64_
   cfg.num_layers = 2;
   cfg.seq_len = 12;
   cfg.vocab_size = 24;
-  cfg.activation = activation;
+  cfg.activation = *parse_name<Activation>(activation);
   cfg.moe_experts = experts;
   cfg.moe_top_k = top_k;
   return cfg;

@@ -299,9 +299,9 @@ TEST(RocmKnobs, DefaultLeavesTheEnvironmentAndASetKnobWins) {
   EXPECT_EQ(record.at("TORCH_BLAS_PREFER_HIPBLASLT").at("source"), "environment");
   EXPECT_EQ(std::getenv("HSA_ENABLE_SDMA"), nullptr);
 
-  rocm.blas_backend = "rocblas";
-  rocm.hsa_enable_sdma = "off";
-  rocm.expandable_segments = "true";
+  rocm.blas_backend = BlasBackend::rocblas;
+  rocm.hsa_enable_sdma = KnobSwitch::off;
+  rocm.expandable_segments = KnobBool::yes;
   rocm.max_split_size_mb = 256;
   rocm.miopen_user_db = "per-run";
   record = apply_rocm_knobs(rocm, "/tmp/run-x");

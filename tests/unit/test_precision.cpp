@@ -13,21 +13,20 @@ namespace rcl {
 namespace {
 
 TEST(Autocast, MixedPrecisionNamesMapToStates) {
-  EXPECT_FALSE(autocast_for("fp32").enabled);
-  EXPECT_TRUE(autocast_for("bf16").enabled);
-  EXPECT_EQ(autocast_for("bf16").dtype, torch::kBFloat16);
-  EXPECT_EQ(autocast_for("fp16").dtype, torch::kHalf);
-  EXPECT_THROW(autocast_for("fp8"), ConfigError);
+  EXPECT_FALSE(autocast_for(Precision::fp32).enabled);
+  EXPECT_TRUE(autocast_for(Precision::bf16).enabled);
+  EXPECT_EQ(autocast_for(Precision::bf16).dtype, torch::kBFloat16);
+  EXPECT_EQ(autocast_for(Precision::fp16).dtype, torch::kHalf);
 }
 
 TEST(Autocast, GuardCastsMatmulsInsideAndRestoresOnExit) {
   const auto a = torch::randn({4, 4}), b = torch::randn({4, 4});
   ASSERT_FALSE(current_autocast(torch::kCPU).enabled);
   {
-    AutocastGuard outer(torch::kCPU, autocast_for("bf16"));
+    AutocastGuard outer(torch::kCPU, autocast_for(Precision::bf16));
     EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kBFloat16);
     {
-      AutocastGuard inner(torch::kCPU, autocast_for("fp32"));  // a region that opts out
+      AutocastGuard inner(torch::kCPU, autocast_for(Precision::fp32));  // a region that opts out
       EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kFloat);
     }
     EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kBFloat16);
@@ -42,7 +41,7 @@ TEST(Autocast, BackwardOutsideTheRegionGivesFloat32Gradients) {
   const auto x = torch::randn({2, 8});
   torch::Tensor loss;
   {
-    AutocastGuard guard(torch::kCPU, autocast_for("bf16"));
+    AutocastGuard guard(torch::kCPU, autocast_for(Precision::bf16));
     loss = torch::mm(x, w).to(torch::kFloat).pow(2).mean();
   }
   loss.backward();

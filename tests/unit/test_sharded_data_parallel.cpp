@@ -40,8 +40,8 @@ RunContext tiny_run(int world, const std::string& precision, double grad_clip) {
   c.warmup_steps = 2;
   c.eval_interval = 0;
   c.checksum_interval = 0;
-  c.device = "cpu";
-  c.mixed_precision = precision;
+  c.device = DeviceChoice::cpu;
+  c.mixed_precision = *parse_name<Precision>(precision);
   c.grad_clip = grad_clip;
   c.learning_rate = 3e-3;  // large enough that a wrong shard or a missed gather shows in the loss
   return ctx;
@@ -60,7 +60,7 @@ struct RankResult {
 // `world` ranks train `ctx` with `data_parallel`; every rank's records and final state.
 std::vector<RankResult> train(const RunContext& base, int world, const std::string& data_parallel) {
   RunContext ctx = base;
-  ctx.cfg.data_parallel = data_parallel;
+  ctx.cfg.data_parallel = *parse_name<DataParallel>(data_parallel);
   std::vector<RankResult> out(world);
   std::mutex building;  // weight init draws from the process-wide generator: one Trainer at a time
   test::run_loopback_ranks(
@@ -266,7 +266,7 @@ TEST(ShardedCollectives, FsdpGathersEachBlockTwiceAndReduceScattersItOnce) {
 void expect_checksum_names_a_wrong_gathered_shard(const std::string& data_parallel) {
   RunContext ctx = tiny_run(2, "fp32", 1.0);
   ctx.cfg.steps = 3;
-  ctx.cfg.data_parallel = data_parallel;
+  ctx.cfg.data_parallel = *parse_name<DataParallel>(data_parallel);
   std::vector<std::vector<Finding>> clean(2), corrupt(2);
   std::mutex building;
   test::run_loopback_ranks(
@@ -314,10 +314,10 @@ TEST(ShardedCollectives, FsdpParameterChecksumNamesTheRankWithAWrongGatheredShar
 TEST(ShardedCollectives, OneRankZeroIsDdp) {
   RunContext ctx = tiny_run(1, "fp32", 1.0);
   ctx.cfg.steps = 4;
-  ctx.cfg.data_parallel = "zero";
+  ctx.cfg.data_parallel = DataParallel::zero;
   Trainer zero(ctx);
   const auto zero_losses = zero.run().losses;
-  ctx.cfg.data_parallel = "ddp";
+  ctx.cfg.data_parallel = DataParallel::ddp;
   Trainer ddp(ctx);
   EXPECT_EQ(zero_losses, ddp.run().losses);
 }

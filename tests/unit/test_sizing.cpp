@@ -35,7 +35,7 @@ int64_t status_kib(const std::string& key) {
 int64_t measured_peak(TrainingConfig cfg, int64_t steps = 2) {
   cfg.steps = steps;
   cfg.eval_interval = 0;
-  cfg.device = "cpu";
+  cfg.device = DeviceChoice::cpu;
   malloc_trim(0);  // what earlier runs freed goes back to the OS, not into this run's tensors
   {
     std::ofstream reset("/proc/self/clear_refs");
@@ -100,7 +100,7 @@ std::vector<Case> cases() {
   TrainingConfig wide_vocab = smoke_at(8, 128);
   wide_vocab.vocab_size = 8192;
   TrainingConfig bf16 = smoke_at(16, 256);
-  bf16.mixed_precision = "bf16";
+  bf16.mixed_precision = Precision::bf16;
   TrainingConfig gqa = smoke_at(16, 256);
   gqa.num_key_value_heads = 1;
   return {
@@ -159,7 +159,7 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   const int64_t scores = cfg.num_layers * cfg.batch_size * cfg.num_heads * cfg.seq_len * cfg.seq_len;
   EXPECT_GE(term(p.step, "attention_scores"), scores * (4 + 2));
   TrainingConfig fused = cfg;
-  fused.attention_backend = "sdpa";
+  fused.attention_backend = AttentionBackend::sdpa;
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"), -1);
   fused.attention_pad_fraction = 0.25;
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"),

@@ -43,7 +43,7 @@ std::vector<std::vector<std::string>> all_subsets() {
 TrainingConfig random_valid_base(std::mt19937_64& rng) {
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   auto real = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
-  const std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
+  const std::vector<Precision> precisions{Precision::fp32, Precision::bf16, Precision::fp16};
   TrainingConfig c = find_preset(pick(0, 1) ? "smoke" : "small").training;
   c.num_heads = pick(1, 16);
   c.hidden_size = c.num_heads * 2 * pick(1, 64);
@@ -57,14 +57,14 @@ TrainingConfig random_valid_base(std::mt19937_64& rng) {
   c.grad_sync_interval = pick(1, c.grad_accum_steps);
   c.activation_checkpointing = pick(0, 1);
   c.mixed_precision = precisions[pick(0, 2)];
-  c.position = pick(0, 1) ? "rotary" : "learned";
-  c.norm = pick(0, 1) ? "rmsnorm" : "layernorm";
-  c.norm_layout = pick(0, 1) ? "sandwich" : "pre";
-  c.activation = pick(0, 1) ? "swiglu" : "gelu";
+  c.position = pick(0, 1) ? PositionEncoding::rotary : PositionEncoding::learned;
+  c.norm = pick(0, 1) ? NormKind::rmsnorm : NormKind::layernorm;
+  c.norm_layout = pick(0, 1) ? NormLayout::sandwich : NormLayout::pre;
+  c.activation = pick(0, 1) ? Activation::swiglu : Activation::gelu;
   c.qk_norm = pick(0, 1);
   c.qkv_conv_kernel = pick(0, 1) ? 0 : pick(1, 7);
   c.deterministic = pick(0, 1);
-  const std::vector<std::string> levels{"off", "replay", "all"};
+  const std::vector<Determinism> levels{Determinism::off, Determinism::replay, Determinism::all};
   c.determinism = levels[pick(0, 2)];
   std::vector<int64_t> divisors;
   for (int64_t d = 1; d <= c.num_heads; ++d)
@@ -74,7 +74,8 @@ TrainingConfig random_valid_base(std::mt19937_64& rng) {
   c.checksum_interval = pick(0, 50);
   c.memory_pressure_bytes = pick(0, 1) ? 0 : pick(1, int64_t{1} << 34);
   c.log_per_rank = pick(0, 1);
-  const std::vector<std::string> backends{"math", "sdpa", "sdpa_flash"};
+  const std::vector<AttentionBackend> backends{AttentionBackend::math, AttentionBackend::sdpa,
+                                               AttentionBackend::sdpa_flash};
   c.attention_backend = backends[pick(0, 2)];
   c.attention_pad_fraction = pick(0, 1) ? 0.0 : real(0.0, 0.9);
   c.attention_noncontiguous_v = pick(0, 1);
@@ -325,20 +326,22 @@ TEST(StressRegistry, AModeNeedingAGpuAppliesOnlyWithOne) {
 // on the CPU, on libtorch 1.x, or with a backend already chosen, attention is left alone.
 TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   const Preset& small = find_preset("small");
-  ASSERT_EQ(small.training.attention_backend, "math");
+  ASSERT_EQ(small.training.attention_backend, AttentionBackend::math);
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 14, .gpu = true};
   for (const auto& modes : std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}}) {
     const auto on_gpu = compose_stress_modes(small.training, modes, small.stress, gpu2).training;
     EXPECT_EQ(on_gpu.seq_len, 8192);
-    EXPECT_EQ(on_gpu.attention_backend, "sdpa") << nlohmann::json(modes).dump();
+    EXPECT_EQ(on_gpu.attention_backend, AttentionBackend::sdpa) << nlohmann::json(modes).dump();
   }
   const Capabilities cpu2{.torch_major = 2, .torch_minor = 14, .gpu = false};
   const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
   for (const auto& caps : {cpu2, gpu1})
-    EXPECT_EQ(compose_stress_modes(small.training, {"memory"}, small.stress, caps).training.attention_backend, "math");
+    EXPECT_EQ(compose_stress_modes(small.training, {"memory"}, small.stress, caps).training.attention_backend,
+              AttentionBackend::math);
   TrainingConfig flash = small.training;
-  flash.attention_backend = "sdpa_flash";
-  EXPECT_EQ(compose_stress_modes(flash, {"memory"}, small.stress, gpu2).training.attention_backend, "sdpa_flash");
+  flash.attention_backend = AttentionBackend::sdpa_flash;
+  EXPECT_EQ(compose_stress_modes(flash, {"memory"}, small.stress, gpu2).training.attention_backend,
+            AttentionBackend::sdpa_flash);
   // The rule says where it applies.
   EXPECT_NE(describe_stress_modes(false).find("attention_backend math -> sdpa (with libtorch >= 2.0, GPU)"),
             std::string::npos);
@@ -386,10 +389,10 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
   auto with = [&](const std::string& m) { return compose(b, {m}, p.stress); };
   EXPECT_GT(with("gemm").hidden_size, b.hidden_size);
   EXPECT_EQ(with("gemm").hidden_size % b.num_heads, 0);
-  EXPECT_NE(with("gemm").mixed_precision, "fp32");
+  EXPECT_NE(with("gemm").mixed_precision, Precision::fp32);
   EXPECT_GT(with("rng").dropout, b.dropout);
   EXPECT_GT(with("rng").drop_path, 0.0);
-  EXPECT_EQ(with("rng").determinism, "replay");  // not every step: only the replayed ones
+  EXPECT_EQ(with("rng").determinism, Determinism::replay);  // not every step: only the replayed ones
   EXPECT_FALSE(with("rng").deterministic);
   EXPECT_GT(with("rng").replay_check_interval, 0);
   EXPECT_LT(with("comm").batch_size, b.batch_size);
@@ -399,8 +402,8 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
   EXPECT_TRUE(with("memory").activation_checkpointing);
   EXPECT_GT(with("memory").grad_accum_steps, b.grad_accum_steps);
   EXPECT_GT(with("fusion").num_layers, b.num_layers);
-  EXPECT_EQ(with("fusion").norm_layout, "sandwich");
-  EXPECT_EQ(with("fusion").activation, p.stress.text("fusion", "activation"));
+  EXPECT_EQ(with("fusion").norm_layout, NormLayout::sandwich);
+  EXPECT_EQ(name_of(with("fusion").activation), p.stress.text("fusion", "activation"));
   EXPECT_GT(with("fusion").qkv_conv_kernel, 0);
   // Intensities scale with the preset: the smoke preset's memory mode stays CPU-sized.
   EXPECT_LT(compose(find_preset("smoke").training, {"memory"}, find_preset("smoke").stress).seq_len,
@@ -411,11 +414,13 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
 // user's all alone (and the stable bool deterministic=true still means all).
 TEST(StressModes, RngModeRaisesDeterminismToReplayAndNeverLowersAll) {
   const Preset& p = find_preset("small");
-  for (const auto& [level, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"off", "replay"}, {"replay", "replay"}, {"all", "all"}}) {
+  for (const auto& [level, expected] : std::vector<std::pair<Determinism, Determinism>>{
+           {Determinism::off, Determinism::replay},
+           {Determinism::replay, Determinism::replay},
+           {Determinism::all, Determinism::all}}) {
     TrainingConfig base = p.training;
     base.determinism = level;
-    EXPECT_EQ(compose(base, {"rng"}, p.stress).determinism, expected) << level;
+    EXPECT_EQ(compose(base, {"rng"}, p.stress).determinism, expected) << name_of(level);
   }
   TrainingConfig legacy = p.training;
   legacy.deterministic = true;

@@ -32,9 +32,9 @@ TrainingConfig small_model(const std::string& flavour) {
   cfg.vocab_size = 24;
   cfg.batch_size = kBatchPerReplica;
   if (flavour.rfind("llama", 0) == 0) {  // every knob the split touches: fused gate/up, per-head norms, conv
-    cfg.activation = "swiglu";
-    cfg.position = "rotary";
-    cfg.norm = "rmsnorm";
+    cfg.activation = Activation::swiglu;
+    cfg.position = PositionEncoding::rotary;
+    cfg.norm = NormKind::rmsnorm;
     cfg.qk_norm = true;
     cfg.qkv_conv_kernel = 3;
   }
@@ -343,7 +343,7 @@ TEST(ParallelLayout, DistributedTensorSplitKeepsTwoDataParallelReplicas) {
 // the mode composes with fsdp; on one rank (FSDP a no-op) they resolve as without it.
 TEST(ParallelLayout, FsdpKeepsTheModelWholeAndSaysWhy) {
   TrainingConfig cfg = small_model("gpt2");
-  cfg.data_parallel = kDataParallelFsdp;
+  cfg.data_parallel = DataParallel::fsdp;
   cfg.tensor_parallel_degree = 2;
   cfg.distributed_moe_experts = 4;
   const ParallelLayout four = plan_parallel_layout(cfg, 4);
@@ -357,7 +357,7 @@ TEST(ParallelLayout, FsdpKeepsTheModelWholeAndSaysWhy) {
   EXPECT_EQ(plan_parallel_layout(cfg, 4).tensor_degree, 1);
   EXPECT_NE(four.notes[0].find("with data_parallel fsdp"), std::string::npos) << four.notes[0];
   EXPECT_NE(four.notes[1].find("the dense MLP kept"), std::string::npos) << four.notes[1];
-  cfg.data_parallel = kDataParallelZero;
+  cfg.data_parallel = DataParallel::zero;
   const ParallelLayout zero = plan_parallel_layout(cfg, 4);
   EXPECT_EQ(zero.tensor_degree, 2);
   EXPECT_EQ(zero.moe_experts, 4);

@@ -38,7 +38,7 @@ RunContext tiny_run(int64_t steps = 6) {
   c.steps = steps;
   c.warmup_steps = 2;
   c.eval_interval = 0;
-  c.device = "cpu";
+  c.device = DeviceChoice::cpu;
   return ctx;
 }
 
@@ -76,7 +76,7 @@ double seconds(std::chrono::steady_clock::time_point since) {
 RunContext smoke_run() {
   RunContext ctx;
   ctx.cfg = find_preset("smoke").training;
-  ctx.cfg.device = "cpu";
+  ctx.cfg.device = DeviceChoice::cpu;
   return ctx;
 }
 
@@ -113,7 +113,7 @@ TEST(Training, SmokePresetLearnsTheCorpusAndAttentionLearnsTheCopies) {
 TEST(Training, Bf16AutocastTrainsLikeFp32) {
   auto fp32 = smoke_run(), bf16 = smoke_run();
   fp32.cfg.steps = bf16.cfg.steps = 60;
-  bf16.cfg.mixed_precision = "bf16";
+  bf16.cfg.mixed_precision = Precision::bf16;
   const auto a = Trainer(fp32).run(), b = Trainer(bf16).run();
   EXPECT_LT(*b.final_val_loss, b.losses.front() - 2.0);  // measured: 4.16 -> 1.33, as fp32
   EXPECT_NEAR(*b.final_val_loss, *a.final_val_loss, 0.05);

@@ -111,12 +111,14 @@ TEST(Watchdog, StopsPromptlyWithALongTimeout) {
 }
 
 TEST(Watchdog, CollectivePhaseNames) {
-  EXPECT_TRUE(is_collective_phase(phase::grad_sync));
-  EXPECT_TRUE(is_collective_phase(phase::checksum));
-  EXPECT_TRUE(is_collective_phase("allreduce_canary"));
-  EXPECT_TRUE(is_collective_phase("barrier"));
-  EXPECT_FALSE(is_collective_phase(phase::forward));
-  EXPECT_FALSE(is_collective_phase(phase::optimizer));
+  EXPECT_TRUE(phase::is_collective(phase::grad_sync));
+  EXPECT_TRUE(phase::is_collective(phase::checksum));
+  EXPECT_TRUE(phase::is_collective(phase::loss_allreduce));
+  EXPECT_TRUE(phase::is_collective("allreduce_canary"));
+  EXPECT_TRUE(phase::is_collective("barrier"));
+  EXPECT_FALSE(phase::is_collective(phase::forward));
+  EXPECT_FALSE(phase::is_collective(phase::optimizer));
+  EXPECT_FALSE(phase::is_collective(phase::checkpoint));
 }
 
 }  // namespace

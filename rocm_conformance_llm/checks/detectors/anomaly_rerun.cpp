@@ -108,7 +108,7 @@ void AnomalyRerun::rerun(const LoopAccess::Snapshot& before) {
     return shows_anomaly(a.finding, same.loss, same.grad_norm) == true;
   });
   // Under fp32 training the re-run was float32 already.
-  const bool reduced = cfg.mixed_precision != "fp32";
+  const bool reduced = cfg.mixed_precision != Precision::fp32;
   std::optional<LoopAccess::StepValues> fp32;
   if (any_reproduced && reduced) fp32 = run_again(true);
   loop_.restore(std::move(now));

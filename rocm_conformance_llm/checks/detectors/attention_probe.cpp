@@ -62,7 +62,7 @@ std::string corrupted_backend(const torch::Device& device, int64_t head_dim) {
 
 AttentionInputs capture_attention_inputs(GPT& model, const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
-  AutocastGuard fp32(tokens.device().type(), autocast_for("fp32"));
+  AutocastGuard fp32(tokens.device().type(), autocast_for(Precision::fp32));
   const bool was_training = model->is_training();
   model->eval();
   AttentionInputs out;

@@ -61,11 +61,13 @@ GemmTolerance gemm_tolerance(torch::ScalarType dtype, int64_t k) {
   return {8.0 * u + 32.0 * u_acc * sqrt_k, 16.0 * u + 64.0 * u_acc * sqrt_k};
 }
 
-torch::ScalarType precision_dtype(const std::string& mixed_precision) {
-  if (mixed_precision == "fp32") return torch::kFloat;
-  if (mixed_precision == "bf16") return torch::kBFloat16;
-  if (mixed_precision == "fp16") return torch::kHalf;
-  throw ConfigError("mixed_precision '" + mixed_precision + "' is not one of fp32, bf16, fp16");
+torch::ScalarType precision_dtype(Precision mixed_precision) {
+  switch (mixed_precision) {
+    case Precision::fp32: return torch::kFloat;
+    case Precision::bf16: return torch::kBFloat16;
+    case Precision::fp16: return torch::kHalf;
+  }
+  return torch::kFloat;
 }
 
 std::vector<CanaryShape> model_gemm_shapes(const TrainingConfig& cfg) {
@@ -74,7 +76,7 @@ std::vector<CanaryShape> model_gemm_shapes(const TrainingConfig& cfg) {
   const int64_t h = cfg.hidden_size;
   const int64_t ffn = ffn_hidden_size(cfg);  // the model's own width (SwiGLU: 2/3, rounded to 8)
   // SwiGLU's up projection produces the gate and the value in one GEMM.
-  const int64_t ffn_up_out = cfg.activation == "swiglu" ? 2 * ffn : ffn;
+  const int64_t ffn_up_out = cfg.activation == Activation::swiglu ? 2 * ffn : ffn;
   std::vector<CanaryShape> shapes = {
       {"qkv_proj", tokens, qkv_output_width(cfg), h, false, true, dtype},
       {"attn_out_proj", tokens, h, h, false, true, dtype},

@@ -52,8 +52,8 @@ GemmTolerance gemm_tolerance(torch::ScalarType dtype, int64_t k);
 // fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8; std::invalid_argument for other dtypes.
 double unit_roundoff(torch::ScalarType dtype);
 
-// fp32 -> kFloat, bf16 -> kBFloat16, fp16 -> kHalf; ConfigError otherwise.
-torch::ScalarType precision_dtype(const std::string& mixed_precision);
+// fp32 -> kFloat, bf16 -> kBFloat16, fp16 -> kHalf.
+torch::ScalarType precision_dtype(Precision mixed_precision);
 
 // The forward and weight-gradient GEMMs of the configured model (QKV, attention output, FFN
 // up/down, LM head, FFN weight gradient) in the training dtype. M (tokens) is capped at 1024 and

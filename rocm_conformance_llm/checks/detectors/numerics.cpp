@@ -246,11 +246,11 @@ void NonFiniteLocaliser::on_loss(int64_t step, double local_loss) {
       named.push_back({"loss", loss});
       return named;
     };
-    diagnosis = diagnose_nonfinite(rerun, cfg.mixed_precision != "fp32");
+    diagnosis = diagnose_nonfinite(rerun, cfg.mixed_precision != Precision::fp32);
     if (diagnosis.classification != "not_reproduced") break;
   }
   restore_rng(rng, device);
-  Finding finding = to_finding(diagnosis, cfg.mixed_precision, step, loop_.rank());
+  Finding finding = to_finding(diagnosis, name_of(cfg.mixed_precision), step, loop_.rank());
   finding.evidence["micro_batch"] = std::min(micro, cfg.grad_accum_steps - 1);
   report(std::move(finding));
 }

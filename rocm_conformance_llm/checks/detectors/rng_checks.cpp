@@ -248,7 +248,7 @@ void ReplayCheck::classify_and_report(Finding mismatch) {
   RerunOutcome outcome{.reproducible = unequal(p.first_run, replay_from_saved(false, skew))};
   if (any_rank(outcome.reproducible)) {
     // Under bf16/fp16 both runs once more in float32 (the first without the reload's fault).
-    outcome.also_in_fp32 = loop_.ctx().cfg.mixed_precision == "fp32"
+    outcome.also_in_fp32 = loop_.ctx().cfg.mixed_precision == Precision::fp32
                                ? true
                                : unequal(replay_from_saved(true, false), replay_from_saved(true, skew));
   }

@@ -4,11 +4,6 @@
 
 namespace rcl {
 
-bool is_collective_phase(std::string_view p) {
-  return p == phase::grad_sync || p == phase::checksum || p.starts_with("collective") ||
-         p.starts_with("allreduce") || p.starts_with("barrier");
-}
-
 Watchdog::Watchdog(double timeout_s, int rank, FindingLog& log, OnHang on_hang)
     : timeout_(timeout_s), rank_(rank), log_(log), on_hang_(std::move(on_hang)),
       last_progress_(std::chrono::steady_clock::now()), phase_since_(last_progress_),
@@ -68,7 +63,7 @@ int64_t Watchdog::current_step() const {
 }
 
 Finding Watchdog::hang_finding(std::chrono::steady_clock::time_point now) const {
-  const bool collective = is_collective_phase(phase_);
+  const bool collective = phase::is_collective(phase_);
   const double stalled_s = std::chrono::duration<double>(now - last_progress_).count();
   const int64_t step = phase_step_ > 0 ? phase_step_ : last_completed_step_ + 1;
   return Finding{

@@ -20,10 +20,6 @@
 
 namespace rcl {
 
-// grad_sync, checksum, and anything named "collective..." / "allreduce..." / "barrier...":
-// a hang there is attributed to RCCL, anywhere else to the HIP runtime.
-bool is_collective_phase(std::string_view phase);
-
 // A StepObserver (each published step is a heartbeat) and StepHooks (each phase the loop enters).
 class Watchdog final : public StepObserver, public StepHooks {
  public:

@@ -1,0 +1,106 @@
+#include "rocm_conformance_llm/run/run_setup.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/platform/doctor.hpp"
+#include "rocm_conformance_llm/platform/rocm_knobs.hpp"
+#include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/utils/logging.hpp"
+
+namespace rcl {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The output directory must be one this process can create files in; checked before anything
+// runs, so every later failure has somewhere to put its report.
+void check_output_dir(const std::string& dir) {
+  fs::path existing = fs::absolute(dir);
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing))
+    throw ConfigError("--output-dir '" + dir + "': " + existing.string() + " exists and is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw ConfigError("--output-dir '" + dir + "': " + existing.string() + " is not writable");
+}
+
+void find_resume_point(const RunConfig& run, RunSetup& s) {
+  if (run.resume == kResumeAuto) {
+    s.resume_from = resolve_resume_auto(run.output_dir, identity_of(run, s.launch.world_size));
+    s.resume_in_place = true;  // its own directory: a checkpoint of it, or an earlier attempt without one
+  } else if (!run.resume.empty()) {
+    s.resume_from = resolve_resume(run.resume, run.output_dir, identity_of(run, s.launch.world_size));
+    std::error_code ec;
+    s.resume_in_place = fs::equivalent(s.resume_from->dir.parent_path().parent_path(), run.output_dir, ec);
+  }
+}
+
+// The data file is readable, and the output directory holds no other run: its reports may be
+// someone's baseline, so a run writes there only when asked to.
+void check_files(const RunConfig& run, const RunSetup& s, bool overwrite) {
+  const std::string& data = run.training.data_path;
+  if (!data.empty() && !(fs::is_regular_file(data) && std::ifstream(data).good()))
+    throw ConfigError("invalid data_path '" + data + "': not a readable regular file");
+  if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite && !s.resume_in_place)
+    throw ConfigError("--output-dir '" + run.output_dir +
+                      "' already holds a run (config.json); choose a new directory or pass --overwrite");
+}
+
+// The device, what it must serve (the attention backend) and the model-parallel degrees fitted
+// to the world (fallbacks recorded, never a crash).
+void select_device(const RunConfig& run, RunSetup& s) {
+  const std::string gemm_env = prepare_gemm_environment(determinism_of(run.training) != Determinism::off);
+  s.device = resolve_device(run.training.device, s.launch.local_rank);
+  if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
+  check_attention_backend(run.training, s.device.type());
+  s.parallel = plan_parallel_layout(run.training, s.launch.world_size);
+}
+
+// Threads, allocator and ROCm knobs, then the environment as the run will meet it.
+void prepare_host(const RunConfig& run, RunSetup& s) {
+  // On a GPU the host threads only feed the device; on CPU the ranks of one host share its cores
+  // (world size is the upper bound of ranks per host).
+  configure_cpu_threads(run.training.num_threads, s.device.is_cuda() ? 1 : s.launch.world_size, !s.device.is_cuda());
+  tune_host_allocator();
+  // Again now that the output directory is known (rocm.miopen_user_db=per-run); main applied
+  // the rest before the first HIP call.
+  s.rocm_knobs = apply_rocm_knobs(run.rocm, run.output_dir);
+  for (const auto& [variable, knob] : s.rocm_knobs.items())
+    if (knob.contains("replaced"))
+      spdlog::warn("rocm config replaces {}={} from the environment with {}", variable,
+                   knob.at("replaced").get<std::string>(), knob.at("value").get<std::string>());
+  s.environment = environment_report(s.device);
+  DoctorInputs doctor = doctor_inputs_of_this_process();
+  doctor.device = s.device;
+  s.doctor = doctor_to_json(run_doctor(doctor));
+}
+
+}  // namespace
+
+RunIdentity identity_of(const RunConfig& run, int world_size) {
+  return {nlohmann::json(run.training), run.stress_modes, world_size};
+}
+
+RunSetup setup_run(const RunConfig& run, bool overwrite) {
+  RunSetup s;
+  s.launch = detect_launch();
+  init_logging(s.launch.rank, s.launch.world_size, run.training.log_per_rank);
+  s.faults = FaultPlan::parse(run.inject);
+  check_output_dir(run.output_dir);
+  check_for_world(run, s.launch.world_size, s.faults);
+  find_resume_point(run, s);
+  check_files(run, s, overwrite);
+  if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
+  select_device(run, s);
+  prepare_host(run, s);
+  return s;
+}
+
+}  // namespace rcl
