@@ -31,8 +31,7 @@ std::string kind_of(const nlohmann::json& value) {
 
 // Empty when `value` may replace `slot` (same kind; integers stay integers), else why not.
 std::string kind_mismatch(const nlohmann::json& slot, const nlohmann::json& value) {
-  const bool same_kind = (slot.is_number() && value.is_number()) ||
-                         (slot.is_boolean() && value.is_boolean()) ||
+  const bool same_kind = (slot.is_number() && value.is_number()) || (slot.is_boolean() && value.is_boolean()) ||
                          (slot.is_string() && value.is_string());
   if (!same_kind) return std::string("expected a ") + slot.type_name();
   if (slot.is_number_integer() && !value.is_number_integer()) return "expected an integer";
@@ -73,14 +72,25 @@ std::vector<Preset> make_presets() {
   const Preset smoke{
       .name = "smoke",
       .description = "CPU-sized: learns the synthetic corpus to near its loss floor in seconds (tests, CI)",
-      .training = {.hidden_size = 64, .num_layers = 2, .batch_size = 16, .seq_len = 64, .num_heads = 4,
-                   .position = PositionEncoding::rotary, .steps = 300, .learning_rate = 1e-2, .warmup_steps = 10,
-                   .eval_interval = 50, .eval_batches = 4},
+      .training = {.hidden_size = 64,
+                   .num_layers = 2,
+                   .batch_size = 16,
+                   .seq_len = 64,
+                   .num_heads = 4,
+                   .position = PositionEncoding::rotary,
+                   .steps = 300,
+                   .learning_rate = 1e-2,
+                   .warmup_steps = 10,
+                   .eval_interval = 50,
+                   .eval_batches = 4},
       .stress = nlohmann::json{
           {"gemm", {{"min_hidden_size", 128}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
           {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
-          {"comm", {{"max_batch_size", 8}, {"max_checksum_interval", 10}, {"max_collective_check_interval", 50},
-                    {"min_collective_message_mb", 1.0}}},
+          {"comm",
+           {{"max_batch_size", 8},
+            {"max_checksum_interval", 10},
+            {"max_collective_check_interval", 50},
+            {"min_collective_message_mb", 1.0}}},
           {"memory", {{"min_seq_len", 128}, {"min_grad_accum_steps", 2}, {"memory_pressure_bytes", 64 * MiB}}},
           {"fusion", {{"min_num_layers", 4}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
           {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 256}}}}};
@@ -90,48 +100,72 @@ std::vector<Preset> make_presets() {
                                  {"rng", {{"replay_check_interval", 20}}},
                                  {"memory", {{"min_seq_len", 512}}},
                                  {"fusion", {{"min_num_layers", 8}}}});
-  const Preset cpu_medium{
-      .name = "cpu-medium",
-      .description = "A larger CPU model for benchmarks (minutes, not seconds)",
-      .training = {.hidden_size = 256, .num_layers = 4, .batch_size = 8, .seq_len = 128, .num_heads = 8,
-                   .steps = 40, .learning_rate = 1e-3},
-      .stress = cpu_medium_stress};
+  const Preset cpu_medium{.name = "cpu-medium",
+                          .description = "A larger CPU model for benchmarks (minutes, not seconds)",
+                          .training = {.hidden_size = 256,
+                                       .num_layers = 4,
+                                       .batch_size = 8,
+                                       .seq_len = 128,
+                                       .num_heads = 8,
+                                       .steps = 40,
+                                       .learning_rate = 1e-3},
+                          .stress = cpu_medium_stress};
 
-  const Preset small{
-      .name = "small",
-      .description = "One GPU, GPT-2-small shape and vocabulary (default when a GPU is present)",
-      .training = {.hidden_size = 768, .num_layers = 12, .batch_size = 8, .seq_len = 1024,
-                   .mixed_precision = Precision::bf16, .num_heads = 12, .vocab_size = kGpt2Vocab, .steps = 500,
-                   .learning_rate = 6e-4,
-                   .warmup_steps = 50, .eval_interval = 100, .eval_batches = 8},
-      .stress = nlohmann::json{
-          {"gemm", {{"min_hidden_size", 2048}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
-          {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
-          {"comm", {{"max_batch_size", 2}, {"max_checksum_interval", 10}, {"max_collective_check_interval", 50},
-                    {"min_collective_message_mb", 16.0}}},
-          {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
-          {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
-          {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 2048}}}}};
+  const Preset small{.name = "small",
+                     .description = "One GPU, GPT-2-small shape and vocabulary (default when a GPU is present)",
+                     .training = {.hidden_size = 768,
+                                  .num_layers = 12,
+                                  .batch_size = 8,
+                                  .seq_len = 1024,
+                                  .mixed_precision = Precision::bf16,
+                                  .num_heads = 12,
+                                  .vocab_size = kGpt2Vocab,
+                                  .steps = 500,
+                                  .learning_rate = 6e-4,
+                                  .warmup_steps = 50,
+                                  .eval_interval = 100,
+                                  .eval_batches = 8},
+                     .stress = nlohmann::json{
+                         {"gemm", {{"min_hidden_size", 2048}, {"min_ffn_multiplier", 4.0}, {"precision", "bf16"}}},
+                         {"rng", {{"min_dropout", 0.1}, {"min_drop_path", 0.1}, {"replay_check_interval", 50}}},
+                         {"comm",
+                          {{"max_batch_size", 2},
+                           {"max_checksum_interval", 10},
+                           {"max_collective_check_interval", 50},
+                           {"min_collective_message_mb", 16.0}}},
+                         {"memory", {{"min_seq_len", 8192}, {"min_grad_accum_steps", 8}, {"memory_pressure_bytes", 0}}},
+                         {"fusion", {{"min_num_layers", 24}, {"activation", "swiglu"}, {"qkv_conv_kernel", 3}}},
+                         {"attention", {{"pad_fraction", 0.25}, {"probe_interval", 50}, {"probe_seq_len", 2048}}}}};
 
   // `large` scales `small`'s intensities up where its memory allows.
   nlohmann::json large_stress = small.stress.values();
-  large_stress.merge_patch({{"gemm", {{"min_hidden_size", 4096}}},
-                            {"rng", {{"replay_check_interval", 100}}},
-                            {"comm", {{"max_checksum_interval", 20}}},
-                            {"memory", {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16},
-                                        {"memory_pressure_bytes", 8 * 1024 * MiB}}},
-                            {"fusion", {{"min_num_layers", 48}}},
-                            {"attention", {{"probe_seq_len", 4096}}}});
-  const Preset large{
-      .name = "large",
-      .description = "MI300-class memory (192 GB): Llama-3.2-1B shape, GQA and vocabulary",
-      .training = {.hidden_size = 2048, .num_layers = 16, .ffn_multiplier = 6.0, .batch_size = 8,
-                   .seq_len = 2048, .mixed_precision = Precision::bf16, .num_heads = 32,
-                   .num_key_value_heads = 8, .vocab_size = kLlama3Vocab, .position = PositionEncoding::rotary,
-                   .norm = NormKind::rmsnorm, .activation = Activation::swiglu,
-                   .steps = 1000, .learning_rate = 3e-4,
-                   .warmup_steps = 100, .eval_interval = 200, .eval_batches = 8},
-      .stress = large_stress};
+  large_stress.merge_patch(
+      {{"gemm", {{"min_hidden_size", 4096}}},
+       {"rng", {{"replay_check_interval", 100}}},
+       {"comm", {{"max_checksum_interval", 20}}},
+       {"memory", {{"min_seq_len", 16384}, {"min_grad_accum_steps", 16}, {"memory_pressure_bytes", 8 * 1024 * MiB}}},
+       {"fusion", {{"min_num_layers", 48}}},
+       {"attention", {{"probe_seq_len", 4096}}}});
+  const Preset large{.name = "large",
+                     .description = "MI300-class memory (192 GB): Llama-3.2-1B shape, GQA and vocabulary",
+                     .training = {.hidden_size = 2048,
+                                  .num_layers = 16,
+                                  .ffn_multiplier = 6.0,
+                                  .batch_size = 8,
+                                  .seq_len = 2048,
+                                  .mixed_precision = Precision::bf16,
+                                  .num_heads = 32,
+                                  .num_key_value_heads = 8,
+                                  .vocab_size = kLlama3Vocab,
+                                  .position = PositionEncoding::rotary,
+                                  .norm = NormKind::rmsnorm,
+                                  .activation = Activation::swiglu,
+                                  .steps = 1000,
+                                  .learning_rate = 3e-4,
+                                  .warmup_steps = 100,
+                                  .eval_interval = 200,
+                                  .eval_batches = 8},
+                     .stress = large_stress};
 
   return {smoke, cpu_medium, small, large};
 }
@@ -142,9 +176,7 @@ int64_t key_value_heads(const TrainingConfig& cfg) {
   return cfg.num_key_value_heads > 0 ? cfg.num_key_value_heads : cfg.num_heads;
 }
 
-Determinism determinism_of(const TrainingConfig& cfg) {
-  return cfg.deterministic ? Determinism::all : cfg.determinism;
-}
+Determinism determinism_of(const TrainingConfig& cfg) { return cfg.deterministic ? Determinism::all : cfg.determinism; }
 
 FieldCheck unchecked() { return {}; }
 FieldCheck at_least(double lo, std::string note) {
@@ -182,10 +214,8 @@ namespace {
 template <typename T>
 void read_field(const nlohmann::json& j, const char* key, T& out) {
   if (!j.contains(key)) return;
-  if constexpr (NamedEnum<T>)
-    out = parse_enum<T>(j.at(key).get<std::string>(), key);
-  else
-    j.at(key).get_to(out);
+  if constexpr (NamedEnum<T>) out = parse_enum<T>(j.at(key).get<std::string>(), key);
+  else j.at(key).get_to(out);
 }
 }  // namespace
 
@@ -197,11 +227,12 @@ void from_json(const nlohmann::json& j, TrainingConfig& c) { RCL_TRAINING_FIELDS
 void to_json(nlohmann::json& j, const DiagnosticsConfig& c) { RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_TO_JSON) }
 void from_json(const nlohmann::json& j, DiagnosticsConfig& c) { RCL_DIAGNOSTICS_FIELDS(RCL_FIELD_FROM_JSON) }
 void to_json(nlohmann::json& j, const RocmConfig& c) { RCL_ROCM_FIELDS(RCL_FIELD_TO_JSON) }
-void from_json(const nlohmann::json& j, RocmConfig& c) { RCL_ROCM_FIELDS(RCL_FIELD_FROM_JSON) }
+void from_json(const nlohmann::json& j, RocmConfig& c){RCL_ROCM_FIELDS(RCL_FIELD_FROM_JSON)}
 #undef RCL_FIELD_TO_JSON
 #undef RCL_FIELD_FROM_JSON
 
-StressProfile::StressProfile(nlohmann::json values) : values_(std::move(values)) {
+StressProfile::StressProfile(nlohmann::json values)
+    : values_(std::move(values)) {
   if (!values_.is_object()) throw ConfigError("invalid stress_profile=" + values_.dump() + ": expected a JSON object");
 }
 
@@ -255,18 +286,37 @@ constexpr int64_t kUntilTimeUp = 1'000'000'000;
 // at a long one (a canary every 50 steps of an 8-hour run would be thousands of GEMM checks).
 std::vector<RunLevel> make_run_levels() {
   return {
-      {1, "quick", "CI gate, about 2 minutes: the preset's model, no stress mode, every check early", "", "",
+      {1,
+       "quick",
+       "CI gate, about 2 minutes: the preset's model, no stress mode, every check early",
+       "",
+       "",
        {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 120.0}}},
         {"diagnostics", {{"gemm_canary_interval", 25}, {"fingerprint_interval", 25}, {"telemetry_interval_s", 2.0}}}}},
-      {2, "standard", "15 minutes: GEMM, RNG and collective stress", "", "gemm,rng,comm",
+      {2,
+       "standard",
+       "15 minutes: GEMM, RNG and collective stress",
+       "",
+       "gemm,rng,comm",
        {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 900.0}, {"checksum_interval", 10}}},
-        {"diagnostics", {{"gemm_canary_interval", 100}, {"fingerprint_interval", 100}, {"telemetry_interval_s", 5.0}}}}},
-      {3, "extended", "1 hour: every stress mode", "", "all",
+        {"diagnostics",
+         {{"gemm_canary_interval", 100}, {"fingerprint_interval", 100}, {"telemetry_interval_s", 5.0}}}}},
+      {3,
+       "extended",
+       "1 hour: every stress mode",
+       "",
+       "all",
        {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 3600.0}, {"checksum_interval", 20}}},
-        {"diagnostics", {{"gemm_canary_interval", 200}, {"fingerprint_interval", 200}, {"telemetry_interval_s", 10.0}}}}},
-      {4, "soak", "8 hours: every stress mode, sparse checks (the hangs seen after hours)", "", "all",
+        {"diagnostics",
+         {{"gemm_canary_interval", 200}, {"fingerprint_interval", 200}, {"telemetry_interval_s", 10.0}}}}},
+      {4,
+       "soak",
+       "8 hours: every stress mode, sparse checks (the hangs seen after hours)",
+       "",
+       "all",
        {{"training", {{"steps", kUntilTimeUp}, {"max_duration_s", 8 * 3600.0}, {"checksum_interval", 50}}},
-        {"diagnostics", {{"gemm_canary_interval", 500}, {"fingerprint_interval", 500}, {"telemetry_interval_s", 30.0}}}}},
+        {"diagnostics",
+         {{"gemm_canary_interval", 500}, {"fingerprint_interval", 500}, {"telemetry_interval_s", 30.0}}}}},
   };
 }
 }  // namespace
@@ -304,7 +354,8 @@ void validate_field(const nlohmann::json& value, const ConfigField& field, const
     case FieldCheck::kRange: ok = ok && v >= c.lo && (c.hi_inclusive ? v <= c.hi : v < c.hi); break;
     default: break;
   }
-  require(ok, path, show_json(value), std::string("must be ") + (c.kind == FieldCheck::kRange ? "in " : "") + describe_check(c));
+  require(ok, path, show_json(value),
+          std::string("must be ") + (c.kind == FieldCheck::kRange ? "in " : "") + describe_check(c));
 }
 
 namespace {
@@ -366,8 +417,8 @@ std::string describe_fields(const std::vector<ConfigField>& fields, const std::s
       // A `|` inside a cell would end it.
       std::string cell = allowed;
       for (size_t at = cell.find('|'); at != std::string::npos; at = cell.find('|', at + 2)) cell.insert(at, "\\");
-      out += "| `" + key + "` | " + kind_of(f.default_value) + " | `" + f.default_value.dump() + "` | " + cell +
-             " | " + f.meaning + " |\n";
+      out += "| `" + key + "` | " + kind_of(f.default_value) + " | `" + f.default_value.dump() + "` | " + cell + " | " +
+             f.meaning + " |\n";
     } else {
       out += key + " (" + kind_of(f.default_value) + ", default " + f.default_value.dump() +
              (allowed.empty() ? "" : ", " + allowed) + ")\n    " + f.meaning + "\n";

@@ -269,9 +269,12 @@ std::vector<uint16_t> tokenize_file(const std::string& path) {
 
 }  // namespace
 
-TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size,
-                     int64_t seq_len, int rank, int world_size, torch::Device device)
-    : DataSource(batch_size, seq_len, rank, world_size, device), path_(path), seed_(seed), tokens_(tokenize_file(path)) {
+TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
+                     int rank, int world_size, torch::Device device)
+    : DataSource(batch_size, seq_len, rank, world_size, device),
+      path_(path),
+      seed_(seed),
+      tokens_(tokenize_file(path)) {
   // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
   const int64_t windows = (int64_t(tokens_.size()) - 1) / seq_len;
   const int64_t val_count = val_fraction > 0 ? std::max<int64_t>(1, std::llround(val_fraction * double(windows))) : 0;
@@ -318,8 +321,9 @@ std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank
     return std::make_unique<SyntheticCorpus>(spec, cfg.seed, cfg.batch_size, cfg.seq_len, rank, world_size, device);
   }
   if (cfg.vocab_size > 0 && cfg.vocab_size < byte_tokens::vocab_size)
-    throw ConfigError(fmt::format("invalid vocab_size={}: the byte-level tokenizer needs >= {} (0 = take it from the data)",
-                                  cfg.vocab_size, byte_tokens::vocab_size));
+    throw ConfigError(
+        fmt::format("invalid vocab_size={}: the byte-level tokenizer needs >= {} (0 = take it from the data)",
+                    cfg.vocab_size, byte_tokens::vocab_size));
   return std::make_unique<TokenFile>(cfg.data_path, cfg.val_fraction, cfg.seed, cfg.batch_size, cfg.seq_len, rank,
                                      world_size, device);
 }

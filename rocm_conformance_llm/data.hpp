@@ -73,8 +73,8 @@ struct SyntheticSpec {
 
 class SyntheticCorpus final : public DataSource {
  public:
-  SyntheticCorpus(SyntheticSpec spec, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank,
-                  int world_size, torch::Device device);
+  SyntheticCorpus(SyntheticSpec spec, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank, int world_size,
+                  torch::Device device);
 
   int64_t vocab_size() const override { return spec_.vocab_size; }
   std::string describe() const override;
@@ -118,8 +118,8 @@ inline constexpr int64_t vocab_size = 259;
 // Windows are split train/validation by a seeded shuffle and reshuffled every epoch.
 class TokenFile final : public DataSource {
  public:
-  TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
-            int rank, int world_size, torch::Device device);
+  TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank,
+            int world_size, torch::Device device);
 
   int64_t vocab_size() const override { return byte_tokens::vocab_size; }
   std::string describe() const override;
@@ -135,15 +135,14 @@ class TokenFile final : public DataSource {
   std::vector<uint16_t> tokens_;        // 2 bytes per token: the whole file stays in memory
   std::vector<int64_t> train_windows_;  // window start offsets into tokens_
   std::vector<int64_t> val_windows_;
-  mutable int64_t cached_epoch_ = -1;   // the train order of one epoch, computed on demand
+  mutable int64_t cached_epoch_ = -1;  // the train order of one epoch, computed on demand
   mutable std::vector<int64_t> epoch_order_;
 };
 
 // The source cfg asks for: the synthetic corpus when cfg.data_path is empty (cfg.vocab_size,
 // when set, sizes it), else the file. Bad files and a vocab_size too small for the data are
 // ConfigErrors.
-std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
-                                             torch::Device device);
+std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device);
 // The vocabulary the model of `cfg` will have, without opening the data: cfg.vocab_size when
 // set, else the synthetic corpus's or the byte tokenizer's (what the trainer resolves it to).
 int64_t resolved_vocab_size(const TrainingConfig& cfg);

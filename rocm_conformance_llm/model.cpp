@@ -165,7 +165,8 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& allowed, double dropout) {
 #ifdef RCL_HAVE_SDPA
-  if (!allowed.defined()) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
+  if (!allowed.defined())
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
   return at::scaled_dot_product_attention(q, k, v, allowed, dropout, /*is_causal=*/false);
 #else
   (void)q, (void)k, (void)v, (void)allowed, (void)dropout;
@@ -205,10 +206,10 @@ int64_t parameter_count(const TrainingConfig& cfg) {
   const int64_t up_width = cfg.activation == Activation::swiglu ? 2 * ffn : ffn;
   int64_t block = 0;
   block += (cfg.norm_layout == NormLayout::sandwich ? 4 : 2) * norm_params(cfg.norm, c);
-  block += c * qkv_width + qkv_width;                  // qkv (K and V narrower under GQA)
-  block += qkv_width * cfg.qkv_conv_kernel;            // depthwise conv, no bias
+  block += c * qkv_width + qkv_width;        // qkv (K and V narrower under GQA)
+  block += qkv_width * cfg.qkv_conv_kernel;  // depthwise conv, no bias
   if (cfg.qk_norm) block += 2 * norm_params(cfg.norm, head_dim);
-  block += c * c + c;                                  // attention output projection
+  block += c * c + c;  // attention output projection
   const int64_t mlp = c * up_width + up_width + ffn * c + c;
   block += cfg.moe_experts > 0 ? cfg.moe_experts * (mlp + c) : mlp;  // MLP, or the experts and their router
   int64_t total = cfg.vocab_size * c + cfg.num_layers * block + norm_params(cfg.norm, c);
@@ -344,8 +345,7 @@ torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) cons
   return {};
 }
 
-torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k,
-                                              const torch::Tensor& v) {
+torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const double dropout = is_training() ? dropout_ : 0.0;
   auto allowed = allowed_keys(q);
   if (calls_sdpa()) return sdpa_attention(q, k, v, allowed, dropout);
@@ -383,10 +383,8 @@ BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOption
   norm_attn_ = register_module("norm_attn", Norm(cfg.norm, cfg.hidden_size));
   attn = register_module("attn", CausalSelfAttention(cfg, options));
   norm_mlp_ = register_module("norm_mlp", Norm(cfg.norm, cfg.hidden_size));
-  if (cfg.moe_experts > 0)
-    moe = register_module("moe", MoeFeedForward(cfg));
-  else
-    mlp = register_module("mlp", Mlp(cfg));
+  if (cfg.moe_experts > 0) moe = register_module("moe", MoeFeedForward(cfg));
+  else mlp = register_module("mlp", Mlp(cfg));
   if (cfg.norm_layout == NormLayout::sandwich) {
     post_norm_attn_ = register_module("post_norm_attn", Norm(cfg.norm, cfg.hidden_size));
     post_norm_mlp_ = register_module("post_norm_mlp", Norm(cfg.norm, cfg.hidden_size));
@@ -454,8 +452,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   const bool recompute = cfg_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
   for (size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];
-    if (fsdp_)
-      x = fsdp_->block_forward(int64_t(i), x);
+    if (fsdp_) x = fsdp_->block_forward(int64_t(i), x);
     else
       x = recompute ? checkpoint([block](const torch::Tensor& in) mutable { return block->forward(in); }, x)
                     : block->forward(x);

@@ -127,8 +127,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // layer's mask, dropout and V layout), or "explicit" where the layer does not call SDPA.
   std::string training_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
 
-  torch::nn::Linear qkv{nullptr};  // Q, K, V rows: hidden, then key_value_width twice
-  torch::nn::Linear proj{nullptr};  // residual projection (scaled init)
+  torch::nn::Linear qkv{nullptr};       // Q, K, V rows: hidden, then key_value_width twice
+  torch::nn::Linear proj{nullptr};      // residual projection (scaled init)
   torch::nn::Conv1d qkv_conv{nullptr};  // qkv_conv_kernel > 0: one causal filter per Q/K/V channel
 
   // Tensor parallel (transport/parallelize.hpp): the weights above already hold this rank's

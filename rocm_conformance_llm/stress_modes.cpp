@@ -58,13 +58,19 @@ std::vector<StressMode> builtin_modes() {
       {.name = "comm",
        .targets = "RCCL",
        .components = {component::rccl},
-       .summary = "smaller batches, gradient sync every micro-step, ZeRO sharding, tensor parallel, expert-parallel MoE, per-rank logs, every collective kind verified",
+       .summary = "smaller batches, gradient sync every micro-step, ZeRO sharding, tensor parallel, expert-parallel "
+                  "MoE, per-rank logs, every collective kind verified",
        .intensities = {{"max_batch_size", 4, at_least(1), "batch_size ceiling"},
                        {"max_checksum_interval", 5, at_least(1), "cross-rank checksums at least every this many steps"},
-                       {"max_collective_check_interval", 50, at_least(1), "collective batteries at least every this many steps"},
+                       {"max_collective_check_interval", 50, at_least(1),
+                        "collective batteries at least every this many steps"},
                        {"min_collective_message_mb", 16.0, above(0), "collective_check_max_mb floor"},
-                       {"min_distributed_tensor_parallel_degree", 2, at_least(1), "distributed_tensor_parallel_degree floor (a tensor split where the world keeps two or more data-parallel ranks)"},
-                       {"min_distributed_moe_experts", 4, at_least(1), "distributed_moe_experts floor (experts where moe_experts is 0 and several data-parallel ranks shard them)"}},
+                       {"min_distributed_tensor_parallel_degree", 2, at_least(1),
+                        "distributed_tensor_parallel_degree floor (a tensor split where the world keeps two or more "
+                        "data-parallel ranks)"},
+                       {"min_distributed_moe_experts", 4, at_least(1),
+                        "distributed_moe_experts floor (experts where moe_experts is 0 and several data-parallel ranks "
+                        "shard them)"}},
        .rules = {lower_to("batch_size", intensity("max_batch_size")), lower_to("grad_sync_interval", fixed(1)),
                  switch_on("log_per_rank"), raise_to("data_parallel", fixed("zero")),
                  raise_to("distributed_tensor_parallel_degree", intensity("min_distributed_tensor_parallel_degree")),
@@ -87,8 +93,7 @@ std::vector<StressMode> builtin_modes() {
        // 8 x 12 x 8192^2; 29.7 s/step measured on an H100, docs/gpu-run.md).
        .rules = {raise_to("seq_len", intensity("min_seq_len")),
                  only_where({.torch_major = 2, .gpu = true}, replace("attention_backend", "math", fixed("sdpa"))),
-                 switch_on("activation_checkpointing"),
-                 raise_to("grad_accum_steps", intensity("min_grad_accum_steps")),
+                 switch_on("activation_checkpointing"), raise_to("grad_accum_steps", intensity("min_grad_accum_steps")),
                  raise_to("memory_pressure_bytes", intensity("memory_pressure_bytes"))}},
       // MIOpen: deeper stacks with sandwich and QK norms multiply the normalisation kernels,
       // SwiGLU/GELU add fused elementwise kernels, and the depthwise causal conv on Q/K/V is
@@ -118,8 +123,7 @@ std::vector<StressMode> builtin_modes() {
                        {"probe_interval", 50, at_least(1), "parity probes at least every this many steps"},
                        {"probe_seq_len", 1024, at_least(1), "attention_probe_seq_len floor"}},
        .rules = {replace("attention_backend", "math", fixed("sdpa")),
-                 raise_to("attention_pad_fraction", intensity("pad_fraction")),
-                 switch_on("attention_noncontiguous_v"),
+                 raise_to("attention_pad_fraction", intensity("pad_fraction")), switch_on("attention_noncontiguous_v"),
                  at_least_every("attention_probe_interval", intensity("probe_interval")),
                  raise_to("attention_probe_seq_len", intensity("probe_seq_len"))},
        .requires_capability = {.torch_major = 2}},
@@ -138,7 +142,9 @@ const StressMode& find_mode(const std::string& name) {
 }
 
 StressRule make_rule(std::string field, StressOp op, RuleValue value) {
-  return {.field = std::move(field), .op = op, .intensity = std::move(value.intensity),
+  return {.field = std::move(field),
+          .op = op,
+          .intensity = std::move(value.intensity),
           .literal = std::move(value.literal)};
 }
 
@@ -150,7 +156,8 @@ nlohmann::json intensities_of(const StressMode& mode, const StressProfile& profi
   return out;
 }
 
-void apply_mode(const StressMode& mode, const StressProfile& profile, const Capabilities& caps, nlohmann::json& config) {
+void apply_mode(const StressMode& mode, const StressProfile& profile, const Capabilities& caps,
+                nlohmann::json& config) {
   const nlohmann::json intensities = intensities_of(mode, profile);
   for (const auto& rule : mode.rules)
     if (rule.when.unmet(caps).empty()) apply_stress_rule(rule, intensities, config);
@@ -272,9 +279,7 @@ void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities
       if (value < slot) slot = value;
       return;
     case StressOp::kSwitchOn:
-    case StressOp::kSet:
-      slot = value;
-      return;
+    case StressOp::kSet: slot = value; return;
     case StressOp::kEvery:  // 0 means off, so any positive interval tightens it
       if (slot == 0 || value < slot) slot = value;
       return;
@@ -288,11 +293,13 @@ namespace {
 std::string describe_op(const StressRule& rule, bool markdown) {
   const auto code = [&](const std::string& s) { return markdown ? "`" + s + "`" : s; };
   const std::string field = code(rule.field);
-  const std::string value =
-      rule.intensity.empty() ? value_text(rule.literal) : (markdown ? "*" + rule.intensity + "*" : "<" + rule.intensity + ">");
+  const std::string value = rule.intensity.empty()
+                                ? value_text(rule.literal)
+                                : (markdown ? "*" + rule.intensity + "*" : "<" + rule.intensity + ">");
   switch (rule.op) {
     case StressOp::kAtLeast:
-      if (rule.literal.is_string()) return field + " >= " + value + " (" + join(ordered_values(rule.field), " < ") + ")";
+      if (rule.literal.is_string())
+        return field + " >= " + value + " (" + join(ordered_values(rule.field), " < ") + ")";
       return field + " >= " + value +
              (rule.multiple_of.empty()
                   ? ""
@@ -360,15 +367,13 @@ std::vector<std::string> parse_stress_list(const std::string& text) {
   while (std::getline(items, item, ',')) {
     saw_item = true;
     const std::string name = trim(item);
-    if (name.empty())
-      throw ConfigError("invalid --stress '" + text + "': empty mode name; known modes: " + known_text);
+    if (name.empty()) throw ConfigError("invalid --stress '" + text + "': empty mode name; known modes: " + known_text);
     if (name == "all") {
       wanted.insert(wanted.end(), known.begin(), known.end());
     } else if (std::find(known.begin(), known.end(), name) != known.end()) {
       wanted.push_back(name);
     } else {
-      throw ConfigError("invalid --stress '" + text + "': unknown mode '" + name +
-                        "'; known modes: " + known_text);
+      throw ConfigError("invalid --stress '" + text + "': unknown mode '" + name + "'; known modes: " + known_text);
     }
   }
   if (!saw_item || trim(text).empty())
@@ -389,10 +394,8 @@ StressComposition compose_stress_modes(const TrainingConfig& base, const std::ve
   for (const auto& name : modes) {
     const StressMode& mode = find_mode(name);
     const std::string reason = mode.requires_capability.unmet(caps);
-    if (reason.empty())
-      apply_mode(mode, profile, caps, config);
-    else
-      out.skipped[name] = reason;
+    if (reason.empty()) apply_mode(mode, profile, caps, config);
+    else out.skipped[name] = reason;
   }
   out.training = config.get<TrainingConfig>();
   return out;

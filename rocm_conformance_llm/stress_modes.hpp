@@ -21,13 +21,13 @@
 namespace rcl {
 
 enum class StressOp {
-  kAtLeast,  // raise to at least the value (optionally rounded up to a multiple of a read field);
-             // a string field (one_of) is ordered by its allowed list, e.g. off < replay < all
-  kAtMost,   // lower to at most the value
-  kSwitchOn, // set a bool to true
-  kEvery,    // an every-N-steps interval at least this often (0 = off counts as never)
-  kSet,      // set to the value (a string enum)
-  kReplace,  // replace one specific value (`replaces`) by the value, leave any other alone
+  kAtLeast,   // raise to at least the value (optionally rounded up to a multiple of a read field);
+              // a string field (one_of) is ordered by its allowed list, e.g. off < replay < all
+  kAtMost,    // lower to at most the value
+  kSwitchOn,  // set a bool to true
+  kEvery,     // an every-N-steps interval at least this often (0 = off counts as never)
+  kSet,       // set to the value (a string enum)
+  kReplace,   // replace one specific value (`replaces`) by the value, leave any other alone
 };
 
 // What a run can do; a mode whose requirement does not hold is skipped with the reason.
@@ -42,9 +42,9 @@ struct Capabilities {
 struct CapabilityRequirement {
   int torch_major = 0;  // libtorch >= torch_major.torch_minor (0.0: any)
   int torch_minor = 0;
-  bool gpu = false;     // needs a GPU
-  std::string describe() const;                   // "libtorch >= 2.0, GPU", or "" for none
-  std::string unmet(const Capabilities& c) const; // "" when it holds, else the reason
+  bool gpu = false;                                // needs a GPU
+  std::string describe() const;                    // "libtorch >= 2.0, GPU", or "" for none
+  std::string unmet(const Capabilities& c) const;  // "" when it holds, else the reason
 };
 
 // One change to one TrainingConfig field. The value is the mode's intensity `intensity`, or the

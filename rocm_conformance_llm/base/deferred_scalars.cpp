@@ -10,7 +10,9 @@ c10::Stream current_stream(const torch::Device& device) {
 
 // BACKEND_DEFAULT: timing on (PYTORCH_DEFAULT turns it off).
 DeviceInterval::DeviceInterval(const torch::Device& device)
-    : device_(device), begin_(device.type(), c10::EventFlag::BACKEND_DEFAULT), end_(device.type(), c10::EventFlag::BACKEND_DEFAULT) {
+    : device_(device),
+      begin_(device.type(), c10::EventFlag::BACKEND_DEFAULT),
+      end_(device.type(), c10::EventFlag::BACKEND_DEFAULT) {
   begin_.record(current_stream(device_));
 }
 

@@ -27,8 +27,7 @@ concept TimingEvent = requires(const E& e) {
 // Waits for `e` to fire: a blocking wait where the event has one, else a poll.
 template <typename E>
 void wait_for_event(const E& e) {
-  if constexpr (TimingEvent<E>)
-    e.synchronize();
+  if constexpr (TimingEvent<E>) e.synchronize();
   else
     while (!e.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }

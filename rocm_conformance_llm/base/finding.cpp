@@ -62,7 +62,8 @@ Finding finding_from_json(const nlohmann::json& j) {
     f.message = j.value("message", std::string());
     f.evidence = j.value("evidence", nlohmann::json::object());
     // Reports written before these keys existed still load (compare, --baseline).
-    if (j.contains("action") && !j.at("action").is_null()) f.action = action_from_string(j.at("action").get<std::string>());
+    if (j.contains("action") && !j.at("action").is_null())
+      f.action = action_from_string(j.at("action").get<std::string>());
     if (j.contains("classification") && !j.at("classification").is_null())
       f.classification = classification_from_string(j.at("classification").get<std::string>());
     f.reproducible = read_optional_bool(j, "reproducible");

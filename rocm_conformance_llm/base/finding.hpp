@@ -49,12 +49,12 @@ inline constexpr const char* host = "host";
 }  // namespace component
 
 struct Finding {
-  std::string component;   // one of component::all
-  std::string signature;   // short stable id, e.g. "nonfinite_loss", "memory_leak"
+  std::string component;  // one of component::all
+  std::string signature;  // short stable id, e.g. "nonfinite_loss", "memory_leak"
   Severity severity = Severity::warn;
   int64_t step = 0;
   int rank = 0;
-  std::string message;     // one human-readable line
+  std::string message;  // one human-readable line
   nlohmann::json evidence = nlohmann::json::object();
   // Unset: from the classification, else the signature's registered default (action_of).
   std::optional<Action> action = std::nullopt;

@@ -34,7 +34,8 @@ void leave(const at::RecordFunction& fn, at::ObserverContext*) {
 HostReadCounter::HostReadCounter() {
   if (g_active.exchange(true)) throw std::logic_error("HostReadCounter: another counter is already active");
   g_reads = 0;
-  g_handle = at::addGlobalCallback(at::RecordFunctionCallback(&count_scalar_read, &leave).scopes({at::RecordScope::FUNCTION}));
+  g_handle =
+      at::addGlobalCallback(at::RecordFunctionCallback(&count_scalar_read, &leave).scopes({at::RecordScope::FUNCTION}));
 }
 
 HostReadCounter::~HostReadCounter() {

@@ -26,8 +26,8 @@ concept NamedEnum = std::is_enum_v<E> && requires(E e) {
 };
 
 // Declares the table of `Enum`: RCL_ENUM_NAMES(Precision, {Precision::fp32, "fp32"}, ...).
-#define RCL_ENUM_NAMES(Enum, ...)                                                  \
-  inline constexpr ::rcl::EnumName<Enum> k##Enum##Names[] = {__VA_ARGS__};         \
+#define RCL_ENUM_NAMES(Enum, ...)                                          \
+  inline constexpr ::rcl::EnumName<Enum> k##Enum##Names[] = {__VA_ARGS__}; \
   constexpr std::span<const ::rcl::EnumName<Enum>> enum_names(Enum) { return k##Enum##Names; }
 
 template <NamedEnum E>

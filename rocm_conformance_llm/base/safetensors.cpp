@@ -16,9 +16,9 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 
 // The spec's dtype names for what a checkpoint holds.
 constexpr std::pair<const char*, c10::ScalarType> kDtypes[] = {
-    {"F64", c10::ScalarType::Double}, {"F32", c10::ScalarType::Float}, {"F16", c10::ScalarType::Half},
-    {"BF16", c10::ScalarType::BFloat16}, {"I64", c10::ScalarType::Long}, {"I32", c10::ScalarType::Int},
-    {"I16", c10::ScalarType::Short}, {"I8", c10::ScalarType::Char}, {"U8", c10::ScalarType::Byte},
+    {"F64", c10::ScalarType::Double},    {"F32", c10::ScalarType::Float}, {"F16", c10::ScalarType::Half},
+    {"BF16", c10::ScalarType::BFloat16}, {"I64", c10::ScalarType::Long},  {"I32", c10::ScalarType::Int},
+    {"I16", c10::ScalarType::Short},     {"I8", c10::ScalarType::Char},   {"U8", c10::ScalarType::Byte},
     {"BOOL", c10::ScalarType::Bool}};
 
 const char* dtype_name(c10::ScalarType type) {
@@ -54,8 +54,7 @@ void write_safetensors(const std::filesystem::path& path,
   char length_bytes[8];
   std::memcpy(length_bytes, &length, 8);
   std::vector<std::string_view> chunks{{length_bytes, 8}, text};
-  for (const auto& t : data)
-    chunks.emplace_back(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  for (const auto& t : data) chunks.emplace_back(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
   write_file_synced(path, chunks);
 }
 
@@ -69,7 +68,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   uint64_t header_size = 0;
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(&header_size), 8)) throw bad("shorter than its 8-byte header length");
+  if (file_size < 8 || !in.read(reinterpret_cast<char*>(&header_size), 8))
+    throw bad("shorter than its 8-byte header length");
   if (header_size > kMaxHeaderBytes || header_size > file_size - 8)
     throw bad(fmt::format("header length {} does not fit the file ({} bytes)", header_size, file_size));
   std::string text(header_size, '\0');
@@ -85,7 +85,12 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   SafetensorsFile out;
   const uint64_t data_size = file_size - 8 - header_size;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
-  struct Entry { std::string name; c10::ScalarType dtype; std::vector<int64_t> shape; uint64_t begin; };
+  struct Entry {
+    std::string name;
+    c10::ScalarType dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin;
+  };
   std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
@@ -101,8 +106,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
         info["data_offsets"].size() != 2)
       throw bad("tensor '" + name + "' lacks dtype, shape or data_offsets [begin, end]");
     const auto dtype_text = info["dtype"].get<std::string>();
-    const auto* known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                     [&](const auto& d) { return dtype_text == d.first; });
+    const auto* known =
+        std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const auto& d) { return dtype_text == d.first; });
     if (known == std::end(kDtypes)) throw bad("tensor '" + name + "' has unsupported dtype '" + dtype_text + "'");
     Entry e{name, known->second, {}, 0};
     uint64_t numel = 1;
@@ -119,9 +124,10 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
     const uint64_t begin = offsets[0], end = offsets[1];
     const uint64_t bytes = numel * c10::elementSize(e.dtype);
     if (begin > end || end > data_size || end - begin != bytes)
-      throw bad(fmt::format("tensor '{}': data_offsets [{}, {}) do not hold {} bytes of {} {} within the {} data "
-                            "bytes",
-                            name, begin, end, bytes, dtype_text, info["shape"].dump(), data_size));
+      throw bad(
+          fmt::format("tensor '{}': data_offsets [{}, {}) do not hold {} bytes of {} {} within the {} data "
+                      "bytes",
+                      name, begin, end, bytes, dtype_text, info["shape"].dump(), data_size));
     e.begin = begin;
     spans.emplace_back(begin, end);
     entries.push_back(std::move(e));

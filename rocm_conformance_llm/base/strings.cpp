@@ -15,7 +15,8 @@ std::string trim(std::string_view s) {
 
 std::string to_lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -43,16 +44,17 @@ double parse_duration_s(std::string_view flag, std::string_view text) {
   const auto value = parse_number<double>(number);
   const double seconds = value.value_or(0.0) * unit;
   if (!value || !std::isfinite(seconds) || seconds <= 0)
-    throw ConfigError(fmt::format("invalid {} '{}': expected a positive duration such as 90s, 30m, 8h, 1.5h, 2d "
-                                  "(a bare number is seconds)",
-                                  flag, text));
+    throw ConfigError(
+        fmt::format("invalid {} '{}': expected a positive duration such as 90s, 30m, 8h, 1.5h, 2d "
+                    "(a bare number is seconds)",
+                    flag, text));
   return seconds;
 }
 
 int64_t parse_byte_size(std::string_view flag, std::string_view text) {
-  static constexpr std::pair<std::string_view, double> kUnits[] = {
-      {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40},
-      {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12},  {"B", 1.0}};
+  static constexpr std::pair<std::string_view, double> kUnits[] = {{"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
+                                                                   {"TiB", 0x1p40}, {"KB", 1e3},     {"MB", 1e6},
+                                                                   {"GB", 1e9},     {"TB", 1e12},    {"B", 1.0}};
   double unit = 1.0;
   std::string_view number = text;
   for (const auto& [suffix, factor] : kUnits) {
@@ -65,9 +67,10 @@ int64_t parse_byte_size(std::string_view flag, std::string_view text) {
   const auto value = parse_number<double>(number);
   const double bytes = value.value_or(0.0) * unit;
   if (!value || !std::isfinite(bytes) || bytes < 1.0 || bytes > 0x1p62)
-    throw ConfigError(fmt::format("invalid {} '{}': expected a memory size such as 80GB, 192GB, 79.2GiB or 512MiB "
-                                  "(KB/MB/GB/TB are powers of 10, KiB/MiB/GiB/TiB powers of 2; a bare number is bytes)",
-                                  flag, text));
+    throw ConfigError(
+        fmt::format("invalid {} '{}': expected a memory size such as 80GB, 192GB, 79.2GiB or 512MiB "
+                    "(KB/MB/GB/TB are powers of 10, KiB/MiB/GiB/TiB powers of 2; a bare number is bytes)",
+                    flag, text));
   return static_cast<int64_t>(bytes);
 }
 

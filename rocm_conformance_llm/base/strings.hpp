@@ -27,8 +27,7 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 // range. nullopt for empty text, a leading '+' or space, anything after the number, or a value
 // T cannot hold; every caller then says in its own words what it wanted.
 template <typename T>
-  requires std::integral<T> || std::floating_point<T>
-std::optional<T> parse_number(std::string_view text) {
+requires std::integral<T> || std::floating_point<T> std::optional<T> parse_number(std::string_view text) {
   T value{};
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -23,7 +23,7 @@ enum class FaultValue { none, seconds, bytes };
 struct FaultTraits {
   FaultKind kind;
   const char* name;
-  bool needs_step;   // one-shot at exactly that step; otherwise persistent from it (default 1)
+  bool needs_step;  // one-shot at exactly that step; otherwise persistent from it (default 1)
   FaultValue value;
   bool needs_phase = false;  // strikes on entering the phase named by @phase=P
 };
@@ -186,7 +186,8 @@ std::string fault_syntax_help() {
          "rng-skew@rank=1, hang@step=40, gemm-corrupt, gemm-corrupt-once@step=5, attention-mask-corrupt, "
          "rank-stop@phase=grad_sync@rank=1, logits-nan-once@step=12, logits-nan@step=12, "
          "slow-collective=3@step=30, collective-corrupt@rank=1, collective-hang@step=10@rank=1, "
-         "slow-all-to-all=0.5@rank=1 (" + with_step + " need @step; rank-stop needs @phase)";
+         "slow-all-to-all=0.5@rank=1 (" +
+         with_step + " need @step; rank-stop needs @phase)";
 }
 
 std::string FaultSpec::to_string() const {
@@ -226,9 +227,10 @@ FaultPlan FaultPlan::parse(std::string_view text) {
   specs.erase(std::unique(specs.begin(), specs.end()), specs.end());
   for (size_t i = 1; i < specs.size(); ++i)
     if (order_key(specs[i]) == order_key(specs[i - 1]))
-      throw ConfigError(fmt::format("--inject: '{}' and '{}' conflict (same fault, step and rank, "
-                                    "different values)",
-                                    specs[i - 1].to_string(), specs[i].to_string()));
+      throw ConfigError(
+          fmt::format("--inject: '{}' and '{}' conflict (same fault, step and rank, "
+                      "different values)",
+                      specs[i - 1].to_string(), specs[i].to_string()));
   for (const auto& s : specs) plan.kinds_mask_ |= 1u << static_cast<unsigned>(s.kind);
   return plan;
 }
@@ -247,7 +249,8 @@ const FaultSpec* FaultPlan::active(FaultKind kind, int64_t step, int rank) const
 void FaultPlan::stop_rank_if_planned(std::string_view phase, int64_t step, int rank) const {
   if (!requested(FaultKind::rank_stop)) return;
   for (const auto& s : specs_) {
-    if (s.kind != FaultKind::rank_stop || s.phase != phase || (s.rank && *s.rank != rank) || (s.step && *s.step != step))
+    if (s.kind != FaultKind::rank_stop || s.phase != phase || (s.rank && *s.rank != rank) ||
+        (s.step && *s.step != step))
       continue;
     spdlog::default_logger()->flush();
     // The whole process freezes, every thread with it (heartbeats too), sockets left open: the

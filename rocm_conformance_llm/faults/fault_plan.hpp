@@ -121,7 +121,7 @@ class FaultPlan {
   // rank-stop: this rank freezes (SIGSTOP) if a spec names `phase` (and `step`, when it gives one).
   void stop_rank_if_planned(std::string_view phase, int64_t step, int rank) const;
 
-  std::string to_string() const;  // canonical, sorted, comma-separated
+  std::string to_string() const;   // canonical, sorted, comma-separated
   nlohmann::json to_json() const;  // list of canonical spec strings
 
  private:

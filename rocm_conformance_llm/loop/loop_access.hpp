@@ -33,9 +33,9 @@ class LoopAccess {
   // Everything a step reads or changes: what a checkpoint holds, plus the RNG, the data cursor
   // and the update guard.
   struct Snapshot {
-    torch::Tensor params;  // FlatAdamW's flat parameter buffer (FSDP: this rank's shards)
-    FlatAdamW::State optimizer;   // this rank's shard of the moments (all of them unsharded)
-    ShardOf optimizer_shard;      // which shard that is (ZeRO, FSDP: one per rank)
+    torch::Tensor params;        // FlatAdamW's flat parameter buffer (FSDP: this rank's shards)
+    FlatAdamW::State optimizer;  // this rank's shard of the moments (all of them unsharded)
+    ShardOf optimizer_shard;     // which shard that is (ZeRO, FSDP: one per rank)
     std::optional<DynamicLossScaler> scaler;
     RngSnapshot rng;
     int64_t step = 0;

@@ -32,8 +32,8 @@ inline constexpr const char* optimizer = "optimizer";
 inline constexpr const char* eval = "eval";
 inline constexpr const char* canary = "canary";
 inline constexpr const char* attention_probe = "attention_probe";  // SDPA backends vs float64 math
-inline constexpr const char* replay = "replay";        // rewind-and-replay check (rng mode)
-inline constexpr const char* rerun = "rerun";          // an anomalous step run again (checks/detectors/anomaly_rerun.hpp)
+inline constexpr const char* replay = "replay";                    // rewind-and-replay check (rng mode)
+inline constexpr const char* rerun = "rerun";  // an anomalous step run again (checks/detectors/anomaly_rerun.hpp)
 inline constexpr const char* loss_allreduce = "allreduce_loss";  // the step's mean loss (RCCL)
 // Before the loop (the runner, not the trainer, passes these): the c10d store exchange that
 // forms the group, and the detectors' cross-rank preflight (broadcast, all-reduce canary).
@@ -42,9 +42,9 @@ inline constexpr const char* preflight = "preflight";
 // Between steps: a training checkpoint being written (run/run_checkpoint.hpp).
 inline constexpr const char* checkpoint = "checkpoint";
 // The phases a rank-stop fault may strike in.
-inline constexpr std::array rank_stop_phases = {rendezvous, preflight, data,      forward, backward,
-                                                grad_sync,  checksum,  optimizer, eval,    canary,
-                                                attention_probe, replay, rerun, loss_allreduce};
+inline constexpr std::array rank_stop_phases = {rendezvous,      preflight, data,      forward,       backward,
+                                                grad_sync,       checksum,  optimizer, eval,          canary,
+                                                attention_probe, replay,    rerun,     loss_allreduce};
 // A collective phase: a hang there is attributed to RCCL, anywhere else to the HIP runtime.
 // grad_sync, checksum, and anything named "collective..." / "allreduce..." / "barrier...".
 inline bool is_collective(std::string_view p) {
@@ -59,7 +59,8 @@ class StepHooks {
 
   // The loop entered `phase` of `step`. `collectives`: at the optimizer phase, the step's
   // gradient all-reduces (the watchdog names the last one in a hang); empty at other phases.
-  virtual void on_phase(const char* /*phase*/, int64_t /*step*/, const std::vector<CollectiveSample>& /*collectives*/) {}
+  virtual void on_phase(const char* /*phase*/, int64_t /*step*/, const std::vector<CollectiveSample>& /*collectives*/) {
+  }
   // Before any work of optimizer step `step`.
   virtual void on_step_begin(int64_t /*step*/) {}
   // Before each micro-batch's forward (inside autocast); `first` is the step's first micro-batch.

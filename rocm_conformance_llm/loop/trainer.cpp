@@ -176,7 +176,10 @@ Trainer::PendingStep Trainer::train_step() {
   for (int64_t micro = 0; micro < cfg.grad_accum_steps; ++micro) {
     Batch batch;
     torch::Tensor loss;
-    { auto in_phase = enter(phase::data, rec); batch = data_->train_batch(micro_batches_++); }
+    {
+      auto in_phase = enter(phase::data, rec);
+      batch = data_->train_batch(micro_batches_++);
+    }
     {
       auto in_phase = enter(phase::forward, rec);
       AutocastGuard autocast(ctx_.device.type(), autocast_);
@@ -205,8 +208,8 @@ Trainer::PendingStep Trainer::train_step() {
     // Sharded or split, an overflow lands in one rank's shard: every rank must skip with it.
     if (scaler_ && (optimizer_->sharded() || model_->parallel().splits_model()))
       rec.skipped = sync_->mean_across_ranks(rec.skipped ? 1.0 : 0.0) > 0;
-    grad_norm = optimizer_->clip_grad_norm(cfg.grad_clip,
-                                           [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
+    grad_norm = optimizer_->clip_grad_norm(
+        cfg.grad_clip, [&](torch::Tensor& value) { sync_->sum_over_shards(value, rec.collectives); });
     // The scaler's skip left the weights alone; otherwise the guard says on the device whether to apply.
     if (!rec.skipped) optimizer_->step(rec.lr, update_guard_.admit(loss_sum, grad_norm, rec.step, replaying_));
     if (scaler_) scaler_->update(rec.skipped, rec.step);
@@ -287,8 +290,10 @@ LoopAccess::PrivateCheckpoint Trainer::save_private_checkpoint(const std::filesy
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   // What the run was is not recorded: a private checkpoint is never resumed.
-  const nlohmann::json run_fields = {{"reason", "private"}, {"world_size", world_size()},
-                                     {"stress_modes", nlohmann::json::array()}, {"training", nullptr}};
+  const nlohmann::json run_fields = {{"reason", "private"},
+                                     {"world_size", world_size()},
+                                     {"stress_modes", nlohmann::json::array()},
+                                     {"training", nullptr}};
   auto snap = snapshot();
   write_training_state(*this, snap, dir, /*shared=*/true, run_fields);
   return {dir, std::move(snap.guard)};

@@ -41,9 +41,9 @@ struct TrainSummary {
   std::optional<double> loss_floor;  // the data source's ideal loss, when known
   double mean_tokens_per_s = 0;      // this rank, excluding step 1 (kernel selection, warm-up)
   int64_t steps_done = 0;
-  int64_t skipped_steps = 0;         // fp16 overflow skips
-  bool stopped_by_time = false;      // cfg.max_duration_s reached before cfg.steps
-  bool stopped_by_request = false;   // the stop check (set_stop_check) said so on some rank
+  int64_t skipped_steps = 0;        // fp16 overflow skips
+  bool stopped_by_time = false;     // cfg.max_duration_s reached before cfg.steps
+  bool stopped_by_request = false;  // the stop check (set_stop_check) said so on some rank
   double wall_s = 0;
 };
 

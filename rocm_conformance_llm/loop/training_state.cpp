@@ -21,15 +21,16 @@ ShardOf optimizer_files_of(LoopAccess& loop, const LoopAccess::Snapshot& snap) {
   return snap.optimizer_shard;
 }
 
-torch::Tensor require(const SafetensorsFile& file, const std::string& name, const fs::path& path,
-                      c10::ScalarType dtype, std::optional<std::vector<int64_t>> shape = std::nullopt) {
+torch::Tensor require(const SafetensorsFile& file, const std::string& name, const fs::path& path, c10::ScalarType dtype,
+                      std::optional<std::vector<int64_t>> shape = std::nullopt) {
   const auto it = file.tensors.find(name);
-  if (it == file.tensors.end()) throw CheckpointError(fmt::format("checkpoint {}: no tensor '{}'", path.string(), name));
+  if (it == file.tensors.end())
+    throw CheckpointError(fmt::format("checkpoint {}: no tensor '{}'", path.string(), name));
   const auto& t = it->second;
   if (t.scalar_type() != dtype || (shape && t.sizes().vec() != *shape))
-    throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' is {} {} where this model has {} {}",
-                                      path.string(), name, c10::toString(t.scalar_type()), c10::str(t.sizes()),
-                                      c10::toString(dtype), shape ? c10::str(c10::IntArrayRef(*shape)) : c10::str(t.sizes())));
+    throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' is {} {} where this model has {} {}", path.string(),
+                                      name, c10::toString(t.scalar_type()), c10::str(t.sizes()), c10::toString(dtype),
+                                      shape ? c10::str(c10::IntArrayRef(*shape)) : c10::str(t.sizes())));
   return t;
 }
 
@@ -45,8 +46,7 @@ std::vector<std::string> weight_and_optimizer_files(const nlohmann::json& state)
   std::vector<std::string> files;
   if (model_shards > 1)
     for (int r = 0; r < model_shards; ++r) files.push_back(model_shard_file(r));
-  else
-    files = {kWeightsFile, kHfConfigFile};
+  else files = {kWeightsFile, kHfConfigFile};
   for (auto& f : optimizer_files(state)) files.push_back(std::move(f));
   return files;
 }
@@ -117,10 +117,14 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
     const auto s = snap.scaler->state();
     scaler = {{"scale", s.scale}, {"clean_streak", s.clean_streak}, {"skipped_steps", s.skipped_steps}};
   }
-  nlohmann::json state = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
-                          {"step", snap.step}, {"micro_batches", snap.micro_batches},
-                          {"optimizer_steps", snap.optimizer.steps}, {"loss_scaler", scaler},
-                          {"weights", to_string(layout)}, {"optimizer_shards", files.count},
+  nlohmann::json state = {{"format", kCheckpointFormat},
+                          {"version", kCheckpointVersion},
+                          {"step", snap.step},
+                          {"micro_batches", snap.micro_batches},
+                          {"optimizer_steps", snap.optimizer.steps},
+                          {"loss_scaler", scaler},
+                          {"weights", to_string(layout)},
+                          {"optimizer_shards", files.count},
                           {"model_shards", split ? loop.world_size() : 1}};
   state.update(run_fields);
   write_file_synced(dir / kStateFile, {state.dump(2) + "\n"});

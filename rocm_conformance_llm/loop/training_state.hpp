@@ -32,7 +32,7 @@ inline constexpr const char* kStateFile = "state.json";
 inline constexpr const char* kWeightsFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kHfConfigFile = "config.json";
-std::string rank_state_file(int rank);  // rank-<R>.safetensors
+std::string rank_state_file(int rank);        // rank-<R>.safetensors
 std::string optimizer_shard_file(int index);  // optimizer-shard-<R>.safetensors
 std::string model_shard_file(int rank);       // model-shard-<R>.safetensors
 // The optimizer files a checkpoint whose state.json is `state` must hold: one per shard

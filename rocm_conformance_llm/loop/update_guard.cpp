@@ -28,9 +28,10 @@ int64_t UpdateGuard::after_published(FlatAdamW& optimizer, int64_t published, bo
   optimizer.forget_steps(withheld);
   state_.withheld.fill_(false);
   state_.released_through = latest;
-  spdlog::warn("step {}: non-finite loss or gradients: the updates of steps {}..{} were withheld on the device; "
-               "training goes on from the weights before step {}",
-               published, published, latest, published);
+  spdlog::warn(
+      "step {}: non-finite loss or gradients: the updates of steps {}..{} were withheld on the device; "
+      "training goes on from the weights before step {}",
+      published, published, latest, published);
   return withheld;
 }
 

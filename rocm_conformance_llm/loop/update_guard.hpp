@@ -24,9 +24,9 @@ class UpdateGuard {
 
   // Everything the guard knows: a snapshot holds it, so a rewind puts it back.
   struct State {
-    torch::Tensor withheld;           // device bool: withhold updates until released
-    int64_t released_through = 0;     // steps up to here are already accounted for
-    std::deque<int64_t> queued{};     // recent steps whose optimizer update was queued
+    torch::Tensor withheld;        // device bool: withhold updates until released
+    int64_t released_through = 0;  // steps up to here are already accounted for
+    std::deque<int64_t> queued{};  // recent steps whose optimizer update was queued
   };
 
   explicit UpdateGuard(const torch::Device& device);

@@ -38,9 +38,10 @@ torch::Device resolve_device(DeviceChoice choice, int local_rank) {
   const auto count = static_cast<int>(torch::cuda::device_count());
   if (local_rank >= count) {
 #if defined(RCL_HAVE_C10D_NCCL)
-    throw ConfigError(fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL (NCCL) needs one GPU per rank "
-                                  "(\"Duplicate GPU detected\"); start at most {} ranks per node",
-                                  local_rank, count, count));
+    throw ConfigError(
+        fmt::format("invalid local rank {}: {} GPU(s) visible and RCCL (NCCL) needs one GPU per rank "
+                    "(\"Duplicate GPU detected\"); start at most {} ranks per node",
+                    local_rank, count, count));
 #else
     spdlog::warn("local rank {} shares GPU {} ({} visible): this build has no RCCL (NCCL), ranks meet over Gloo",
                  local_rank, local_rank % count, count);
@@ -121,7 +122,8 @@ std::string active_blas() {
     // torch.__config__), which exports sgemm_ and none of the vendor's own entry points: that is
     // not the reference BLAS, and installing OpenBLAS would not change it.
     Dl_info where{};
-    if (dladdr(sgemm, &where) && where.dli_fname && std::string(where.dli_fname).find("libtorch_cpu") != std::string::npos)
+    if (dladdr(sgemm, &where) && where.dli_fname &&
+        std::string(where.dli_fname).find("libtorch_cpu") != std::string::npos)
       return "bundled";
     return "reference";
   }
@@ -138,8 +140,9 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
   torch::set_num_threads(static_cast<int>(threads));
   const auto blas = active_blas();
   if (training_on_cpu && blas == "reference")
-    spdlog::warn("libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
-                 "so libblas.so.3 resolves to OpenBLAS");
+    spdlog::warn(
+        "libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
+        "so libblas.so.3 resolves to OpenBLAS");
   // OpenBLAS keeps its own thread pool beside libtorch's, and the two spin against each other:
   // on 2 cores with 2 BLAS threads, a quarter of the smoke steps stalled by over 50 ms and
   // cpu-medium fp32 steps took 1.5x as long (docs/performance.md).
@@ -169,13 +172,12 @@ namespace {
 const char* const kRocmEnvironment[] = {
     "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION",
     "HSA_ENABLE_SDMA", "HSA_XNACK", "AMD_SERIALIZE_KERNEL", "AMD_LOG_LEVEL", "HIP_LAUNCH_BLOCKING",
-    "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_BLAS_PREFER_HIPBLASLT",
-    "PYTORCH_TUNABLEOP_ENABLED", "PYTORCH_TUNABLEOP_TUNING", "PYTORCH_TUNABLEOP_FILENAME",
-    "PYTORCH_TUNABLEOP_NUMERICAL_CHECK", "PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE", "MIOPEN_FIND_MODE",
-    "MIOPEN_USER_DB_PATH", "MIOPEN_DEBUG_DISABLE_FIND_DB", "NCCL_DEBUG", "NCCL_P2P_DISABLE",
-    "NCCL_SOCKET_IFNAME", "RCCL_MSCCLPP_ENABLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "ROCM_PATH",
+    "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_BLAS_PREFER_HIPBLASLT", "PYTORCH_TUNABLEOP_ENABLED",
+    "PYTORCH_TUNABLEOP_TUNING", "PYTORCH_TUNABLEOP_FILENAME", "PYTORCH_TUNABLEOP_NUMERICAL_CHECK",
+    "PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE", "MIOPEN_FIND_MODE", "MIOPEN_USER_DB_PATH", "MIOPEN_DEBUG_DISABLE_FIND_DB",
+    "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "RCCL_MSCCLPP_ENABLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "OPENBLAS_CORETYPE", "ROCM_PATH",
     // 2.9+ reads PYTORCH_ALLOC_CONF in place of the device-named ones above.
     "PYTORCH_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "TORCH_CUDNN_SDPA_PREFERRED"};
 }  // namespace

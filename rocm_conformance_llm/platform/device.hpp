@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/platform/memory_sample.hpp"

@@ -57,8 +57,9 @@ DoctorCheck check_hip_runtime(const DoctorInputs&) {
                                 : hip.value("reason", std::string("unavailable"));
   if (hip.value("available", false)) return pass("hip_runtime", value);
   if (std::string(RCL_TORCH_BUILD) == "rocm")
-    return fail("hip_runtime", value, "a ROCm libtorch without a working HIP runtime: check the amdgpu driver (dkms), "
-                                      "/dev/kfd permissions (render/video groups) and the visible-devices variables");
+    return fail("hip_runtime", value,
+                "a ROCm libtorch without a working HIP runtime: check the amdgpu driver (dkms), "
+                "/dev/kfd permissions (render/video groups) and the visible-devices variables");
   return warn("hip_runtime", value, "no HIP device here: only the CPU checks can run");
 }
 
@@ -71,11 +72,13 @@ DoctorCheck check_visible_devices(const DoctorInputs& in) {
   const auto* hip = get(in.env, "HIP_VISIBLE_DEVICES");
   const auto* cuda = get(in.env, "CUDA_VISIBLE_DEVICES");
   if (hip && cuda && *hip != *cuda)
-    return warn("visible_devices", value, "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree; HIP uses the first, "
-                                          "launchers and scripts often set the second: set one");
+    return warn("visible_devices", value,
+                "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree; HIP uses the first, "
+                "launchers and scripts often set the second: set one");
   if (hip && get(in.env, "ROCR_VISIBLE_DEVICES"))
-    return warn("visible_devices", value, "with ROCR_VISIBLE_DEVICES set, HIP_VISIBLE_DEVICES indexes the devices ROCr "
-                                          "left, not the node's: prefer one of them");
+    return warn("visible_devices", value,
+                "with ROCR_VISIBLE_DEVICES set, HIP_VISIBLE_DEVICES indexes the devices ROCr "
+                "left, not the node's: prefer one of them");
   return pass("visible_devices", value);
 }
 
@@ -101,8 +104,10 @@ DoctorCheck check_pytorch_rocm_arch(const DoctorInputs& in) {
   const auto archs = kfd_gpu_archs(in.kfd_topology);
   for (const auto& a : archs)
     if (arch->find(a) == std::string::npos)
-      return warn("pytorch_rocm_arch", *arch, "PYTORCH_ROCM_ARCH only matters when building PyTorch or extensions, and "
-                                              "it lacks this node's " + a + ": a build made with it has no kernels here");
+      return warn("pytorch_rocm_arch", *arch,
+                  "PYTORCH_ROCM_ARCH only matters when building PyTorch or extensions, and "
+                  "it lacks this node's " +
+                      a + ": a build made with it has no kernels here");
   return pass("pytorch_rocm_arch", *arch + " (build-time only)");
 }
 
@@ -119,8 +124,10 @@ DoctorCheck probe(const DoctorInputs& in, const char* name, torch::ScalarType dt
     const double tolerance = dtype == torch::kBFloat16 ? 5e-2 : 1e-2;
     const std::string value = fmt::format("matmul on {}: max relative error {:.2g}", in.device.str(), rel);
     if (std::isfinite(rel) && rel <= tolerance) return pass(name, value);
-    return fail(name, value, fmt::format("above {:.0e}: this precision's GEMM is wrong here; run with "
-                                         "--stress gemm to see which shapes", tolerance));
+    return fail(name, value,
+                fmt::format("above {:.0e}: this precision's GEMM is wrong here; run with "
+                            "--stress gemm to see which shapes",
+                            tolerance));
   } catch (const std::exception& e) {
     const std::string what = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     if (!in.device.is_cuda())
@@ -130,12 +137,22 @@ DoctorCheck probe(const DoctorInputs& in, const char* name, torch::ScalarType dt
 }
 
 DoctorCheck check_alloc_conf(const DoctorInputs& in) {
-  static const std::set<std::string> known = {
-      "max_split_size_mb", "garbage_collection_threshold", "expandable_segments", "roundup_power2_divisions",
-      "roundup_bypass_threshold_mb", "pinned_use_host_register", "pinned_use_hip_host_register",
-      "pinned_use_cuda_host_register", "pinned_num_register_threads", "release_lock_on_hipmalloc",
-      "release_lock_on_cudamalloc", "backend", "pinned_reserve_segment_size_mb", "per_process_memory_fraction",
-      "graph_capture_record_stream_reuse", "max_non_split_rounding_mb"};
+  static const std::set<std::string> known = {"max_split_size_mb",
+                                              "garbage_collection_threshold",
+                                              "expandable_segments",
+                                              "roundup_power2_divisions",
+                                              "roundup_bypass_threshold_mb",
+                                              "pinned_use_host_register",
+                                              "pinned_use_hip_host_register",
+                                              "pinned_use_cuda_host_register",
+                                              "pinned_num_register_threads",
+                                              "release_lock_on_hipmalloc",
+                                              "release_lock_on_cudamalloc",
+                                              "backend",
+                                              "pinned_reserve_segment_size_mb",
+                                              "per_process_memory_fraction",
+                                              "graph_capture_record_stream_reuse",
+                                              "max_non_split_rounding_mb"};
   const auto* hip = get(in.env, "PYTORCH_HIP_ALLOC_CONF");
   const auto* cuda = get(in.env, "PYTORCH_CUDA_ALLOC_CONF");
   const std::string value = listed(in.env, {"PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"});
@@ -145,13 +162,14 @@ DoctorCheck check_alloc_conf(const DoctorInputs& in) {
     for (std::string item; std::getline(items, item, ',');) {
       const std::string key = item.substr(0, item.find(':'));
       if (!key.empty() && !known.count(key))
-        return fail("allocator_conf", value, "unknown allocator option '" + key +
-                                                 "': libtorch refuses it at the first device allocation");
+        return fail("allocator_conf", value,
+                    "unknown allocator option '" + key + "': libtorch refuses it at the first device allocation");
     }
   }
   if (hip && cuda && *hip != *cuda)
-    return warn("allocator_conf", value, "both set and different: libtorch 2.x on ROCm reads PYTORCH_HIP_ALLOC_CONF, "
-                                         "1.13 the CUDA one; set one (or rocm.* allocator keys)");
+    return warn("allocator_conf", value,
+                "both set and different: libtorch 2.x on ROCm reads PYTORCH_HIP_ALLOC_CONF, "
+                "1.13 the CUDA one; set one (or rocm.* allocator keys)");
   return pass("allocator_conf", value);
 }
 
@@ -169,8 +187,9 @@ DoctorCheck check_tunableop(const DoctorInputs& in) {
   if (!enabled || *enabled != "1") return pass("tunableop", value);
   const auto* tuning = get(in.env, "PYTORCH_TUNABLEOP_TUNING");
   if ((!tuning || *tuning != "0") && !get(in.env, "PYTORCH_TUNABLEOP_FILENAME"))
-    return warn("tunableop", value, "tuning without PYTORCH_TUNABLEOP_FILENAME writes tunableop_results<N>.csv into "
-                                    "the working directory and re-tunes in every new one: set rocm.tunableop_results_file");
+    return warn("tunableop", value,
+                "tuning without PYTORCH_TUNABLEOP_FILENAME writes tunableop_results<N>.csv into "
+                "the working directory and re-tunes in every new one: set rocm.tunableop_results_file");
   return pass("tunableop", value);
 }
 
@@ -178,11 +197,13 @@ DoctorCheck check_miopen(const DoctorInputs& in) {
   const std::string value = listed(in.env, {"MIOPEN_FIND_MODE", "MIOPEN_USER_DB_PATH"});
   static const std::set<std::string> modes = {"NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID", "1", "2", "3", "5"};
   if (const auto* mode = get(in.env, "MIOPEN_FIND_MODE"); mode && !modes.count(*mode))
-    return warn("miopen", value, "MIOPEN_FIND_MODE=" + *mode + " is not a find mode (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID)");
+    return warn("miopen", value,
+                "MIOPEN_FIND_MODE=" + *mode + " is not a find mode (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID)");
   const auto* db = get(in.env, "MIOPEN_USER_DB_PATH");
   if (!db)
-    return warn("miopen", value, "every job of this user shares ~/.config/miopen, and concurrent jobs corrupt it "
-                                 "(MIOpen#1878, #2214): set rocm.miopen_user_db=per-run or a per-node MIOPEN_USER_DB_PATH");
+    return warn("miopen", value,
+                "every job of this user shares ~/.config/miopen, and concurrent jobs corrupt it "
+                "(MIOpen#1878, #2214): set rocm.miopen_user_db=per-run or a per-node MIOPEN_USER_DB_PATH");
   std::error_code ec;
   if (fs::exists(*db, ec) && ::access(db->c_str(), W_OK) != 0)
     return fail("miopen", value, "MIOPEN_USER_DB_PATH is not writable: MIOpen cannot keep what it finds");
@@ -201,8 +222,10 @@ DoctorCheck check_serialization(const DoctorInputs& in) {
   const std::string value = listed(in.env, {"AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING", "AMD_LOG_LEVEL"});
   for (const char* name : {"AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING"})
     if (const auto* v = get(in.env, name); v && *v != "0")
-      return warn("debug_serialization", value, std::string(name) + " serialises kernels: right for debugging, but "
-                                                "step times and hangs then are not the production ones");
+      return warn("debug_serialization", value,
+                  std::string(name) +
+                      " serialises kernels: right for debugging, but "
+                      "step times and hangs then are not the production ones");
   return pass("debug_serialization", value);
 }
 
@@ -213,8 +236,9 @@ DoctorCheck check_collectives_env(const DoctorInputs& in) {
       names.push_back(name);
   const std::string value = listed(in.env, names);
   if (const auto* v = get(in.env, "RCCL_MSCCLPP_ENABLE"); v && *v == "1")
-    return warn("rccl_env", value, "MSCCL++ gave wrong all-reduce results with the LL protocol (TheRock#7871): "
-                                   "RCCL_MSCCLPP_ENABLE=0 unless it is the thing under test");
+    return warn("rccl_env", value,
+                "MSCCL++ gave wrong all-reduce results with the LL protocol (TheRock#7871): "
+                "RCCL_MSCCLPP_ENABLE=0 unless it is the thing under test");
   if (const auto* v = get(in.env, "NCCL_P2P_DISABLE"); v && *v == "1")
     return warn("rccl_env", value, "NCCL_P2P_DISABLE=1 routes through host memory: slower, and it hides P2P faults");
   return pass("rccl_env", value);
@@ -232,8 +256,9 @@ DoctorCheck check_kernel_cmdline(const DoctorInputs& in) {
   const bool passthrough = words.count("iommu=pt") || words.count("amd_iommu=off") || words.count("iommu=off");
   const std::string value = fmt::format("{} GPU(s); {}", gpus, passthrough ? "IOMMU pass-through/off" : "no iommu=pt");
   if (gpus > 1 && !passthrough)
-    return warn("kernel_cmdline", value, "multi-GPU runs hang in RCCL without iommu=pt (ROCm/rccl#1129, "
-                                         "ROCm/vllm#390): add iommu=pt to the kernel command line");
+    return warn("kernel_cmdline", value,
+                "multi-GPU runs hang in RCCL without iommu=pt (ROCm/rccl#1129, "
+                "ROCm/vllm#390): add iommu=pt to the kernel command line");
   return pass("kernel_cmdline", value);
 }
 
@@ -286,11 +311,21 @@ std::vector<DoctorCheck> run_doctor(const DoctorInputs& in) {
       return probe(i, name, dtype);
     };
   };
-  const std::vector<Check> checks = {
-      check_libtorch, check_hip_runtime, check_visible_devices, check_gpu_arch, check_pytorch_rocm_arch,
-      device_probe("fp16_probe", torch::kHalf), device_probe("bf16_probe", torch::kBFloat16),
-      [&alloc_conf](const DoctorInputs&) { return alloc_conf; }, check_blas, check_tunableop, check_miopen, check_sdma, check_serialization,
-      check_collectives_env, check_kernel_cmdline};
+  const std::vector<Check> checks = {check_libtorch,
+                                     check_hip_runtime,
+                                     check_visible_devices,
+                                     check_gpu_arch,
+                                     check_pytorch_rocm_arch,
+                                     device_probe("fp16_probe", torch::kHalf),
+                                     device_probe("bf16_probe", torch::kBFloat16),
+                                     [&alloc_conf](const DoctorInputs&) { return alloc_conf; },
+                                     check_blas,
+                                     check_tunableop,
+                                     check_miopen,
+                                     check_sdma,
+                                     check_serialization,
+                                     check_collectives_env,
+                                     check_kernel_cmdline};
   std::vector<DoctorCheck> out;
   for (const auto& check : checks) out.push_back(check(in));
   return out;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 namespace rcl {
 
@@ -17,7 +17,7 @@ struct DoctorInputs {
   std::map<std::string, std::string> env;  // the process environment
   std::string cmdline_path = "/proc/cmdline";
   std::string kfd_topology = "/sys/class/kfd/kfd/topology/nodes";
-  torch::Device device{torch::kCPU};       // where the fp16/bf16 probes run
+  torch::Device device{torch::kCPU};  // where the fp16/bf16 probes run
 };
 // The real environment, /proc/cmdline, the KFD topology and the GPU when libtorch sees one.
 DoctorInputs doctor_inputs_of_this_process();

@@ -12,8 +12,8 @@ struct MemorySample {
   int64_t allocated_bytes = -1;  // -1: not available from this source
   int64_t reserved_bytes = -1;
   int64_t peak_allocated_bytes = -1;
-  int64_t rss_bytes = -1;        // process resident set, always read
-  std::string source;            // "accelerator" | "hip" | "rss"
+  int64_t rss_bytes = -1;  // process resident set, always read
+  std::string source;      // "accelerator" | "hip" | "rss"
 };
 
 }  // namespace rcl

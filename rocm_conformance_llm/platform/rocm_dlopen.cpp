@@ -149,13 +149,13 @@ struct Smi {
 
 Smi open_smi() {
   Smi smi;
-  void* lib = open_smi_library(smi.status, "RCL_ROCM_SMI_LIBRARY",
-                               {"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.6", "librocm_smi64.so.5",
-                                "librocm_smi64.so.1"},
-                               [](void* handle) {
-                                 auto init = symbol<rsmi_status_t (*)(uint64_t)>(handle, "rsmi_init");
-                                 return init && init(0) == RSMI_STATUS_SUCCESS ? "" : "rsmi_init failed (no amdgpu driver?)";
-                               });
+  void* lib = open_smi_library(
+      smi.status, "RCL_ROCM_SMI_LIBRARY",
+      {"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.6", "librocm_smi64.so.5", "librocm_smi64.so.1"},
+      [](void* handle) {
+        auto init = symbol<rsmi_status_t (*)(uint64_t)>(handle, "rsmi_init");
+        return init && init(0) == RSMI_STATUS_SUCCESS ? "" : "rsmi_init failed (no amdgpu driver?)";
+      });
   if (!smi.status.available) return smi;
   auto& a = smi.api;
   a.num_devices = symbol<decltype(a.num_devices)>(lib, "rsmi_num_monitor_devices");
@@ -177,8 +177,8 @@ const Smi& smi() {
 }
 
 // The RAS blocks whose ECC counters are summed (UMC is HBM; the rest are on-chip SRAM).
-constexpr rsmi_gpu_block_t kEccBlocks[] = {RSMI_GPU_BLOCK_UMC,  RSMI_GPU_BLOCK_SDMA,    RSMI_GPU_BLOCK_GFX,
-                                           RSMI_GPU_BLOCK_MMHUB, RSMI_GPU_BLOCK_PCIE_BIF, RSMI_GPU_BLOCK_HDP,
+constexpr rsmi_gpu_block_t kEccBlocks[] = {RSMI_GPU_BLOCK_UMC,      RSMI_GPU_BLOCK_SDMA,     RSMI_GPU_BLOCK_GFX,
+                                           RSMI_GPU_BLOCK_MMHUB,    RSMI_GPU_BLOCK_PCIE_BIF, RSMI_GPU_BLOCK_HDP,
                                            RSMI_GPU_BLOCK_XGMI_WAFL};
 
 }  // namespace
@@ -287,11 +287,12 @@ struct AmdSmi {
 AmdSmi& amd_smi() {
   static AmdSmi* instance = [] {
     auto* a = new AmdSmi;  // never destroyed: the sampler thread may outlive static destruction
-    void* lib = open_smi_library(a->status, "RCL_AMD_SMI_LIBRARY", {"libamd_smi.so", "libamd_smi.so.26",
-                                 "libamd_smi.so.25", "libamd_smi.so.24"}, [](void* handle) {
-      auto init = symbol<amdsmi::Init>(handle, "amdsmi_init");
-      return init && init(amdsmi::kInitAmdGpus) == amdsmi::kSuccess ? "" : "amdsmi_init failed (no amdgpu driver?)";
-    });
+    void* lib = open_smi_library(
+        a->status, "RCL_AMD_SMI_LIBRARY", {"libamd_smi.so", "libamd_smi.so.26", "libamd_smi.so.25", "libamd_smi.so.24"},
+        [](void* handle) {
+          auto init = symbol<amdsmi::Init>(handle, "amdsmi_init");
+          return init && init(amdsmi::kInitAmdGpus) == amdsmi::kSuccess ? "" : "amdsmi_init failed (no amdgpu driver?)";
+        });
     if (!lib) return a;
     if (auto version = symbol<amdsmi::GetLibVersion>(lib, "amdsmi_get_lib_version")) {
       alignas(8) unsigned char buffer[256] = {};
@@ -383,7 +384,8 @@ nlohmann::json amd_smi_sample(uint32_t index) {
         put(key, static_cast<double>(degrees));
     }
     if (a.power)
-      if (const auto w = a.power_layout_v25 ? socket_watts<amdsmi::PowerInfoV25>(a, h) : socket_watts<amdsmi::PowerInfoV24>(a, h))
+      if (const auto w =
+              a.power_layout_v25 ? socket_watts<amdsmi::PowerInfoV25>(a, h) : socket_watts<amdsmi::PowerInfoV24>(a, h))
         put("power_w", *w);
     if (a.power_cap)
       if (const auto* p = amd_smi_read<amdsmi::PowerCapInfo>([&](auto* b) { return a.power_cap(h, 0, b); }))
@@ -395,7 +397,8 @@ nlohmann::json amd_smi_sample(uint32_t index) {
         if (const auto* c = amd_smi_read<amdsmi::ClkInfo>([&](auto* b) { return a.clock(h, clock.second, b); }))
           put(clock.first, c->clk);
     uint64_t bytes = 0, replays = 0;
-    if (a.memory_usage && a.memory_usage(h, amdsmi::kMemVram, &bytes) == amdsmi::kSuccess) put("vram_used_bytes", bytes);
+    if (a.memory_usage && a.memory_usage(h, amdsmi::kMemVram, &bytes) == amdsmi::kSuccess)
+      put("vram_used_bytes", bytes);
     if (a.memory_total && a.memory_total(h, amdsmi::kMemVram, &bytes) == amdsmi::kSuccess)
       put("vram_total_bytes", bytes);
     if (a.activity)

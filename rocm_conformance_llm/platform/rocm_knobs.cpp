@@ -31,7 +31,9 @@ const std::vector<Knob>& knobs() {
        [](const RocmConfig& r, auto&) { return on_off(r.blas_backend, BlasBackend::hipblaslt); }},
       {"PYTORCH_TUNABLEOP_ENABLED", [](const RocmConfig& r, auto&) { return on_off(r.tunableop, KnobSwitch::on); }},
       {"PYTORCH_TUNABLEOP_FILENAME",
-       [](const RocmConfig& r, auto&) { return r.tunableop_results_file.empty() ? Value() : r.tunableop_results_file; }},
+       [](const RocmConfig& r, auto&) {
+         return r.tunableop_results_file.empty() ? Value() : r.tunableop_results_file;
+       }},
       {"MIOPEN_FIND_MODE",
        [](const RocmConfig& r, auto&) {
          return r.miopen_find_mode == MiopenFindMode::keep ? Value() : Value(name_of(r.miopen_find_mode));
@@ -45,8 +47,10 @@ const std::vector<Knob>& knobs() {
          return (std::filesystem::absolute(output_dir) / "miopen-user-db").string();
        }},
       // libtorch 2.x on ROCm reads PYTORCH_HIP_ALLOC_CONF first; 1.13 only the CUDA-named one.
-      {"PYTORCH_HIP_ALLOC_CONF", [](const RocmConfig& r, auto&) { return allocator_conf(r).empty() ? Value() : allocator_conf(r); }},
-      {"PYTORCH_CUDA_ALLOC_CONF", [](const RocmConfig& r, auto&) { return allocator_conf(r).empty() ? Value() : allocator_conf(r); }},
+      {"PYTORCH_HIP_ALLOC_CONF",
+       [](const RocmConfig& r, auto&) { return allocator_conf(r).empty() ? Value() : allocator_conf(r); }},
+      {"PYTORCH_CUDA_ALLOC_CONF",
+       [](const RocmConfig& r, auto&) { return allocator_conf(r).empty() ? Value() : allocator_conf(r); }},
       // rocm-systems#7896: a lost SDMA completion hangs the host; off copies with blit kernels.
       {"HSA_ENABLE_SDMA", [](const RocmConfig& r, auto&) { return on_off(r.hsa_enable_sdma, KnobSwitch::on); }},
   };

@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Knobs that change how long or how verbosely a run goes, not what each step computes.
-const std::set<std::string> kIgnoredTrainingKeys = {"steps", "max_duration_s", "log_per_rank",
-                                                    "num_threads", "phase_timing"};
+const std::set<std::string> kIgnoredTrainingKeys = {"steps", "max_duration_s", "log_per_rank", "num_threads",
+                                                    "phase_timing"};
 constexpr size_t kMaxFingerprintDiffs = 20;
 
 std::optional<nlohmann::json> read_json_file(const fs::path& path) {
@@ -75,8 +75,7 @@ const StepPoint* peak_point(const std::vector<StepPoint>& steps) {
 }
 
 // Pairs of points at the same step number, in step order.
-std::vector<std::pair<const StepPoint*, const StepPoint*>> common_steps(const RunRecord& now,
-                                                                        const RunRecord& then) {
+std::vector<std::pair<const StepPoint*, const StepPoint*>> common_steps(const RunRecord& now, const RunRecord& then) {
   std::map<int64_t, const StepPoint*> by_step;
   for (const auto& p : then.steps) by_step[p.step] = &p;
   std::vector<std::pair<const StepPoint*, const StepPoint*>> out;
@@ -95,8 +94,8 @@ class Comparer {
   void compare_losses() {
     const bool bitwise = deterministic(now_) && deterministic(then_);
     const double tol = cfg_.baseline_loss_rel_tolerance;
-    auto& s = summary_["loss"] = {{"mode", bitwise ? "bitwise" : "tolerance"}, {"rel_tolerance", tol},
-                                  {"first_differing_step", nullptr}};
+    auto& s = summary_["loss"] = {
+        {"mode", bitwise ? "bitwise" : "tolerance"}, {"rel_tolerance", tol}, {"first_differing_step", nullptr}};
     for (const auto& [a, b] : common_) {
       const double rel = std::abs(a->loss - b->loss) / std::max({std::abs(a->loss), std::abs(b->loss), 1e-30});
       const bool both_nan = std::isnan(a->loss) && std::isnan(b->loss);
@@ -106,8 +105,10 @@ class Comparer {
           fmt::format("loss at step {} is {:.17g}, the baseline had {:.17g} ({})", a->step, a->loss, b->loss,
                       bitwise ? "both runs deterministic: must be bitwise equal"
                               : fmt::format("relative difference {:.3g} > {:.3g}", rel, tol)),
-          {{"loss", json_number(a->loss)}, {"baseline_loss", json_number(b->loss)},
-           {"relative_difference", json_number(rel)}, {"mode", bitwise ? "bitwise" : "tolerance"}});
+          {{"loss", json_number(a->loss)},
+           {"baseline_loss", json_number(b->loss)},
+           {"relative_difference", json_number(rel)},
+           {"mode", bitwise ? "bitwise" : "tolerance"}});
       return;
     }
   }
@@ -121,7 +122,9 @@ class Comparer {
     add(component::miopen, "step_time_regression_vs_baseline", Severity::warn, now_.steps.back().step,
         fmt::format("median step time {:.4g} s is {:.2f}x the baseline's {:.4g} s", stats::median(a), ratio,
                     stats::median(b)),
-        {{"median_s", stats::median(a)}, {"baseline_median_s", stats::median(b)}, {"ratio", ratio},
+        {{"median_s", stats::median(a)},
+         {"baseline_median_s", stats::median(b)},
+         {"ratio", ratio},
          {"threshold_ratio", cfg_.slowdown_ratio_warn}});
   }
 
@@ -135,8 +138,10 @@ class Comparer {
     add(component::allocator, "peak_memory_regression_vs_baseline", Severity::warn, a->step,
         fmt::format("peak {} {:.1f} MiB is {:.2f}x the baseline's {:.1f} MiB", a->memory_figure,
                     a->peak_memory_bytes / 1048576.0, ratio, b->peak_memory_bytes / 1048576.0),
-        {{"figure", a->memory_figure}, {"peak_bytes", a->peak_memory_bytes},
-         {"baseline_peak_bytes", b->peak_memory_bytes}, {"ratio", ratio},
+        {{"figure", a->memory_figure},
+         {"peak_bytes", a->peak_memory_bytes},
+         {"baseline_peak_bytes", b->peak_memory_bytes},
+         {"ratio", ratio},
          {"threshold_growth_ratio", cfg_.baseline_memory_growth_ratio}});
   }
 
@@ -184,10 +189,15 @@ class Comparer {
   BaselineComparison result() && { return {std::move(findings_), std::move(summary_)}; }
 
  private:
-  void add(const std::string& comp, const std::string& signature, Severity severity, int64_t step,
-           std::string message, nlohmann::json evidence) {
-    findings_.push_back(Finding{.component = comp, .signature = signature, .severity = severity, .step = step,
-                                .rank = rank_, .message = std::move(message), .evidence = std::move(evidence)});
+  void add(const std::string& comp, const std::string& signature, Severity severity, int64_t step, std::string message,
+           nlohmann::json evidence) {
+    findings_.push_back(Finding{.component = comp,
+                                .signature = signature,
+                                .severity = severity,
+                                .step = step,
+                                .rank = rank_,
+                                .message = std::move(message),
+                                .evidence = std::move(evidence)});
   }
 
   const RunRecord& now_;
@@ -234,14 +244,15 @@ RunRecord load_run_record(const fs::path& dir) {
       record.steps.push_back(make_step_point(step_record_from_metrics_json(nlohmann::json::parse(lines[i]))));
     } catch (const nlohmann::json::exception& e) {
       if (i + 1 == lines.size()) break;  // the run crashed while writing its last line
-      throw ConfigError(fmt::format("--baseline: {} line {} is not a metrics record: {}", metrics.string(), i + 1,
-                                    e.what()));
+      throw ConfigError(
+          fmt::format("--baseline: {} line {} is not a metrics record: {}", metrics.string(), i + 1, e.what()));
     }
   }
   if (record.steps.empty()) throw ConfigError("--baseline: " + metrics.string() + " holds no steps");
 
   if (const auto report = read_json_file(dir / "report.json")) {
-    for (const auto& f : report->value("findings", nlohmann::json::array())) record.findings.push_back(finding_from_json(f));
+    for (const auto& f : report->value("findings", nlohmann::json::array()))
+      record.findings.push_back(finding_from_json(f));
     record.config = report->value("config", nlohmann::json::object());
   }
   if (record.config.empty())
@@ -253,8 +264,7 @@ BaselineComparison compare_with_baseline(const RunRecord& now, const RunRecord& 
                                          int rank) {
   const auto differences = differing_training_keys(now.config, then.config);
   if (!differences.empty()) {
-    spdlog::warn("--baseline: the training configs differ ({}); nothing compared",
-                 nlohmann::json(differences).dump());
+    spdlog::warn("--baseline: the training configs differ ({}); nothing compared", nlohmann::json(differences).dump());
     return {{}, {{"comparable", false}, {"config_differences", differences}}};
   }
   Comparer c(now, then, cfg, rank);

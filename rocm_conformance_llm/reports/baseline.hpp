@@ -47,7 +47,7 @@ struct BaselineComparison {
 //     baseline did not have.
 // When the training configs differ (other than run length and logging knobs) nothing is
 // compared: summary.comparable is false and lists the differing keys.
-BaselineComparison compare_with_baseline(const RunRecord& now, const RunRecord& then,
-                                         const DiagnosticsConfig& cfg, int rank);
+BaselineComparison compare_with_baseline(const RunRecord& now, const RunRecord& then, const DiagnosticsConfig& cfg,
+                                         int rank);
 
 }  // namespace rcl

@@ -35,7 +35,7 @@ struct MetricDef {
   const char* name;
   const char* pointer;  // into report.json's "summary"
   const char* column;
-  double scale;         // for the console table
+  double scale;  // for the console table
 };
 constexpr MetricDef kMetrics[] = {
     {"tokens_per_s", "/tokens_per_s/overall", "tok/s", 1},
@@ -146,8 +146,10 @@ CompareRules load_compare_rules(const fs::path& file) {
         MetricRule rule{m.value("metric", std::string()), m.value("worse", std::string()), m.value("ratio", kNaN),
                         m.value("robust_z", 3.5)};
         if (!known_metric(rule.metric))
-          throw ConfigError(fmt::format("{}: unknown metric '{}' (known: tokens_per_s, step_time_p50_s, "
-                                        "step_time_p95_s, peak_memory_bytes, final_loss)", where, rule.metric));
+          throw ConfigError(
+              fmt::format("{}: unknown metric '{}' (known: tokens_per_s, step_time_p50_s, "
+                          "step_time_p95_s, peak_memory_bytes, final_loss)",
+                          where, rule.metric));
         if (rule.worse != "lower" && rule.worse != "higher")
           throw ConfigError(fmt::format("{}: metric '{}': worse must be 'lower' or 'higher'", where, rule.metric));
         if (!(rule.ratio > 0) || !(rule.robust_z >= 0))
@@ -157,11 +159,13 @@ CompareRules load_compare_rules(const fs::path& file) {
       }
       continue;
     }
-    const auto sw = std::find_if(std::begin(kSwitches), std::end(kSwitches),
-                                 [&](const auto& s) { return key == s.first; });
+    const auto sw =
+        std::find_if(std::begin(kSwitches), std::end(kSwitches), [&](const auto& s) { return key == s.first; });
     if (sw == std::end(kSwitches))
-      throw ConfigError(fmt::format("{}: unknown key '{}' (known: metrics, fail_finding, warn_finding, "
-                                    "not_completed, loss_bitwise_majority, op_fingerprint_majority)", where, key));
+      throw ConfigError(
+          fmt::format("{}: unknown key '{}' (known: metrics, fail_finding, warn_finding, "
+                      "not_completed, loss_bitwise_majority, op_fingerprint_majority)",
+                      where, key));
     if (!value.is_boolean()) throw ConfigError(fmt::format("{}: '{}' must be true or false", where, key));
     rules.*(sw->second) = value.get<bool>();
   }
@@ -189,12 +193,13 @@ RunRow load_run_row(const fs::path& dir) {
       const std::string severity = f.value("severity", std::string());
       ++(severity == "fail" ? row.fail : severity == "warn" ? row.warn : row.info);
       if (severity == "fail")
-        row.fail_findings.push_back(fmt::format("{} {}@{}", f.value("component", ""), f.value("signature", ""),
-                                                f.value("step", int64_t{0})));
+        row.fail_findings.push_back(
+            fmt::format("{} {}@{}", f.value("component", ""), f.value("signature", ""), f.value("step", int64_t{0})));
     }
     const json& summary = report.value("summary", json::object());
     for (const auto& m : kMetrics)
-      if (const json::json_pointer ptr(m.pointer); summary.contains(ptr)) row.metrics[m.name] = json_double(summary.at(ptr));
+      if (const json::json_pointer ptr(m.pointer); summary.contains(ptr))
+        row.metrics[m.name] = json_double(summary.at(ptr));
     if (row.metrics["peak_memory_bytes"] < 0) row.metrics["peak_memory_bytes"] = kNaN;
     config = report.value("config", json::object());
   } else {
@@ -267,13 +272,17 @@ json baseline_json(const CompareReference& ref, const CompareRules& rules, const
     metrics[name] = {{"median", s.median}, {"mad", s.mad}, {"n", s.n}};
     for (const auto& rule : rules.metrics)
       if (rule.metric == name)
-        metrics[name]["expected"] = rule.worse == "lower" ? json{{"min", s.median * rule.ratio}}
-                                                          : json{{"max", s.median * rule.ratio}};
+        metrics[name]["expected"] =
+            rule.worse == "lower" ? json{{"min", s.median * rule.ratio}} : json{{"max", s.median * rule.ratio}};
   }
   json runs = json::array();
   for (const auto& r : rows) runs.push_back(r.name);
-  return {{"kind", kBaselineKind}, {"version", 1}, {"runs", runs}, {"metrics", metrics},
-          {"loss_trajectory", ref.loss_trajectory}, {"op_fingerprint", ref.op_fingerprint},
+  return {{"kind", kBaselineKind},
+          {"version", 1},
+          {"runs", runs},
+          {"metrics", metrics},
+          {"loss_trajectory", ref.loss_trajectory},
+          {"op_fingerprint", ref.op_fingerprint},
           {"rules", to_json(rules)}};
 }
 
@@ -314,17 +323,18 @@ void judge_runs(std::vector<RunRow>& rows, const CompareRules& rules, const Comp
       const double limit = s.median * rule.ratio;
       const bool beyond = rule.worse == "lower" ? x < limit : x > limit;
       const double scale = 1.4826 * s.mad;  // the MAD of a normal sample estimates 0.6745 sigma
-      const double z = scale > 0 ? (x - s.median) / scale : (x == s.median ? 0.0 : std::copysign(INFINITY, x - s.median));
+      const double z =
+          scale > 0 ? (x - s.median) / scale : (x == s.median ? 0.0 : std::copysign(INFINITY, x - s.median));
       if (beyond && std::abs(z) > rule.robust_z)
         r.flags.push_back(fmt::format("{} {:.4g} is {:.2f}x the {} median {:.4g} (limit {}x, robust z {:.1f})",
                                       rule.metric, x, x / s.median, against, s.median, rule.ratio, z));
     }
-    const auto check_majority = [&](bool on, const std::string& value, const std::map<std::string, std::string>& ref_map,
-                                    const char* what) {
+    const auto check_majority = [&](bool on, const std::string& value,
+                                    const std::map<std::string, std::string>& ref_map, const char* what) {
       if (!on || value.empty()) return;
       if (const auto it = ref_map.find(r.config); it != ref_map.end() && it->second != value)
-        r.flags.push_back(fmt::format("{} {} differs from the {} majority {} of the same config", what, value.substr(0, 8),
-                                      against, it->second.substr(0, 8)));
+        r.flags.push_back(fmt::format("{} {} differs from the {} majority {} of the same config", what,
+                                      value.substr(0, 8), against, it->second.substr(0, 8)));
     };
     check_majority(rules.loss_bitwise_majority, r.loss_trajectory, ref.loss_trajectory, "loss trajectory (bitwise)");
     check_majority(rules.op_fingerprint_majority, r.op_fingerprint, ref.op_fingerprint, "op fingerprint");
@@ -359,33 +369,48 @@ json compare_json(const std::vector<RunRow>& rows, const CompareRules& rules, co
   for (const auto& r : rows) {
     json metrics = json::object();
     for (const auto& [name, v] : r.metrics) metrics[name] = std::isfinite(v) ? json(v) : json();
-    runs.push_back({{"dir", r.dir}, {"name", r.name}, {"verdict", r.verdict}, {"outcome", r.outcome},
-                    {"exit_code", r.exit_code}, {"findings", {{"info", r.info}, {"warn", r.warn}, {"fail", r.fail}}},
-                    {"fail_findings", r.fail_findings}, {"metrics", metrics}, {"loss_trajectory", r.loss_trajectory},
-                    {"op_fingerprint", r.op_fingerprint}, {"config", r.config}, {"flagged", !r.flags.empty()},
+    runs.push_back({{"dir", r.dir},
+                    {"name", r.name},
+                    {"verdict", r.verdict},
+                    {"outcome", r.outcome},
+                    {"exit_code", r.exit_code},
+                    {"findings", {{"info", r.info}, {"warn", r.warn}, {"fail", r.fail}}},
+                    {"fail_findings", r.fail_findings},
+                    {"metrics", metrics},
+                    {"loss_trajectory", r.loss_trajectory},
+                    {"op_fingerprint", r.op_fingerprint},
+                    {"config", r.config},
+                    {"flagged", !r.flags.empty()},
                     {"flags", r.flags}});
     flagged += !r.flags.empty();
   }
   json reference = json::object();
   for (const auto& [name, s] : ref.metrics) reference[name] = {{"median", s.median}, {"mad", s.mad}, {"n", s.n}};
-  return {{"tool", "rocm-conformance-llm compare"}, {"reference_source", ref.source}, {"reference", reference},
-          {"rules", to_json(rules)}, {"runs", runs}, {"flagged", flagged}, {"exit_code", flagged ? 1 : 0}};
+  return {{"tool", "rocm-conformance-llm compare"},
+          {"reference_source", ref.source},
+          {"reference", reference},
+          {"rules", to_json(rules)},
+          {"runs", runs},
+          {"flagged", flagged},
+          {"exit_code", flagged ? 1 : 0}};
 }
 
 std::string compare_html(const std::vector<RunRow>& rows, const CompareRules& rules, const CompareReference& ref) {
   const auto flagged = std::count_if(rows.begin(), rows.end(), [](const RunRow& r) { return !r.flags.empty(); });
-  std::string body = fmt::format("<h1>rocm-conformance-llm compare <span class=\"badge {}\">{} of {} flagged</span>"
-                                 "</h1>\n<p>Each run is judged against the {} (rules: docs/compare.md).</p>\n",
-                                 flagged ? "FAIL" : "PASS", flagged, rows.size(), xml_escape(ref.source));
+  std::string body = fmt::format(
+      "<h1>rocm-conformance-llm compare <span class=\"badge {}\">{} of {} flagged</span>"
+      "</h1>\n<p>Each run is judged against the {} (rules: docs/compare.md).</p>\n",
+      flagged ? "FAIL" : "PASS", flagged, rows.size(), xml_escape(ref.source));
   body += "<table id=\"runs\"><tr><th>#</th><th>run</th><th>verdict</th><th>fail</th><th>warn</th>";
   for (const auto& m : kMetrics) body += fmt::format("<th>{}</th>", xml_escape(m.column));
   body += "<th>loss</th><th>ops</th><th>config</th><th>flags</th></tr>\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    body += fmt::format("<tr id=\"run-{}\" class=\"{}\"><td>{}</td><td>{}</td><td><span class=\"badge {}\">{}</span>"
-                        "</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
-                        i + 1, r.flags.empty() ? "ok" : "flagged", i + 1, xml_escape(r.name), xml_escape(r.verdict),
-                        xml_escape(r.verdict), r.fail, r.warn);
+    body += fmt::format(
+        "<tr id=\"run-{}\" class=\"{}\"><td>{}</td><td>{}</td><td><span class=\"badge {}\">{}</span>"
+        "</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
+        i + 1, r.flags.empty() ? "ok" : "flagged", i + 1, xml_escape(r.name), xml_escape(r.verdict),
+        xml_escape(r.verdict), r.fail, r.warn);
     for (const auto& m : kMetrics) {
       const double v = metric_of(r, m.name);
       body += fmt::format("<td class=\"num\">{}</td>", std::isfinite(v) ? fmt::format("{:.4g}", v * m.scale) : "-");
@@ -412,7 +437,8 @@ std::string compare_html(const std::vector<RunRow>& rows, const CompareRules& ru
     plot.series.push_back(std::move(points));
     if (const auto s = ref.metrics.find(rule.metric); s != ref.metrics.end()) {
       plot.reference_lines.emplace_back("median", s->second.median * def.scale);
-      plot.reference_lines.emplace_back(fmt::format("{}x median", rule.ratio), s->second.median * rule.ratio * def.scale);
+      plot.reference_lines.emplace_back(fmt::format("{}x median", rule.ratio),
+                                        s->second.median * rule.ratio * def.scale);
     }
     body += svg_plot(plot);
   }

@@ -9,8 +9,12 @@ namespace rcl {
 
 ConsoleObserver::ConsoleObserver(std::vector<std::string> modes, const TrainingConfig& cfg, double summary_interval_s,
                                  const FindingLog& findings, std::shared_ptr<StatusLineSink> status)
-    : modes_(std::move(modes)), total_steps_(cfg.steps), max_duration_s_(cfg.max_duration_s),
-      summary_interval_s_(summary_interval_s), findings_(findings), status_(std::move(status)) {}
+    : modes_(std::move(modes)),
+      total_steps_(cfg.steps),
+      max_duration_s_(cfg.max_duration_s),
+      summary_interval_s_(summary_interval_s),
+      findings_(findings),
+      status_(std::move(status)) {}
 
 void ConsoleObserver::on_step(const StepRecord& r) {
   busy_s_ += r.step_time_s;
@@ -20,8 +24,11 @@ void ConsoleObserver::on_step(const StepRecord& r) {
 }
 
 Progress ConsoleObserver::progress_at(const StepRecord& r) const {
-  Progress p{.step = r.step, .total_steps = total_steps_, .elapsed_s = seconds_since(started_),
-             .max_duration_s = max_duration_s_, .tokens_per_s = r.tokens_per_s,
+  Progress p{.step = r.step,
+             .total_steps = total_steps_,
+             .elapsed_s = seconds_since(started_),
+             .max_duration_s = max_duration_s_,
+             .tokens_per_s = r.tokens_per_s,
              .mean_step_time_s = busy_s_ / static_cast<double>(r.step)};
   for (const auto& f : findings_.snapshot())
     ++(f.severity == Severity::fail ? p.fail : f.severity == Severity::warn ? p.warn : p.info);

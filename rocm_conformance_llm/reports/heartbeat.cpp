@@ -9,8 +9,8 @@
 #include <optional>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/base/files.hpp"
 
@@ -25,7 +25,7 @@ struct Beat {
   double unix_time = 0;
   bool running = false;  // false: the rank ended on its own, with its own verdict (finish())
   int64_t pid = 0;
-  std::string host;      // empty in files written before `host` was added
+  std::string host;  // empty in files written before `host` was added
 };
 // The file's write time as it says, and whether its rank still runs; nullopt when absent or unreadable.
 std::optional<Beat> read_beat(const std::filesystem::path& path) {
@@ -47,9 +47,7 @@ const std::string& host_name() {
   return name;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 char process_state(int64_t pid) {
@@ -98,9 +96,7 @@ std::vector<int> stalled_peers(const std::filesystem::path& output_dir, int rank
 }
 
 HeartbeatFile::HeartbeatFile(const std::filesystem::path& output_dir, int rank, const Watchdog& watchdog)
-    : path_(heartbeat_path(output_dir, rank)),
-      rank_(rank),
-      watchdog_(watchdog) {
+    : path_(heartbeat_path(output_dir, rank)), rank_(rank), watchdog_(watchdog) {
   write("running");
   thread_ = std::thread([this] { run(); });
 }
@@ -129,19 +125,18 @@ void HeartbeatFile::write(const std::string& status) {
   gmtime_r(&seconds, &utc);
   char iso[32];
   std::strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  const nlohmann::json beat = {
-      {"status", status},
-      {"time", iso},
-      {"unix_time", std::chrono::duration<double>(now.time_since_epoch()).count()},
-      {"interval_s", kHeartbeatInterval.count()},
-      {"pid", ::getpid()},
-      {"host", host_name()},
-      {"rank", rank_},
-      {"phase", s.phase},
-      {"step", s.phase_step},
-      {"last_completed_step", s.last_completed_step},
-      {"seconds_in_phase", s.seconds_in_phase},
-      {"seconds_since_progress", s.seconds_since_progress}};
+  const nlohmann::json beat = {{"status", status},
+                               {"time", iso},
+                               {"unix_time", std::chrono::duration<double>(now.time_since_epoch()).count()},
+                               {"interval_s", kHeartbeatInterval.count()},
+                               {"pid", ::getpid()},
+                               {"host", host_name()},
+                               {"rank", rank_},
+                               {"phase", s.phase},
+                               {"step", s.phase_step},
+                               {"last_completed_step", s.last_completed_step},
+                               {"seconds_in_phase", s.seconds_in_phase},
+                               {"seconds_since_progress", s.seconds_since_progress}};
   try {
     write_file_atomically(path_, beat.dump(2) + "\n");
   } catch (const std::exception& e) {

@@ -93,9 +93,10 @@ PlotSeries downsample(const PlotSeries& s, size_t max_points) {
 }  // namespace
 
 std::string html_page(const std::string& title, const std::string& body) {
-  return fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n"
-                     "<style>{}</style></head>\n<body>\n{}\n</body></html>\n",
-                     xml_escape(title), kStyle, body);
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n"
+      "<style>{}</style></head>\n<body>\n{}\n</body></html>\n",
+      xml_escape(title), kStyle, body);
 }
 
 std::string svg_plot(const PlotSpec& plot, size_t max_points_per_series) {
@@ -143,22 +144,26 @@ std::string svg_plot(const PlotSpec& plot, size_t max_points_per_series) {
       xml_escape(plot.title), log_y ? " (log scale)" : "");
   for (double t : nice_ticks(lo, hi, 4)) {
     const double y = kBottom - (t - lo) / (hi - lo) * (kBottom - kTop);
-    svg += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text x=\"{}\" y=\"{}\" "
-                       "text-anchor=\"end\">{}</text>\n",
-                       kLeft, kRight, px(y), px(y), kLeft - 4, px(y + 4), log_y ? num(std::pow(10.0, t)) : num(t));
+    svg += fmt::format(
+        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text x=\"{}\" y=\"{}\" "
+        "text-anchor=\"end\">{}</text>\n",
+        kLeft, kRight, px(y), px(y), kLeft - 4, px(y + 4), log_y ? num(std::pow(10.0, t)) : num(t));
   }
   for (double t : nice_ticks(x_min, x_max, 8, 1))
-    svg += fmt::format("<line class=\"axis\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/><text x=\"{0}\" y=\"{3}\" "
-                       "text-anchor=\"middle\">{4}</text>\n",
-                       px(sx(t)), kBottom, kBottom + 4, kBottom + 16, num(t));
-  svg += fmt::format("<line class=\"axis\" x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\"/><line class=\"axis\" "
-                     "x1=\"{0}\" x2=\"{0}\" y1=\"{3}\" y2=\"{2}\"/><text x=\"{1}\" y=\"{4}\" text-anchor=\"end\">{5}"
-                     "</text>\n",
-                     kLeft, kRight, kBottom, kTop, kBottom + 28, xml_escape(plot.x_label));
+    svg += fmt::format(
+        "<line class=\"axis\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/><text x=\"{0}\" y=\"{3}\" "
+        "text-anchor=\"middle\">{4}</text>\n",
+        px(sx(t)), kBottom, kBottom + 4, kBottom + 16, num(t));
+  svg += fmt::format(
+      "<line class=\"axis\" x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\"/><line class=\"axis\" "
+      "x1=\"{0}\" x2=\"{0}\" y1=\"{3}\" y2=\"{2}\"/><text x=\"{1}\" y=\"{4}\" text-anchor=\"end\">{5}"
+      "</text>\n",
+      kLeft, kRight, kBottom, kTop, kBottom + 28, xml_escape(plot.x_label));
   for (const auto& [label, y] : plot.reference_lines)
-    svg += fmt::format("<line class=\"reference\" x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\"><title>{3} {4}</title>"
-                       "</line><text x=\"{1}\" y=\"{5}\" text-anchor=\"end\">{3}</text>\n",
-                       kLeft, kRight, px(sy(y)), xml_escape(label), num(y), px(sy(y) - 3));
+    svg += fmt::format(
+        "<line class=\"reference\" x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\"><title>{3} {4}</title>"
+        "</line><text x=\"{1}\" y=\"{5}\" text-anchor=\"end\">{3}</text>\n",
+        kLeft, kRight, px(sy(y)), xml_escape(label), num(y), px(sy(y) - 3));
 
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
@@ -187,24 +192,27 @@ std::string svg_plot(const PlotSpec& plot, size_t max_points_per_series) {
       if (s.x.size() <= 60)
         for (size_t i = 0; i < s.x.size(); ++i)
           if (std::isfinite(s.y[i]))
-            svg += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2\" fill=\"{}\"/>", px(sx(s.x[i])), px(sy(s.y[i])), color);
+            svg +=
+                fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2\" fill=\"{}\"/>", px(sx(s.x[i])), px(sy(s.y[i])), color);
       // A non-finite value has no place on the axis: a red tick under the top edge says where.
       for (size_t i = 0; i < s.x.size(); ++i)
         if (!std::isfinite(s.y[i]))
-          svg += fmt::format("<path class=\"nonfinite\" d=\"M{0} {1}l-4 -6h8z\"><title>{2} {3}: {4} not finite"
-                             "</title></path>\n",
-                             px(sx(s.x[i])), kTop + 6, xml_escape(plot.x_label), num(s.x[i]), xml_escape(s.name));
+          svg += fmt::format(
+              "<path class=\"nonfinite\" d=\"M{0} {1}l-4 -6h8z\"><title>{2} {3}: {4} not finite"
+              "</title></path>\n",
+              px(sx(s.x[i])), kTop + 6, xml_escape(plot.x_label), num(s.x[i]), xml_escape(s.name));
     }
     svg += fmt::format("<text x=\"{}\" y=\"16\" text-anchor=\"end\" fill=\"{}\">&#9632; {}</text>\n",
                        kRight - 130 * static_cast<double>(k), color, xml_escape(s.name));
   }
   for (const auto& m : plot.markers) {
     const std::string x = px(sx(m.x));
-    svg += fmt::format("<a href=\"{0}\" class=\"marker sev-{1}\" data-x=\"{2}\" data-signature=\"{3}\">"
-                       "<line class=\"mline\" x1=\"{4}\" x2=\"{4}\" y1=\"{5}\" y2=\"{6}\"/><line class=\"mhit\" "
-                       "x1=\"{4}\" x2=\"{4}\" y1=\"{5}\" y2=\"{6}\"/><title>{7}</title></a>\n",
-                       xml_escape(m.href), xml_escape(m.severity), num(m.x), xml_escape(m.signature), x, kTop,
-                       kBottom, xml_escape(m.tooltip));
+    svg += fmt::format(
+        "<a href=\"{0}\" class=\"marker sev-{1}\" data-x=\"{2}\" data-signature=\"{3}\">"
+        "<line class=\"mline\" x1=\"{4}\" x2=\"{4}\" y1=\"{5}\" y2=\"{6}\"/><line class=\"mhit\" "
+        "x1=\"{4}\" x2=\"{4}\" y1=\"{5}\" y2=\"{6}\"/><title>{7}</title></a>\n",
+        xml_escape(m.href), xml_escape(m.severity), num(m.x), xml_escape(m.signature), x, kTop, kBottom,
+        xml_escape(m.tooltip));
   }
   return svg + "</svg>\n";
 }
@@ -260,9 +268,10 @@ void add_row(SeriesTable& t, const json& row) {
   add_point(t, "grad_norm", "grad norm", step, number(row, "grad_norm"));
   add_point(t, "loss_scale", "loss scale", step, number(row, "loss_scale"));
   if (const auto m = row.find("memory"); m != row.end() && m->is_object()) {
-    static constexpr std::pair<const char*, const char*> kFigures[] = {
-        {"allocated_bytes", "allocated"}, {"reserved_bytes", "reserved"},
-        {"peak_allocated_bytes", "peak allocated"}, {"rss_bytes", "resident set"}};
+    static constexpr std::pair<const char*, const char*> kFigures[] = {{"allocated_bytes", "allocated"},
+                                                                       {"reserved_bytes", "reserved"},
+                                                                       {"peak_allocated_bytes", "peak allocated"},
+                                                                       {"rss_bytes", "resident set"}};
     for (const auto& [key, label] : kFigures)
       if (const double v = number(*m, key); v >= 0) add_point(t, "memory", label, step, v / (1 << 20));
   }
@@ -341,20 +350,21 @@ std::string key_value_table(const json& j) {
 std::string header_section(const json& report) {
   const json& config = report.value("config", json::object());
   const std::string verdict = report.value("verdict", std::string("?"));
-  std::string h = fmt::format("<h1>rocm-conformance-llm <span class=\"badge {0}\" id=\"verdict\">{0}</span></h1>\n"
-                              "<table><tr><th>outcome</th><td id=\"outcome\">{1}</td><th>exit code</th><td>{2}</td>"
-                              "<th>rank</th><td>{3}</td><th>duration</th><td>{4:.1f} s</td></tr>\n",
-                              xml_escape(verdict), xml_escape(report.value("outcome", std::string("?"))),
-                              report.value("exit_code", -1), report.value("rank", 0), report.value("duration_s", 0.0));
+  std::string h = fmt::format(
+      "<h1>rocm-conformance-llm <span class=\"badge {0}\" id=\"verdict\">{0}</span></h1>\n"
+      "<table><tr><th>outcome</th><td id=\"outcome\">{1}</td><th>exit code</th><td>{2}</td>"
+      "<th>rank</th><td>{3}</td><th>duration</th><td>{4:.1f} s</td></tr>\n",
+      xml_escape(verdict), xml_escape(report.value("outcome", std::string("?"))), report.value("exit_code", -1),
+      report.value("rank", 0), report.value("duration_s", 0.0));
   const json& summary = report.value("summary", json::object());
-  h += fmt::format("<tr><th>preset</th><td>{}</td><th>stress modes</th><td>{}</td><th>steps</th><td>{}</td>"
-                   "<th>device</th><td>{}</td></tr></table>\n",
-                   xml_escape(config.value("preset", std::string("?"))),
-                   xml_escape(config.contains("stress_modes") && !config["stress_modes"].empty()
-                                   ? config["stress_modes"].dump()
-                                   : "none"),
-                   summary.value("steps", int64_t{0}),
-                   xml_escape(text_of(report.value("environment", json::object()).value("device", json("?")))));
+  h += fmt::format(
+      "<tr><th>preset</th><td>{}</td><th>stress modes</th><td>{}</td><th>steps</th><td>{}</td>"
+      "<th>device</th><td>{}</td></tr></table>\n",
+      xml_escape(config.value("preset", std::string("?"))),
+      xml_escape(config.contains("stress_modes") && !config["stress_modes"].empty() ? config["stress_modes"].dump()
+                                                                                    : "none"),
+      summary.value("steps", int64_t{0}),
+      xml_escape(text_of(report.value("environment", json::object()).value("device", json("?")))));
   if (report.contains("note")) h += fmt::format("<p><b>note:</b> {}</p>\n", xml_escape(text_of(report["note"])));
   if (report.contains("coverage_note"))
     h += fmt::format("<p id=\"coverage-note\"><b>coverage:</b> {}</p>\n", xml_escape(text_of(report["coverage_note"])));
@@ -363,11 +373,11 @@ std::string header_section(const json& report) {
   for (const auto& c : report.value("components", json::array())) {
     std::string checks;
     for (const auto& check : c.value("checks", json::array())) checks += (checks.empty() ? "" : ", ") + text_of(check);
-    h += fmt::format("<tr><td>{0}</td><td><span class=\"badge {1}\">{1}</span></td><td class=\"num\">{2}</td>"
-                     "<td class=\"num\">{3}</td><td class=\"num\">{4}</td><td>{5}</td><td>{6}</td></tr>\n",
-                     xml_escape(c.value("component", "")), xml_escape(c.value("status", "")), c.value("info", 0),
-                     c.value("warn", 0), c.value("fail", 0), xml_escape(checks),
-                     xml_escape(c.value("exercised", true) ? "" : c.value("reason", "")));
+    h += fmt::format(
+        "<tr><td>{0}</td><td><span class=\"badge {1}\">{1}</span></td><td class=\"num\">{2}</td>"
+        "<td class=\"num\">{3}</td><td class=\"num\">{4}</td><td>{5}</td><td>{6}</td></tr>\n",
+        xml_escape(c.value("component", "")), xml_escape(c.value("status", "")), c.value("info", 0), c.value("warn", 0),
+        c.value("fail", 0), xml_escape(checks), xml_escape(c.value("exercised", true) ? "" : c.value("reason", "")));
   }
   return h + "</table>\n";
 }
@@ -383,12 +393,13 @@ std::string findings_section(const json& findings) {
     std::string action = f.contains("action") ? f.at("action").get<std::string>() : "";
     if (f.contains("classification") && f.at("classification").is_string())
       action += " (" + f.at("classification").get<std::string>() + ")";
-    s += fmt::format("<tr id=\"finding-{0}\" class=\"sev-{1}\"><td>{0}</td><td>{1}</td><td>{2}</td><td>{3}</td>"
-                     "<td class=\"num\">{4}</td><td class=\"num\">{5}</td><td>{6}</td><td>{7}</td><td><pre>{8}</pre></td></tr>\n",
-                     i, xml_escape(f.value("severity", "")), xml_escape(f.value("component", "")),
-                     xml_escape(f.value("signature", "")), f.value("step", int64_t{0}), f.value("rank", 0),
-                     xml_escape(f.value("message", "")), xml_escape(action),
-                     xml_escape(f.value("evidence", json::object()).dump(1)));
+    s += fmt::format(
+        "<tr id=\"finding-{0}\" class=\"sev-{1}\"><td>{0}</td><td>{1}</td><td>{2}</td><td>{3}</td>"
+        "<td class=\"num\">{4}</td><td class=\"num\">{5}</td><td>{6}</td><td>{7}</td><td><pre>{8}</pre></td></tr>\n",
+        i, xml_escape(f.value("severity", "")), xml_escape(f.value("component", "")),
+        xml_escape(f.value("signature", "")), f.value("step", int64_t{0}), f.value("rank", 0),
+        xml_escape(f.value("message", "")), xml_escape(action),
+        xml_escape(f.value("evidence", json::object()).dump(1)));
   }
   return s + "</table>\n";
 }
@@ -397,19 +408,20 @@ std::string findings_section(const json& findings) {
 std::string collectives_section(const json& collectives) {
   const json cases = collectives.value("cases", json::array());
   if (cases.empty()) return "";
-  std::string s = fmt::format("<h2>Collectives ({} ranks, {} batteries)</h2>\n<table id=\"collectives\"><tr><th>kind</th>"
-                              "<th>op</th><th>dtype</th><th>bytes</th><th>verified</th><th>bus bandwidth (GB/s)</th>"
-                              "<th>latency (ms)</th><th>runs</th><th>route</th></tr>\n",
-                              collectives.value("world_size", 0), collectives.value("batteries", 0));
+  std::string s = fmt::format(
+      "<h2>Collectives ({} ranks, {} batteries)</h2>\n<table id=\"collectives\"><tr><th>kind</th>"
+      "<th>op</th><th>dtype</th><th>bytes</th><th>verified</th><th>bus bandwidth (GB/s)</th>"
+      "<th>latency (ms)</th><th>runs</th><th>route</th></tr>\n",
+      collectives.value("world_size", 0), collectives.value("batteries", 0));
   for (const json& c : cases) {
     const bool verified = c.value("verified", false);
-    s += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td>"
-                     "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
-                     verified ? "" : "flagged", xml_escape(c.value("kind", "")), xml_escape(c.value("reduce_op", "")),
-                     xml_escape(c.value("dtype", "")), c.value("bytes", int64_t{0}),
-                     verified ? "yes" : fmt::format("no ({} wrong)", c.value("wrong_runs", 0)),
-                     num(number(c, "bus_bandwidth_gbps")), num(1e3 * number(c, "latency_s")), c.value("runs", 0),
-                     xml_escape(c.value("route", "")));
+    s += fmt::format(
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+        verified ? "" : "flagged", xml_escape(c.value("kind", "")), xml_escape(c.value("reduce_op", "")),
+        xml_escape(c.value("dtype", "")), c.value("bytes", int64_t{0}),
+        verified ? "yes" : fmt::format("no ({} wrong)", c.value("wrong_runs", 0)), num(number(c, "bus_bandwidth_gbps")),
+        num(1e3 * number(c, "latency_s")), c.value("runs", 0), xml_escape(c.value("route", "")));
   }
   return s + "</table>\n";
 }
@@ -420,20 +432,21 @@ std::string collectives_section(const json& collectives) {
 std::string training_collectives_section(const json& collectives) {
   const json rows = collectives.value("training", json::array());
   if (rows.empty()) return "";
-  std::string s = "<h2>Training collectives</h2>\n<table id=\"training-collectives\"><tr><th>group</th><th>kind</th>"
-                  "<th>op</th><th>dtype</th><th>bytes</th><th>bus bandwidth (GB/s, median)</th><th>latency (ms, "
-                  "median)</th><th>latency (ms, p95)</th><th>calls</th><th>total bytes</th><th>issued as</th></tr>\n";
+  std::string s =
+      "<h2>Training collectives</h2>\n<table id=\"training-collectives\"><tr><th>group</th><th>kind</th>"
+      "<th>op</th><th>dtype</th><th>bytes</th><th>bus bandwidth (GB/s, median)</th><th>latency (ms, "
+      "median)</th><th>latency (ms, p95)</th><th>calls</th><th>total bytes</th><th>issued as</th></tr>\n";
   for (const json& r : rows) {
     std::string ops;
     for (const json& op : r.value("ops", json::array())) ops += (ops.empty() ? "" : ", ") + op.get<std::string>();
-    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-                     "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-                     "<td class=\"num\">{}</td><td>{}</td></tr>\n",
-                     xml_escape(r.value("group", "")), xml_escape(r.value("kind", "")),
-                     xml_escape(r.value("reduce_op", "")), xml_escape(r.value("dtype", "")),
-                     r.value("bytes", int64_t{0}), num(number(r, "bus_bandwidth_gbps")),
-                     num(1e3 * number(r, "latency_median_s")), num(1e3 * number(r, "latency_p95_s")),
-                     r.value("calls", int64_t{0}), r.value("total_bytes", int64_t{0}), xml_escape(ops));
+    s += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td>{}</td></tr>\n",
+        xml_escape(r.value("group", "")), xml_escape(r.value("kind", "")), xml_escape(r.value("reduce_op", "")),
+        xml_escape(r.value("dtype", "")), r.value("bytes", int64_t{0}), num(number(r, "bus_bandwidth_gbps")),
+        num(1e3 * number(r, "latency_median_s")), num(1e3 * number(r, "latency_p95_s")), r.value("calls", int64_t{0}),
+        r.value("total_bytes", int64_t{0}), xml_escape(ops));
   }
   return s + "</table>\n";
 }
@@ -449,9 +462,10 @@ std::string plots_section(const json& report, const std::filesystem::path& metri
   for (const auto& [id, series] : table)
     if (id.rfind("telemetry.", 0) == 0) order.emplace_back(id, id);
 
-  std::string s = fmt::format("<h2>Over the steps</h2>\n<p>Dashed verticals are findings at their step (hover: the "
-                              "message and evidence; click: its row in the table). Source: {}.</p>\n",
-                              xml_escape(metrics_path.filename().string()));
+  std::string s = fmt::format(
+      "<h2>Over the steps</h2>\n<p>Dashed verticals are findings at their step (hover: the "
+      "message and evidence; click: its row in the table). Source: {}.</p>\n",
+      xml_escape(metrics_path.filename().string()));
   bool any = false;
   for (const auto& [id, title] : order) {
     const auto it = table.find(id);
@@ -484,8 +498,8 @@ std::string config_section(const json& config) {
     }
     const json fields = changes.value(name, json::object());
     for (const auto& [field, change] : fields.items())
-      s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml_escape(name),
-                       xml_escape(field), xml_escape(change.at(0).dump()), xml_escape(change.at(1).dump()));
+      s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml_escape(name), xml_escape(field),
+                       xml_escape(change.at(0).dump()), xml_escape(change.at(1).dump()));
   }
   s += "</table>\n";
 

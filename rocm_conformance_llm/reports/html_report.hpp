@@ -36,7 +36,7 @@ struct PlotMarker {
 };
 
 struct PlotSpec {
-  std::string id;     // the svg's id: "plot-<id>"
+  std::string id;  // the svg's id: "plot-<id>"
   std::string title;
   std::string x_label = "step";
   // Initialised, so a spec may name only its first fields (-Wmissing-field-initializers).

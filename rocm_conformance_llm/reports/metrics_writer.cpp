@@ -36,9 +36,15 @@ nlohmann::json to_json(const StepRecord& r) {
   if (!r.collectives.empty()) {
     auto& list = j["collectives"] = nlohmann::json::array();
     for (const auto& c : r.collectives)
-      list.push_back({{"op", c.op}, {"bytes", c.bytes}, {"seconds", c.seconds},
-                      {"bus_bandwidth_gbps", c.bus_bandwidth_gbps}, {"sequence", c.sequence}, {"kind", c.kind},
-                      {"reduce_op", c.reduce_op}, {"dtype", c.dtype}, {"group", c.group}});
+      list.push_back({{"op", c.op},
+                      {"bytes", c.bytes},
+                      {"seconds", c.seconds},
+                      {"bus_bandwidth_gbps", c.bus_bandwidth_gbps},
+                      {"sequence", c.sequence},
+                      {"kind", c.kind},
+                      {"reduce_op", c.reduce_op},
+                      {"dtype", c.dtype},
+                      {"group", c.group}});
   }
   if (r.val_loss) j["val_loss"] = *r.val_loss;
   if (!r.op_counts.empty()) j["op_counts"] = r.op_counts;
@@ -50,9 +56,8 @@ std::string format_step_line(const StepRecord& r, const std::vector<std::string>
   for (const auto& m : stress_modes) modes += (modes.empty() ? "" : ",") + m;
   const int64_t mem = r.memory.allocated_bytes >= 0 ? r.memory.allocated_bytes : r.memory.rss_bytes;
   std::string line = fmt::format(
-      "step {:>5} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {:.0f} tok/s | mem {} ({})",
-      r.step, r.loss, r.lr, r.grad_norm, r.step_time_s * 1e3, r.tokens_per_s, human_bytes(mem),
-      r.memory.source);
+      "step {:>5} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {:.0f} tok/s | mem {} ({})", r.step, r.loss,
+      r.lr, r.grad_norm, r.step_time_s * 1e3, r.tokens_per_s, human_bytes(mem), r.memory.source);
   if (r.loss_scale != 1.0) line += fmt::format(" | scale {:g}", r.loss_scale);
   if (r.skipped) line += " | SKIPPED (non-finite grads)";
   if (r.val_loss) line += fmt::format(" | val {:.4f}", *r.val_loss);
@@ -60,8 +65,8 @@ std::string format_step_line(const StepRecord& r, const std::vector<std::string>
   return line;
 }
 
-MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank,
-                             std::vector<std::string> stress_modes, std::optional<int64_t> keep_through_step)
+MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank, std::vector<std::string> stress_modes,
+                             std::optional<int64_t> keep_through_step)
     : path_(output_dir / (rank == 0 ? "metrics.jsonl" : fmt::format("metrics.rank{}.jsonl", rank))),
       stress_modes_(std::move(stress_modes)) {
   std::filesystem::create_directories(output_dir);

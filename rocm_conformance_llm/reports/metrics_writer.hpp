@@ -21,8 +21,8 @@ std::string format_step_line(const StepRecord& r, const std::vector<std::string>
 // in its own directory) the file keeps its lines up to that step and continues after them.
 class MetricsWriter {
  public:
-  MetricsWriter(const std::filesystem::path& output_dir, int rank,
-                std::vector<std::string> stress_modes, std::optional<int64_t> keep_through_step = std::nullopt);
+  MetricsWriter(const std::filesystem::path& output_dir, int rank, std::vector<std::string> stress_modes,
+                std::optional<int64_t> keep_through_step = std::nullopt);
   // `telemetry`: the node monitor's latest sample (NodeMonitor::latest_sample), when not null.
   void write(const StepRecord& r, const nlohmann::json& telemetry = nullptr);
   const std::filesystem::path& path() const { return path_; }

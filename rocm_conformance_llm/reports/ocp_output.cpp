@@ -67,17 +67,21 @@ json dut_info(const json& report, const std::string& hostname) {
       info["version"] = std::to_string(hip.value("runtime_version", 0));
     software.push_back(std::move(info));
   }
-  software.push_back({{"softwareInfoId", kLibtorchSoftwareId}, {"name", "libtorch"},
-                      {"version", env.value("libtorch_version", std::string("unknown"))}, {"softwareType", "SYSTEM"}});
-  software.push_back({{"softwareInfoId", kToolSoftwareId}, {"name", "rocm-conformance-llm"},
-                      {"version", RCL_SOURCE_VERSION}, {"softwareType", "APPLICATION"}});
+  software.push_back({{"softwareInfoId", kLibtorchSoftwareId},
+                      {"name", "libtorch"},
+                      {"version", env.value("libtorch_version", std::string("unknown"))},
+                      {"softwareType", "SYSTEM"}});
+  software.push_back({{"softwareInfoId", kToolSoftwareId},
+                      {"name", "rocm-conformance-llm"},
+                      {"version", RCL_SOURCE_VERSION},
+                      {"softwareType", "APPLICATION"}});
   const std::string device = env.value("device", std::string("unknown"));
   return {{"dutInfoId", hostname.empty() ? "host" : hostname},
           {"name", hostname},
           {"platformInfos", json::array({{{"info", fmt::format("{} ({}, libtorch {} {} build)", device,
-                                                             env.value("device_kind", std::string("unknown")),
-                                                             env.value("libtorch_version", std::string("?")),
-                                                             env.value("libtorch_build", std::string("?")))}}})},
+                                                               env.value("device_kind", std::string("unknown")),
+                                                               env.value("libtorch_version", std::string("?")),
+                                                               env.value("libtorch_build", std::string("?")))}}})},
           {"softwareInfos", software},
           {"hardwareInfos", json::array({{{"hardwareInfoId", kDeviceHardwareId}, {"name", device}}})}};
 }
@@ -110,7 +114,9 @@ json diagnosis_of(const json& finding) {
   const std::string severity = finding.value("severity", std::string("info"));
   const std::string component = finding.value("component", std::string());
   json d = {{"verdict", finding.value("signature", std::string("finding"))},
-            {"type", severity == "fail" ? "FAIL" : severity == "warn" ? "UNKNOWN" : "PASS"},
+            {"type", severity == "fail"   ? "FAIL"
+                     : severity == "warn" ? "UNKNOWN"
+                                          : "PASS"},
             {"message", fmt::format("[{}] {} (step {}, rank {}, action {})", component,
                                     finding.value("message", std::string()), finding.value("step", int64_t{0}),
                                     finding.value("rank", 0), finding.value("action", std::string("none")))},
@@ -134,8 +140,9 @@ void training_step(Stream& s, const OcpRunInfo& info, const json& report, const 
     s.step(info.ended, id, measurement("step_time_p95", summary["step_time_s"].value("p95", 0.0), "s"));
   }
   if (summary.contains("peak_memory") && summary["peak_memory"].value("bytes", int64_t{-1}) >= 0)
-    s.step(info.ended, id, measurement("peak_memory_" + summary["peak_memory"].value("figure", std::string("bytes")),
-                                       summary["peak_memory"]["bytes"], "bytes"));
+    s.step(info.ended, id,
+           measurement("peak_memory_" + summary["peak_memory"].value("figure", std::string("bytes")),
+                       summary["peak_memory"]["bytes"], "bytes"));
   for (const auto& [op, gbps] : collective_bandwidths(metrics_path))
     s.step(info.ended, id, measurement("collective_bus_bandwidth_" + op, gbps, "GB/s"));
   for (const auto& f : findings) s.step(info.ended, id, {{"diagnosis", diagnosis_of(f)}});
@@ -145,8 +152,11 @@ void training_step(Stream& s, const OcpRunInfo& info, const json& report, const 
     for (const auto& f : report.value("findings", json::array()))
       if (f.value("severity", "") == "fail") failing.insert(component_software_id(f.value("component", "")));
     failing.erase("");
-    s.step(info.ended, id, {{"error", {{"symptom", outcome}, {"message", report.value("note", outcome)},
-                                       {"softwareInfoIds", std::vector<std::string>(failing.begin(), failing.end())}}}});
+    s.step(info.ended, id,
+           {{"error",
+             {{"symptom", outcome},
+              {"message", report.value("note", outcome)},
+              {"softwareInfoIds", std::vector<std::string>(failing.begin(), failing.end())}}}});
   }
   s.step(info.ended, id, {{"testStepEnd", {{"status", outcome == "completed" ? "COMPLETE" : "ERROR"}}}});
 }
@@ -159,13 +169,15 @@ void stress_mode_steps(Stream& s, const OcpRunInfo& info, const json& report) {
     s.step(info.ended, id, {{"testStepStart", {{"name", "stress mode " + name}}}});
     const bool was_skipped = skipped.contains(name);
     if (was_skipped)
-      s.step(info.ended, id, {{"log", {{"severity", "INFO"}, {"message", "skipped: " + skipped[name].get<std::string>()}}}});
+      s.step(info.ended, id,
+             {{"log", {{"severity", "INFO"}, {"message", "skipped: " + skipped[name].get<std::string>()}}}});
     s.step(info.ended, id, {{"testStepEnd", {{"status", was_skipped ? "SKIP" : "COMPLETE"}}}});
   }
 }
 
 // One step per check the run set up; its findings, or a diagnosis per component it targets.
-void check_steps(Stream& s, const OcpRunInfo& info, const json& report, std::map<std::string, std::vector<json>>& by_check) {
+void check_steps(Stream& s, const OcpRunInfo& info, const json& report,
+                 std::map<std::string, std::vector<json>>& by_check) {
   const json& coverage = report.value("coverage", json::object());
   std::map<std::string, json> component_coverage;
   for (const auto& c : coverage.value("components", json::array())) component_coverage[c.value("component", "")] = c;
@@ -174,7 +186,8 @@ void check_steps(Stream& s, const OcpRunInfo& info, const json& report, std::map
     const bool ran = check.value("ran", false) && check.value("steps", int64_t{0}) > 0;
     s.step(info.ended, id, {{"testStepStart", {{"name", "check " + name}}}});
     if (!ran) {
-      s.step(info.ended, id, {{"log", {{"severity", "INFO"}, {"message", "not run: " + check.value("reason", std::string())}}}});
+      s.step(info.ended, id,
+             {{"log", {{"severity", "INFO"}, {"message", "not run: " + check.value("reason", std::string())}}}});
     } else if (const auto found = by_check.find(name); found != by_check.end()) {
       for (const auto& f : found->second) s.step(info.ended, id, {{"diagnosis", diagnosis_of(f)}});
       by_check.erase(found);
@@ -210,18 +223,18 @@ std::vector<json> ocp_artifacts(const json& report, const std::filesystem::path&
   Stream s;
   s.add(info.started, {{"schemaVersion", {{"major", 2}, {"minor", 0}}}});
   const json& config = report.value("config", json::object());
-  s.add(info.started,
-        {{"testRunArtifact",
-          {{"testRunStart",
-            {{"name", "rocm-conformance-llm"},
-             {"version", RCL_SOURCE_VERSION},
-             {"commandLine", info.command_line},
-             {"parameters", {{"preset", config.value("preset", json())},
+  s.add(info.started, {{"testRunArtifact",
+                        {{"testRunStart",
+                          {{"name", "rocm-conformance-llm"},
+                           {"version", RCL_SOURCE_VERSION},
+                           {"commandLine", info.command_line},
+                           {"parameters",
+                            {{"preset", config.value("preset", json())},
                              {"stress_modes", config.value("stress_modes", json::array())},
                              {"world_size", config.value("world_size", 1)},
                              {"rank", report.value("rank", 0)},
                              {"training", config.value("training", json::object())}}},
-             {"dutInfo", dut_info(report, info.hostname)}}}}}});
+                           {"dutInfo", dut_info(report, info.hostname)}}}}}});
 
   std::map<std::string, std::vector<json>> by_check;
   for (const auto& f : report.value("findings", json::array()))
@@ -233,8 +246,10 @@ std::vector<json> ocp_artifacts(const json& report, const std::filesystem::path&
   training_step(s, info, report, metrics_path, rest);
 
   const std::string outcome = report.value("outcome", std::string("completed"));
-  s.add(info.ended, {{"testRunArtifact",
-                      {{"testRunEnd", {{"status", outcome == "completed" ? "COMPLETE" : "ERROR"}, {"result", run_result(report)}}}}}});
+  s.add(info.ended,
+        {{"testRunArtifact",
+          {{"testRunEnd",
+            {{"status", outcome == "completed" ? "COMPLETE" : "ERROR"}, {"result", run_result(report)}}}}}});
   return s.take();
 }
 

@@ -18,7 +18,8 @@ constexpr const char* kWipeLine = "\r\033[K";
 
 std::string clock_text(double seconds) {
   const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
-  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60) : fmt::format("{}:{:02}", s / 60, s % 60);
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+                   : fmt::format("{}:{:02}", s / 60, s % 60);
 }
 }  // namespace
 
@@ -29,8 +30,8 @@ bool stderr_is_terminal() {
 
 std::string format_progress(const Progress& p) {
   double eta = static_cast<double>(p.total_steps - p.step) * p.mean_step_time_s;
-  std::string where = fmt::format("step {}/{} ({}%)", p.step, p.total_steps,
-                                  p.total_steps > 0 ? 100 * p.step / p.total_steps : 0);
+  std::string where =
+      fmt::format("step {}/{} ({}%)", p.step, p.total_steps, p.total_steps > 0 ? 100 * p.step / p.total_steps : 0);
   if (p.max_duration_s > 0) {
     where += fmt::format(" | {} of {}", clock_text(p.elapsed_s), clock_text(p.max_duration_s));
     eta = std::min(eta, p.max_duration_s - p.elapsed_s);

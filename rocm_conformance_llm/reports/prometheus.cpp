@@ -23,8 +23,7 @@ std::string prom_value(double v) {
 
 class PromWriter {
  public:
-  PromWriter(const PromState& s)
-      : labels_(fmt::format("run=\"{}\",rank=\"{}\"", prom_label_value(s.run), s.rank)) {}
+  PromWriter(const PromState& s) : labels_(fmt::format("run=\"{}\",rank=\"{}\"", prom_label_value(s.run), s.rank)) {}
   void gauge(const char* name, const char* help) {
     text_ += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
   }
@@ -63,7 +62,8 @@ std::string prometheus_text(const PromState& s) {
     w.gauge("rcl_step_time_seconds", "Wall time of the last finished step.");
     w.sample("rcl_step_time_seconds", p->step_time_s);
     if (p->peak_memory_bytes >= 0) {
-      w.gauge("rcl_memory_bytes", "Memory of the last finished step; figure names which one (report.json's peak_memory).");
+      w.gauge("rcl_memory_bytes",
+              "Memory of the last finished step; figure names which one (report.json's peak_memory).");
       w.sample("rcl_memory_bytes", static_cast<double>(p->peak_memory_bytes),
                fmt::format("figure=\"{}\"", prom_label_value(p->memory_figure)));
     }
@@ -80,12 +80,14 @@ std::string prometheus_text(const PromState& s) {
   w.sample("rcl_run_finished", s.verdict ? 1 : 0);
   if (s.verdict) {
     w.gauge("rcl_verdict", "1 for the run's verdict, 0 for the others.");
-    for (const char* v : kVerdicts) w.sample("rcl_verdict", s.verdict->status == v ? 1 : 0, fmt::format("verdict=\"{}\"", v));
+    for (const char* v : kVerdicts)
+      w.sample("rcl_verdict", s.verdict->status == v ? 1 : 0, fmt::format("verdict=\"{}\"", v));
     w.gauge("rcl_exit_code", "The run's exit code (0 clean, 1 fail finding, 3 crash or hang, 4 interrupted).");
     w.sample("rcl_exit_code", s.verdict->exit_code);
   }
   if (!s.components.empty()) {
-    w.gauge("rcl_component_status", "1 for each ROCm component's status (NOT_RUN: no check exercised it), 0 for the others.");
+    w.gauge("rcl_component_status",
+            "1 for each ROCm component's status (NOT_RUN: no check exercised it), 0 for the others.");
     for (const auto& c : s.components)
       for (const char* status : kComponentStatuses)
         w.sample("rcl_component_status", c.status == status ? 1 : 0,
@@ -109,8 +111,11 @@ std::filesystem::path prom_path(const std::filesystem::path& output_dir, int ran
 
 PrometheusObserver::PrometheusObserver(const std::filesystem::path& output_dir, int rank, int64_t interval,
                                        const FindingLog& findings)
-    : path_(prom_path(output_dir, rank)), run_(prom_run_name(output_dir)),
-      rank_(rank), interval_(interval), findings_(findings) {}
+    : path_(prom_path(output_dir, rank)),
+      run_(prom_run_name(output_dir)),
+      rank_(rank),
+      interval_(interval),
+      findings_(findings) {}
 
 void PrometheusObserver::on_step(const StepRecord& r) {
   if (interval_ <= 0 || r.step % interval_ != 0) return;

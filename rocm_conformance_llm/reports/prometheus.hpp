@@ -21,7 +21,7 @@ struct PromState {
   int rank = 0;
   std::optional<StepPoint> last_step;  // none before the first step
   std::vector<Finding> findings;
-  std::optional<Verdict> verdict;      // set once the run has ended
+  std::optional<Verdict> verdict;                // set once the run has ended
   std::vector<ComponentStatus> components = {};  // set once the run has ended
 };
 

@@ -65,7 +65,8 @@ std::string coverage_sentence(const std::vector<ComponentStatus>& statuses) {
   if (exercised.empty())
     return "No ROCm component was exercised: this verdict is about the training job and the tool, not the ROCm stack.";
   if (exercised.size() == statuses.size()) return "Every ROCm component was exercised.";
-  return fmt::format("Exercised {} of {} ROCm components: {}.", exercised.size(), statuses.size(), fmt::join(exercised, ", "));
+  return fmt::format("Exercised {} of {} ROCm components: {}.", exercised.size(), statuses.size(),
+                     fmt::join(exercised, ", "));
 }
 
 Verdict verdict_for(const std::vector<Finding>& findings, RunOutcome outcome) {
@@ -117,8 +118,8 @@ std::string action_text(const Finding& f) {
 }
 
 std::string finding_line(const Finding& f) {
-  return fmt::format("[{}] {} at step {} (rank {}): {} | {} | evidence {}", to_string(f.severity),
-                     f.signature, f.step, f.rank, f.message, action_text(f), f.evidence.dump());
+  return fmt::format("[{}] {} at step {} (rank {}): {} | {} | evidence {}", to_string(f.severity), f.signature, f.step,
+                     f.rank, f.message, action_text(f), f.evidence.dump());
 }
 }  // namespace
 
@@ -133,7 +134,8 @@ std::string junit_case(const std::string& classname, const std::string& name, co
     std::string& dest = f.severity == Severity::fail ? fail_text : other_text;
     dest += finding_line(f) + "\n";
     if (f.severity != Severity::fail) continue;
-    if (fails++ == 0) first_fail = fmt::format("{} at step {}: {} | {}", f.signature, f.step, f.message, action_text(f));
+    if (fails++ == 0)
+      first_fail = fmt::format("{} at step {}: {} | {}", f.signature, f.step, f.message, action_text(f));
   }
   std::string x = fmt::format("  <testcase classname=\"{}\" name=\"{}\" time=\"0\"", classname, xml_escape(name));
   if (fail_text.empty() && other_text.empty() && skipped.empty()) return x + "/>\n";
@@ -156,32 +158,36 @@ std::string junit_xml(const std::vector<Finding>& findings, const std::vector<Co
   std::string cases;
   for (const auto& s : statuses) {
     std::vector<Finding> own;
-    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own), [&](const Finding& f) { return f.component == s.component; });
+    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own),
+                 [&](const Finding& f) { return f.component == s.component; });
     failures += s.fail > 0;
     skipped += s.status == "NOT_RUN";
     cases += junit_case("rocm-conformance-llm", s.component, own, s.status, s.status == "NOT_RUN" ? s.reason : "");
   }
   for (const auto& check : checks_ran) {
     std::vector<Finding> own;
-    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own), [&](const Finding& f) { return detector_of_signature(f.signature) == check; });
+    std::copy_if(findings.begin(), findings.end(), std::back_inserter(own),
+                 [&](const Finding& f) { return detector_of_signature(f.signature) == check; });
     failures += std::any_of(own.begin(), own.end(), [](const Finding& f) { return f.severity == Severity::fail; });
     cases += junit_case("rocm-conformance-llm.check", check, own, "FAIL", "");
   }
   std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  x += fmt::format("<testsuite name=\"rocm-conformance-llm\" tests=\"{}\" failures=\"{}\" errors=\"0\" "
-                   "skipped=\"{}\" time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
-                   statuses.size() + checks_ran.size(), failures, skipped, run.duration_s, xml_escape(run.timestamp),
-                   xml_escape(run.hostname));
-  x += fmt::format("  <properties>\n    <property name=\"verdict\" value=\"{}\"/>\n"
-                   "    <property name=\"exit_code\" value=\"{}\"/>\n"
-                   "    <property name=\"exercised_rocm_components\" value=\"{}\"/>\n  </properties>\n",
-                   v.status, v.exit_code, xml_escape(fmt::format("{}", fmt::join(exercised_components(statuses), ","))));
+  x += fmt::format(
+      "<testsuite name=\"rocm-conformance-llm\" tests=\"{}\" failures=\"{}\" errors=\"0\" "
+      "skipped=\"{}\" time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
+      statuses.size() + checks_ran.size(), failures, skipped, run.duration_s, xml_escape(run.timestamp),
+      xml_escape(run.hostname));
+  x += fmt::format(
+      "  <properties>\n    <property name=\"verdict\" value=\"{}\"/>\n"
+      "    <property name=\"exit_code\" value=\"{}\"/>\n"
+      "    <property name=\"exercised_rocm_components\" value=\"{}\"/>\n  </properties>\n",
+      v.status, v.exit_code, xml_escape(fmt::format("{}", fmt::join(exercised_components(statuses), ","))));
   return x + cases + "</testsuite>\n";
 }
 
 namespace {
-std::filesystem::path per_rank(const std::filesystem::path& dir, const std::string& stem,
-                               const std::string& ext, int rank) {
+std::filesystem::path per_rank(const std::filesystem::path& dir, const std::string& stem, const std::string& ext,
+                               int rank) {
   return dir / (rank == 0 ? stem + ext : fmt::format("{}.rank{}{}", stem, rank, ext));
 }
 }  // namespace
@@ -193,10 +199,17 @@ ReportWriter::ReportWriter(std::filesystem::path output_dir, int rank, nlohmann:
       junit_path_(per_rank(output_dir, "junit", ".xml", rank)),
       html_path_(per_rank(output_dir, "report", ".html", rank)),
       metrics_path_(per_rank(output_dir, "metrics", ".jsonl", rank)),
-      prom_path_(prom_path(output_dir, rank)), ocp_path_(ocp_path(output_dir, rank)), run_name_(prom_run_name(output_dir)),
-      rank_(rank), config_(std::move(config_snapshot)), environment_(std::move(environment)),
-      findings_(findings), summary_(summary), warmup_steps_(warmup_steps),
-      started_(std::chrono::steady_clock::now()), started_at_(std::chrono::system_clock::now()) {}
+      prom_path_(prom_path(output_dir, rank)),
+      ocp_path_(ocp_path(output_dir, rank)),
+      run_name_(prom_run_name(output_dir)),
+      rank_(rank),
+      config_(std::move(config_snapshot)),
+      environment_(std::move(environment)),
+      findings_(findings),
+      summary_(summary),
+      warmup_steps_(warmup_steps),
+      started_(std::chrono::steady_clock::now()),
+      started_at_(std::chrono::system_clock::now()) {}
 
 void ReportWriter::add_section(const std::string& key, nlohmann::json value) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -258,9 +271,14 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
                            {"environment", environment_}};
   if (!note.empty()) report["note"] = note;
   for (const auto& s : statuses)
-    report["components"].push_back(
-        {{"component", s.component}, {"status", s.status}, {"info", s.info}, {"warn", s.warn}, {"fail", s.fail},
-         {"exercised", s.exercised}, {"reason", s.reason}, {"checks", s.checks}});
+    report["components"].push_back({{"component", s.component},
+                                    {"status", s.status},
+                                    {"info", s.info},
+                                    {"warn", s.warn},
+                                    {"fail", s.fail},
+                                    {"exercised", s.exercised},
+                                    {"reason", s.reason},
+                                    {"checks", s.checks}});
   for (const auto& f : findings) report["findings"].push_back(to_json(f));
   for (const auto& [key, value] : sections_.items()) report[key] = value;
   if (training_collectives_) {

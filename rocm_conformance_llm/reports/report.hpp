@@ -75,9 +75,8 @@ std::string junit_xml(const std::vector<Finding>& findings, const std::vector<Co
 class ReportWriter {
  public:
   // `config_snapshot`: the resolved run configuration (run/cli.hpp's to_json(RunConfig)).
-  ReportWriter(std::filesystem::path output_dir, int rank, nlohmann::json config_snapshot,
-               nlohmann::json environment, FindingLog& findings, const RunSummary& summary,
-               int64_t warmup_steps);
+  ReportWriter(std::filesystem::path output_dir, int rank, nlohmann::json config_snapshot, nlohmann::json environment,
+               FindingLog& findings, const RunSummary& summary, int64_t warmup_steps);
 
   // Extra top-level sections, e.g. "baseline" (the --baseline comparison), "faults".
   void add_section(const std::string& key, nlohmann::json value);
@@ -91,10 +90,10 @@ class ReportWriter {
   void set_training_collectives(const TrainingCollectives& table);
 
   // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
-  // report.html, the final metrics.prom and ocp.jsonl (reports/ocp_output.hpp) beside them, and logs the component table; returns
-  // the exit code. Thread-safe and first-call-wins: once a
-  // verdict is written (say the watchdog's "hung"), later calls return its exit code unchanged.
-  // When the files cannot be written it logs why and returns kExitCrashOrHang.
+  // report.html, the final metrics.prom and ocp.jsonl (reports/ocp_output.hpp) beside them, and logs the component
+  // table; returns the exit code. Thread-safe and first-call-wins: once a verdict is written (say the watchdog's
+  // "hung"), later calls return its exit code unchanged. When the files cannot be written it logs why and returns
+  // kExitCrashOrHang.
   int write(RunOutcome outcome, const std::string& note = {});
 
   // For a catch block: classifies `what` (error_classifier.hpp) into a fail finding for the

@@ -50,8 +50,8 @@ nlohmann::json summarize_steps(const std::vector<StepPoint>& steps, int64_t warm
   double min_loss = INFINITY;
   for (double l : losses)
     if (std::isfinite(l)) min_loss = std::min(min_loss, l);
-  j["loss"] = {{"first", json_number(losses.front())}, {"last", json_number(losses.back())},
-               {"min", json_number(min_loss)}};
+  j["loss"] = {
+      {"first", json_number(losses.front())}, {"last", json_number(losses.back())}, {"min", json_number(min_loss)}};
   j["step_time_s"] = {{"median", stats::median(times)},
                       {"p95", stats::percentile(times, 0.95)},
                       {"cv", json_number(stats::coefficient_of_variation(times))},

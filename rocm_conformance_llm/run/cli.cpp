@@ -1,15 +1,15 @@
 #include "rocm_conformance_llm/run/cli.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <functional>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #if __has_include(<fmt/ranges.h>)
 #include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
 #endif
@@ -24,8 +24,9 @@ namespace rcl {
 namespace {
 // CLI11's parse, then `after` (reads the flags' texts): false after printing the help (exit 0)
 // or a usage error (exit 2), one line pointing at `help`.
-bool parse_args(CLI::App& app, int argc, const char* const* argv, const char* help, int& exit_code,
-                const std::function<void()>& after = [] {}) {
+bool parse_args(
+    CLI::App& app, int argc, const char* const* argv, const char* help, int& exit_code,
+    const std::function<void()>& after = [] {}) {
   try {
     app.parse(argc, argv);
     after();
@@ -46,13 +47,15 @@ bool parse_args(CLI::App& app, int argc, const char* const* argv, const char* he
 
 std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit_code) {
   CliOptions o;
-  CLI::App app{"rocm-conformance-llm: validate a ROCm software stack by training a real decoder "
-               "Transformer under composable stress modes"};
+  CLI::App app{
+      "rocm-conformance-llm: validate a ROCm software stack by training a real decoder "
+      "Transformer under composable stress modes"};
   std::string stress, peak_tflops;
-  auto* stress_flag = app.add_option(
-      "--stress", stress, "Stress modes: comma list of " + join(stress_mode_names(), ",") + " or 'all'");
-  app.add_option("--preset", o.preset, "Scale preset: smoke, cpu-medium, small, large (default: smoke on "
-                                       "CPU, small on GPU)");
+  auto* stress_flag =
+      app.add_option("--stress", stress, "Stress modes: comma list of " + join(stress_mode_names(), ",") + " or 'all'");
+  app.add_option("--preset", o.preset,
+                 "Scale preset: smoke, cpu-medium, small, large (default: smoke on "
+                 "CPU, small on GPU)");
   std::string steps, seed;
   auto* steps_flag = app.add_option("--steps", steps, "Optimizer steps")->type_name("INT");
   auto* seed_flag = app.add_option("--seed", seed, "Seed for init, data order and dropout")->type_name("UINT");
@@ -61,33 +64,39 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   app.add_option("--data", o.data, "Text or JSONL file (default: the embedded synthetic corpus)");
   app.add_option("--output-dir", o.output_dir, "Where config.json, metrics.jsonl, report.json, junit.xml go");
   app.add_option("--config", o.config_file, "JSON config file (same shape as --print-config output)");
-  app.add_option("--set", o.overrides, "Override a field: KEY=VALUE (training field, or "
-                                       "stress_profile.MODE.FIELD / diagnostics.FIELD); repeatable");
+  app.add_option("--set", o.overrides,
+                 "Override a field: KEY=VALUE (training field, or "
+                 "stress_profile.MODE.FIELD / diagnostics.FIELD); repeatable");
   app.add_option("--inject", o.inject, "Fault injection, e.g. nan@step=20,memory-leak=8MiB/step");
-  app.add_option("--watchdog-timeout", o.watchdog_timeout_s, "Seconds without a finished step before the "
-                                                             "run is declared hung");
+  app.add_option("--watchdog-timeout", o.watchdog_timeout_s,
+                 "Seconds without a finished step before the "
+                 "run is declared hung");
   app.add_option("--baseline", o.baseline_dir, "A previous run's output dir to compare against");
-  app.add_option("--duration", o.duration, "Time box: stop at the first step boundary after this long, e.g. 90s, "
-                                           "30m, 8h (sets max_duration_s; --steps still bounds the run)");
+  app.add_option("--duration", o.duration,
+                 "Time box: stop at the first step boundary after this long, e.g. 90s, "
+                 "30m, 8h (sets max_duration_s; --steps still bounds the run)");
   app.add_option("--checkpoint-interval", o.checkpoint_interval,
                  "Write a checkpoint every N steps, or every duration (e.g. 30m); also at the end and on a stop "
                  "signal (docs/checkpoints.md)");
   std::string keep;
   auto* keep_flag = app.add_option("--keep-checkpoints", keep, "Checkpoints kept (default 2)")->type_name("INT");
-  app.add_option("--resume", o.resume, "Continue from a checkpoint: its directory, a run directory (its newest), "
-                                       "'latest' (the newest under --output-dir), or 'auto' (the newest under "
-                                       "--output-dir if there is one, else start fresh: one command to start and "
-                                       "restart)");
+  app.add_option("--resume", o.resume,
+                 "Continue from a checkpoint: its directory, a run directory (its newest), "
+                 "'latest' (the newest under --output-dir), or 'auto' (the newest under "
+                 "--output-dir if there is one, else start fresh: one command to start and "
+                 "restart)");
   app.add_flag("--print-config", o.print_config, "Print the resolved config as JSON and exit");
   app.add_flag("--explain-stress", o.explain_stress, "Print what each stress mode changes and exit");
   app.add_flag("--list-stress", o.list_stress, "List stress modes, their ROCm targets and rules and exit");
-  app.add_flag("--help-config", o.help_config, "List every config key (type, default, allowed values, meaning) "
-                                               "and exit");
+  app.add_flag("--help-config", o.help_config,
+               "List every config key (type, default, allowed values, meaning) "
+               "and exit");
   app.add_flag("--markdown", o.markdown, "With --list-stress or --help-config: markdown tables (as in docs/)");
   app.add_flag("--overwrite", o.overwrite, "Allow writing into an output dir that holds a previous run");
   std::string level;
-  auto* level_flag = app.add_option("--level", level, "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
-                                                      "4 soak; explicit flags and keys win (docs/levels.md)")
+  auto* level_flag = app.add_option("--level", level,
+                                    "Run level: 1 quick CI gate (~2 min), 2 standard, 3 extended, "
+                                    "4 soak; explicit flags and keys win (docs/levels.md)")
                          ->type_name("1|2|3|4");
   app.add_option("--device-memory", o.device_memory,
                  "Fit the stressed config to a device of this memory, e.g. 80GB, 192GB (default: the GPU's own; "
@@ -96,12 +105,15 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   auto* peak_flag = app.add_option("--device-peak-tflops", peak_tflops,
                                    "The device's measured dense peak, for the predicted ideal step time")
                         ->type_name("TFLOPS");
-  app.add_flag("--ocp-stdout", o.ocp_stdout, "Also print ocp.jsonl (OCP Test and Validation output, "
-                                            "docs/outputs.md) on stdout when the run ends");
-  app.add_flag("--memory-profile", o.memory_profile, "Memory after model creation, on the device, after step 1 "
-                                                     "and at peak, in report.json");
-  auto* doctor = app.add_subcommand("doctor", "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
-                                              "(docs/doctor.md); exit 1 when a check fails");
+  app.add_flag("--ocp-stdout", o.ocp_stdout,
+               "Also print ocp.jsonl (OCP Test and Validation output, "
+               "docs/outputs.md) on stdout when the run ends");
+  app.add_flag("--memory-profile", o.memory_profile,
+               "Memory after model creation, on the device, after step 1 "
+               "and at peak, in report.json");
+  auto* doctor = app.add_subcommand("doctor",
+                                    "Check this node's ROCm environment: a PASS/WARN/FAIL line per check "
+                                    "(docs/doctor.md); exit 1 when a check fails");
   doctor->add_flag("--json", o.doctor_json, "Print the checks as JSON");
   doctor->add_option("--proc-cmdline", o.doctor_cmdline, "Kernel command line file (default /proc/cmdline)");
   doctor->add_option("--kfd-topology", o.doctor_kfd_topology,
@@ -129,14 +141,16 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
 
 std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code) {
   CompareOptions o;
-  CLI::App app{"rocm-conformance-llm compare: runs of one configuration side by side, each judged against the "
-               "group's median (or a baseline); exit code 0 none flagged, 1 some flagged, 2 bad input",
-               "rocm-conformance-llm compare"};
+  CLI::App app{
+      "rocm-conformance-llm compare: runs of one configuration side by side, each judged against the "
+      "group's median (or a baseline); exit code 0 none flagged, 1 some flagged, 2 bad input",
+      "rocm-conformance-llm compare"};
   app.add_option("runs", o.run_dirs, "Run directories (or quoted globs)")->required()->type_name("RUN_DIR");
   app.add_option("--rules", o.rules_file, "JSON rule file overlaying the defaults (docs/compare.md)");
   app.add_option("--baseline", o.baseline_in, "Judge against this baseline file instead of the group");
-  app.add_option("--baseline-out", o.baseline_out, "Write a baseline (expected ranges) from these runs when none "
-                                                   "is flagged");
+  app.add_option("--baseline-out", o.baseline_out,
+                 "Write a baseline (expected ranges) from these runs when none "
+                 "is flagged");
   app.add_option("--output-dir", o.output_dir, "Where compare.json and compare.html go (default: .)");
   return parse_args(app, argc, argv, "compare --help", exit_code) ? std::optional(o) : std::nullopt;
 }
@@ -181,13 +195,12 @@ namespace {
 
 // A config file's top level: what resolve() reads, and what to_json(RunConfig) and config.json
 // add for the record (a run's config.json repeats it), which is ignored. Anything else is a typo.
-constexpr const char* kConfigFileKeys[] = {"preset", "stress_modes", "training", "stress_profile", "diagnostics",
-                                           "rocm",   "inject"};
-constexpr const char* kConfigRecordKeys[] = {"stress_skipped", "base_training", "stress_changes", "baseline",
-                                             "output_dir",     "world_size",    "launcher",       "environment",
-                                             "checkpoint",     "level",         "doctor",
-                                             "rocm_knobs",     "fit",           "sizing",
-                                             "collective_backend"};
+constexpr const char* kConfigFileKeys[] = {"preset",      "stress_modes", "training", "stress_profile",
+                                           "diagnostics", "rocm",         "inject"};
+constexpr const char* kConfigRecordKeys[] = {
+    "stress_skipped",    "base_training", "stress_changes", "baseline", "output_dir", "world_size", "launcher",
+    "environment",       "checkpoint",    "level",          "doctor",   "rocm_knobs", "fit",        "sizing",
+    "collective_backend"};
 
 // The sections a config file, a level and --set overlay onto a preset.
 constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
@@ -198,10 +211,11 @@ void check_top_level_keys(const nlohmann::json& file, const std::string& path) {
     if (std::ranges::find(kConfigFileKeys, key) != std::end(kConfigFileKeys) ||
         std::ranges::find(kConfigRecordKeys, key) != std::end(kConfigRecordKeys))
       continue;
-    throw ConfigError(fmt::format("invalid --config '{}': unknown key '{}' (known: {}; ignored as the record of a "
-                                  "run: {})",
-                                  path, key, fmt::join(std::begin(kConfigFileKeys), std::end(kConfigFileKeys), ", "),
-                                  fmt::join(std::begin(kConfigRecordKeys), std::end(kConfigRecordKeys), ", ")));
+    throw ConfigError(
+        fmt::format("invalid --config '{}': unknown key '{}' (known: {}; ignored as the record of a "
+                    "run: {})",
+                    path, key, fmt::join(std::begin(kConfigFileKeys), std::end(kConfigFileKeys), ", "),
+                    fmt::join(std::begin(kConfigRecordKeys), std::end(kConfigRecordKeys), ", ")));
   }
 }
 
@@ -277,10 +291,10 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   RunConfig run;
   run.level = o.level.value_or(0);
   const bool cpu_only = o.device == "cpu" || !gpu_present;
-  run.preset = !o.preset.empty()                  ? o.preset
-               : file.contains("preset")          ? file.at("preset").get<std::string>()
+  run.preset = !o.preset.empty()                 ? o.preset
+               : file.contains("preset")         ? file.at("preset").get<std::string>()
                : level && !level->preset.empty() ? level->preset
-                                                  : default_preset_name(!cpu_only);
+                                                 : default_preset_name(!cpu_only);
   const Preset& preset = find_preset(run.preset);
 
   // 2. The level, the file, then --set overrides overlay the preset.
@@ -337,7 +351,8 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   run.resume = o.resume;
   run.ocp_stdout = o.ocp_stdout;
   if ((run.resume == "latest" || run.resume == kResumeAuto) && o.output_dir.empty())
-    throw ConfigError("--resume " + run.resume + " needs --output-dir (the run directory whose newest checkpoint to continue)");
+    throw ConfigError("--resume " + run.resume +
+                      " needs --output-dir (the run directory whose newest checkpoint to continue)");
   return run;
 }
 }  // namespace
@@ -362,22 +377,23 @@ RocmConfig resolve_rocm_config(const CliOptions& options) {
 }
 
 nlohmann::json to_json(const RunConfig& run) {
-  return {{"preset", run.preset},
-          {"stress_modes", run.stress_modes},
-          {"stress_skipped", run.stress_skipped},
-          {"training", run.training},
-          {"base_training", run.base},
-          {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities)},
-          {"stress_profile", run.stress_profile},
-          {"diagnostics", run.diagnostics},
-          {"rocm", run.rocm},
-          {"level", run.level},
-          {"inject", run.inject},
-          {"baseline", run.baseline_dir},
-          {"output_dir", run.output_dir},
-          {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}},
-          {"fit", run.fit ? run.fit->to_json() : nlohmann::json(nullptr)},
-          {"sizing", sizing_json(run, run.training)}};
+  return {
+      {"preset", run.preset},
+      {"stress_modes", run.stress_modes},
+      {"stress_skipped", run.stress_skipped},
+      {"training", run.training},
+      {"base_training", run.base},
+      {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities)},
+      {"stress_profile", run.stress_profile},
+      {"diagnostics", run.diagnostics},
+      {"rocm", run.rocm},
+      {"level", run.level},
+      {"inject", run.inject},
+      {"baseline", run.baseline_dir},
+      {"output_dir", run.output_dir},
+      {"checkpoint", {{"interval", run.checkpoint_interval}, {"keep", run.checkpoint.keep}, {"resume", run.resume}}},
+      {"fit", run.fit ? run.fit->to_json() : nlohmann::json(nullptr)},
+      {"sizing", sizing_json(run, run.training)}};
 }
 
 nlohmann::json sizing_json(const RunConfig& run, const TrainingConfig& model) {
@@ -390,22 +406,25 @@ void check_for_world(const RunConfig& run, int world_size, const FaultPlan& faul
   // The nan fault writes into block 0's gathered weight, which under FSDP exists only inside the
   // block's own forward.
   if (faults.requested(FaultKind::nan))
-    throw ConfigError("invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
-                      "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
-                      "ddp, zero");
+    throw ConfigError(
+        "invalid --inject nan with training.data_parallel 'fsdp' on several ranks: the weight it "
+        "strikes is not resident between blocks; allowed there: the other faults, or data_parallel "
+        "ddp, zero");
   // FSDP's units are whole dense blocks: the layout fits a tensor split by keeping the model
   // whole (recorded), but experts the user asked for cannot be dropped silently.
   if (cfg.moe_experts > 0)
-    throw ConfigError(fmt::format("invalid training.data_parallel 'fsdp' with moe_experts={}: fsdp shards dense "
-                                  "blocks only; allowed: fsdp with moe_experts=0, or data_parallel ddp, zero",
-                                  cfg.moe_experts));
+    throw ConfigError(
+        fmt::format("invalid training.data_parallel 'fsdp' with moe_experts={}: fsdp shards dense "
+                    "blocks only; allowed: fsdp with moe_experts=0, or data_parallel ddp, zero",
+                    cfg.moe_experts));
 }
 
 std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }
 
 std::string explain_text(const RunConfig& run) {
-  std::string out = fmt::format("preset {}; stress modes: {}\n", run.preset,
-                                run.stress_modes.empty() ? "none" : fmt::format("{}", fmt::join(run.stress_modes, ",")));
+  std::string out =
+      fmt::format("preset {}; stress modes: {}\n", run.preset,
+                  run.stress_modes.empty() ? "none" : fmt::format("{}", fmt::join(run.stress_modes, ",")));
   const auto changes = explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities);
   for (const auto& mode : run.stress_modes) {
     if (const auto skipped = run.stress_skipped.find(mode); skipped != run.stress_skipped.end()) {

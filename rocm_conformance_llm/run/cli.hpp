@@ -32,17 +32,17 @@ struct CliOptions {
   std::string duration;             // --duration: 90s, 30m, 8h
   std::string checkpoint_interval;  // --checkpoint-interval: steps or a duration
   std::optional<int64_t> keep_checkpoints;
-  std::string resume;               // --resume DIR | latest
+  std::string resume;  // --resume DIR | latest
   bool print_config = false;
   bool explain_stress = false;
   bool list_stress = false;
   bool help_config = false;
   bool markdown = false;  // --list-stress / --help-config as markdown tables
   bool overwrite = false;
-  std::optional<int> level;   // --level 1..4
+  std::optional<int> level;  // --level 1..4
   bool memory_profile = false;
-  std::string device_memory;                  // --device-memory: pose a device of this capacity
-  std::optional<double> device_peak_tflops;   // --device-peak-tflops: its measured peak
+  std::string device_memory;                 // --device-memory: pose a device of this capacity
+  std::optional<double> device_peak_tflops;  // --device-peak-tflops: its measured peak
   bool ocp_stdout = false;
   // `rocm-conformance-llm doctor`
   bool doctor = false;

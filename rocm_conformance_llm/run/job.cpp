@@ -163,14 +163,13 @@ class Job {
     stop_node_monitor();
     Finding finding = e.finding();
     if (finding.evidence.value("missing_ranks", nlohmann::json::array()).empty() && s_.launch.world_size > 1) {
-      const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size,
-                                         kStalledPeerWindow);
+      const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size, kStalledPeerWindow);
       if (!stalled.empty()) {
         finding.evidence["missing_ranks"] = stalled;
         finding.evidence["named_by"] = "heartbeat files";
-        finding.message += fmt::format("; rank{} {} stopped updating {} (stopped or gone)",
-                                       stalled.size() > 1 ? "s" : "", fmt::join(stalled, ","),
-                                       stalled.size() > 1 ? "their heartbeats" : "its heartbeat");
+        finding.message +=
+            fmt::format("; rank{} {} stopped updating {} (stopped or gone)", stalled.size() > 1 ? "s" : "",
+                        fmt::join(stalled, ","), stalled.size() > 1 ? "their heartbeats" : "its heartbeat");
       }
     }
     records_.findings.add(finding);
@@ -196,12 +195,12 @@ class Job {
     node_sections_as_of_now();
     const auto lost = s_.launch.world_size > 1 ? lost_peers_now(run_.output_dir, s_.launch.rank, s_.launch.world_size)
                                                : std::vector<int>{};
-    report().add_section("interruption", {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step},
-                                          {"missing_ranks", lost}});
+    report().add_section("interruption",
+                         {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}, {"missing_ranks", lost}});
     std::string message = fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step);
     if (!lost.empty())
-      message += fmt::format("; rank{} {} gone or stopped (heartbeat)", lost.size() > 1 ? "s" : "",
-                             fmt::join(lost, ","));
+      message +=
+          fmt::format("; rank{} {} gone or stopped (heartbeat)", lost.size() > 1 ? "s" : "", fmt::join(lost, ","));
     return report().write(RunOutcome::interrupted, message);
   }
 
@@ -243,9 +242,8 @@ class Job {
         RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, training_.sync);
     // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
     if (cfg.data_parallel != DataParallel::ddp || trainer().model()->parallel().expert)
-      report().add_section("data_parallel",
-                           data_parallel_section(cfg.data_parallel, trainer().optimizer_shard(),
-                                                 training_.sync->world_size(), trainer().model()));
+      report().add_section("data_parallel", data_parallel_section(cfg.data_parallel, trainer().optimizer_shard(),
+                                                                  training_.sync->world_size(), trainer().model()));
     // SDPA's kernel (a backend libtorch 1.13 cannot serve was refused before here).
     if (cfg.attention_backend != AttentionBackend::math) record_attention_kernel();
     training_.ballast.emplace(cfg.memory_pressure_bytes, s_.device);
@@ -258,8 +256,10 @@ class Job {
   RunCoverage build_detectors() {
     stage_ = stage::detectors;
     RunCoverage coverage = run_coverage();
-    checks_.detectors = make_detectors(DetectorContext{.diag = run_.diagnostics, .log = records_.findings,
-                                                       .loop = training_.trainer.get(), .faults = &s_.faults,
+    checks_.detectors = make_detectors(DetectorContext{.diag = run_.diagnostics,
+                                                       .log = records_.findings,
+                                                       .loop = training_.trainer.get(),
+                                                       .faults = &s_.faults,
                                                        .sync = training_.sync},
                                        &coverage);
     report().set_coverage(coverage);
@@ -274,8 +274,7 @@ class Job {
       report().add_section("restarts", record_attempt(run_.output_dir, s_.launch.rank, s_.resume_from));
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
     outputs_.metrics.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
-                             s_.resume_in_place && s_.resume_from ? std::optional(s_.resume_from->step)
-                                                                  : std::nullopt);
+                             s_.resume_in_place && s_.resume_from ? std::optional(s_.resume_from->step) : std::nullopt);
     outputs_.prometheus.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, records_.findings);
     outputs_.console.emplace(run_.stress_modes, run_.training, run_.diagnostics.summary_interval_s, records_.findings,
                              s_.launch.rank == 0 && stderr_is_terminal() ? install_status_line() : nullptr);
@@ -311,7 +310,8 @@ class Job {
                                                     std::_Exit(code);
                                                   });
     wiring.add(part::watchdog, checks_.watchdog.get());
-    coverage.record(registered_detector("watchdog"), diag.watchdog_timeout_s > 0, "off (diagnostics.watchdog_timeout_s=0)");
+    coverage.record(registered_detector("watchdog"), diag.watchdog_timeout_s > 0,
+                    "off (diagnostics.watchdog_timeout_s=0)");
     coverage.record(registered_detector("baseline"), s_.baseline.has_value(), "no --baseline");
     report().set_coverage(coverage);
     checks_.heartbeat.emplace(run_.output_dir, s_.launch.rank, *checks_.watchdog);
@@ -328,10 +328,10 @@ class Job {
     records_.config_doc["attention_kernel"] = section;
     report().add_section("attention_kernel", section);
     if (kernel == "math" && backend == AttentionBackend::sdpa && !s_.device.is_cpu())
-      spdlog::warn("no fused SDPA kernel takes the training attention call (attention_backend=sdpa): it runs on the "
-                   "math path, whose B x H x T x T scores the sizing and the fit do not count");
-    else
-      spdlog::info("training attention runs on the {} kernel (attention_backend={})", kernel, name_of(backend));
+      spdlog::warn(
+          "no fused SDPA kernel takes the training attention call (attention_backend=sdpa): it runs on the "
+          "math path, whose B x H x T x T scores the sizing and the fit do not count");
+    else spdlog::info("training attention runs on the {} kernel (attention_backend={})", kernel, name_of(backend));
   }
 
   // The device and transport the checks run on, the process group's collectives, the stress
@@ -370,11 +370,12 @@ class Job {
     doc["sizing"] = sizing_json(run_, model_config(run_.training, s_.parallel));
     fs::create_directories(run_.output_dir);
     if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", doc.dump(2) + "\n");
-    spdlog::info("rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
-                 "world {} ({}, collectives: {})",
-                 run_.preset, run_.stress_modes.empty() ? "none" : nlohmann::json(run_.stress_modes).dump(),
-                 s_.device.str(), TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(),
-                 s_.launch.world_size, s_.launch.launcher, training_.sync->backend());
+    spdlog::info(
+        "rocm-conformance-llm: preset {} | stress {} | device {} | libtorch {} ({} build) | BLAS {} | "
+        "world {} ({}, collectives: {})",
+        run_.preset, run_.stress_modes.empty() ? "none" : nlohmann::json(run_.stress_modes).dump(), s_.device.str(),
+        TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(), s_.launch.world_size,
+        s_.launch.launcher, training_.sync->backend());
     spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
     for (const auto& note : s_.parallel.notes) spdlog::info("parallel layout: {}", note);
     const TrainingConfig& model = trainer().model_config();
@@ -447,7 +448,7 @@ class Job {
   TrainingParts training_;
   StepOutputs outputs_;
   RunChecks checks_;
-  std::optional<Checkpointer> checkpointer_;  // last: it holds the trainer's state between steps
+  std::optional<Checkpointer> checkpointer_;           // last: it holds the trainer's state between steps
   std::atomic<const char*> stage_{stage::rendezvous};  // read by the signal watcher
 };
 

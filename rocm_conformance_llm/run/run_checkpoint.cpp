@@ -48,7 +48,8 @@ std::vector<fs::path> checkpoints_in(const fs::path& root) {
 
 void verify_manifest(const fs::path& dir) {
   const auto manifest = read_checkpoint_json(dir / kManifest);
-  if (manifest.value("format", "") != kCheckpointFormat || !manifest.contains("files") || !manifest["files"].is_object())
+  if (manifest.value("format", "") != kCheckpointFormat || !manifest.contains("files") ||
+      !manifest["files"].is_object())
     throw CheckpointError("checkpoint " + dir.string() + ": manifest.json is not a " + kCheckpointFormat + " manifest");
   std::vector<std::string> required{kStateFile};
   const auto files = weight_and_optimizer_files(
@@ -71,8 +72,7 @@ void verify_manifest(const fs::path& dir) {
 // The first difference between what the checkpoint was and what this run is, if any.
 std::optional<std::string> identity_difference(const nlohmann::json& state, const RunIdentity& now) {
   const int then_world = state.value("world_size", -1);
-  if (then_world != now.world_size)
-    return fmt::format("world size {} (this run: {})", then_world, now.world_size);
+  if (then_world != now.world_size) return fmt::format("world size {} (this run: {})", then_world, now.world_size);
   const auto then_modes = state.value("stress_modes", std::vector<std::string>{});
   if (then_modes != now.stress_modes)
     return fmt::format("stress modes [{}] (this run: [{}])", join(then_modes, ","), join(now.stress_modes, ","));
@@ -139,9 +139,10 @@ ResumePoint resolve_resume(const std::string& spec, const fs::path& output_dir, 
     throw CheckpointError(fmt::format("checkpoint {}: state.json is not a version {} {}", dir.string(),
                                       kCheckpointVersion, kCheckpointFormat));
   if (const auto diff = identity_difference(state, now))
-    throw CheckpointError(fmt::format("--resume: checkpoint {} was written with {}; resume with the same "
-                                      "configuration",
-                                      dir.string(), *diff));
+    throw CheckpointError(
+        fmt::format("--resume: checkpoint {} was written with {}; resume with the same "
+                    "configuration",
+                    dir.string(), *diff));
   try {
     return {dir, state.at("step").get<int64_t>()};
   } catch (const nlohmann::json::exception& e) {
@@ -157,14 +158,16 @@ std::optional<ResumePoint> resolve_resume_auto(const fs::path& output_dir, const
   if (!earlier.contains("training") || !earlier["training"].is_object())
     throw CheckpointError("--resume auto: " + config.string() + " is not a run's config.json");
   if (const auto diff = identity_difference(earlier, now))
-    throw CheckpointError(fmt::format("--resume auto: --output-dir {} holds another run (config.json: {}) and no "
-                                      "checkpoint; choose a new directory",
-                                      output_dir.string(), *diff));
+    throw CheckpointError(
+        fmt::format("--resume auto: --output-dir {} holds another run (config.json: {}) and no "
+                    "checkpoint; choose a new directory",
+                    output_dir.string(), *diff));
   return std::nullopt;
 }
 
 nlohmann::json record_attempt(const fs::path& output_dir, int rank, const std::optional<ResumePoint>& from) {
-  const fs::path path = output_dir / (rank == 0 ? std::string("attempts.jsonl") : fmt::format("attempts.rank{}.jsonl", rank));
+  const fs::path path =
+      output_dir / (rank == 0 ? std::string("attempts.jsonl") : fmt::format("attempts.rank{}.jsonl", rank));
   nlohmann::json attempts = nlohmann::json::array();
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
@@ -204,7 +207,11 @@ std::vector<Finding> checkpoint_findings(const fs::path& dir, int rank) {
 
 Checkpointer::Checkpointer(LoopAccess& loop, const FindingLog& findings, CheckpointPolicy policy, fs::path output_dir,
                            RunIdentity identity)
-    : loop_(loop), findings_(findings), policy_(policy), root_(std::move(output_dir) / "checkpoints"), identity_(std::move(identity)),
+    : loop_(loop),
+      findings_(findings),
+      policy_(policy),
+      root_(std::move(output_dir) / "checkpoints"),
+      identity_(std::move(identity)),
       started_(SteadyClock::now()) {}
 
 void Checkpointer::between_steps(int64_t step) {
@@ -235,14 +242,17 @@ fs::path Checkpointer::save(const std::string& reason) {
 
   write_findings(tmp, rank, findings_.snapshot());
   write_training_state(loop_, snap, tmp, /*shared=*/rank == 0,
-                       {{"reason", reason}, {"world_size", identity_.world_size},
-                        {"stress_modes", identity_.stress_modes}, {"training", identity_.training}});
+                       {{"reason", reason},
+                        {"world_size", identity_.world_size},
+                        {"stress_modes", identity_.stress_modes},
+                        {"training", identity_.training}});
   loop_.mean_across_ranks(0);  // every rank's file is on disk
   if (rank == 0) {
     nlohmann::json files = nlohmann::json::object();
     for (const auto& entry : fs::directory_iterator(tmp))
       files[entry.path().filename().string()] = sha256_of_file(entry.path().string());
-    write_file_synced(tmp / kManifest, {nlohmann::json{{"format", kCheckpointFormat}, {"files", files}}.dump(2) + "\n"});
+    write_file_synced(tmp / kManifest,
+                      {nlohmann::json{{"format", kCheckpointFormat}, {"files", files}}.dump(2) + "\n"});
     sync_directory(tmp);
     replace_directory(tmp, final_dir);
     sync_directory(root_);

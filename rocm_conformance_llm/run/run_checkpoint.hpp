@@ -53,8 +53,7 @@ struct ResumePoint {
   std::filesystem::path dir;
   int64_t step = 0;
 };
-ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path& output_dir,
-                                     const RunIdentity& now);
+ResumePoint resolve_resume(const std::string& spec, const std::filesystem::path& output_dir, const RunIdentity& now);
 
 // `--resume auto`, the one command that starts a job and restarts it (torchrun --max-restarts,
 // Slurm --requeue): the newest complete checkpoint under OUTPUT_DIR/checkpoints, verified as
@@ -67,7 +66,8 @@ std::optional<ResumePoint> resolve_resume_auto(const std::filesystem::path& outp
 // (attempts.rank<N>.jsonl off rank 0): appended, fsynced, at each start. Returns report.json's
 // "restarts" section: {"count": attempts before this one, "attempts": [{"attempt", "from_step",
 // "checkpoint", "unix_time"}...]} (from_step 0: started fresh).
-nlohmann::json record_attempt(const std::filesystem::path& output_dir, int rank, const std::optional<ResumePoint>& from);
+nlohmann::json record_attempt(const std::filesystem::path& output_dir, int rank,
+                              const std::optional<ResumePoint>& from);
 // The findings `rank` had made in the checkpoint's training steps (step >= 1), for the resumed
 // run's report; its own preflight finds the step-0 ones again. Empty for a checkpoint written
 // before findings were kept. CheckpointError when the file is malformed.

@@ -29,23 +29,23 @@ inline constexpr const char* kResumeAuto = "auto";
 
 struct RunConfig {
   std::string preset;
-  std::vector<std::string> stress_modes;  // canonical order
-  TrainingConfig base;                    // before stress modes
-  TrainingConfig training;                // after stress modes: what runs
-  StressProfile stress_profile;           // every registered intensity
-  Capabilities capabilities;              // what stress modes may require of this run
+  std::vector<std::string> stress_modes;              // canonical order
+  TrainingConfig base;                                // before stress modes
+  TrainingConfig training;                            // after stress modes: what runs
+  StressProfile stress_profile;                       // every registered intensity
+  Capabilities capabilities;                          // what stress modes may require of this run
   std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
-  std::optional<DeviceFit> fit;           // the composed config fitted to the device; `training`
-                                          // is its result. None on the CPU unless a device is posed
+  std::optional<DeviceFit> fit;                       // the composed config fitted to the device; `training`
+                                                      // is its result. None on the CPU unless a device is posed
   DiagnosticsConfig diagnostics;
   RocmConfig rocm;
-  int level = 0;                          // 0: no --level
+  int level = 0;  // 0: no --level
   std::string inject;
   std::string baseline_dir;
   std::string output_dir;
   std::string checkpoint_interval;  // as given; `checkpoint` is what it means
   CheckpointPolicy checkpoint;
-  std::string resume;  // as given; resolved and verified when the run starts
+  std::string resume;       // as given; resolved and verified when the run starts
   bool ocp_stdout = false;  // --ocp-stdout: rank 0 prints ocp.jsonl on stdout at the end
 };
 

@@ -7,8 +7,8 @@
 
 #include <optional>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/faults/fault_plan.hpp"
 #include "rocm_conformance_llm/reports/baseline.hpp"
@@ -27,9 +27,9 @@ struct RunSetup {
   nlohmann::json environment;
   std::optional<ResumePoint> resume_from;  // a verified checkpoint that fits this run
   bool resume_in_place = false;            // it is one of --output-dir's own checkpoints
-  nlohmann::json rocm_knobs;  // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
-  nlohmann::json doctor;      // the doctor's checks (platform/doctor.hpp)
-  ParallelLayout parallel;    // tensor / data / expert parallel degrees this world allows
+  nlohmann::json rocm_knobs;               // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
+  nlohmann::json doctor;                   // the doctor's checks (platform/doctor.hpp)
+  ParallelLayout parallel;                 // tensor / data / expert parallel degrees this world allows
 };
 
 // Throws ConfigError (or CheckpointError) for a run that cannot start; `overwrite`: --overwrite.

@@ -60,7 +60,8 @@ void watch() {
   const int sig = received();
   spdlog::warn("received {}: stopping at the next step boundary (a second signal stops now)", name(sig));
   const bool again = wait_for_signal(static_cast<int>(std::chrono::milliseconds(kStopGrace).count()));
-  if (!again) spdlog::error("no step boundary within {} s of {}: writing the report now", kStopGrace.count(), name(sig));
+  if (!again)
+    spdlog::error("no step boundary within {} s of {}: writing the report now", kStopGrace.count(), name(sig));
   force(sig);
 }
 

@@ -50,7 +50,8 @@ bool attaches_hooks(Attach a) { return a != Attach::observer; }
 std::span<const WiringSlot> run_wiring() { return kRunWiring; }
 
 void RunWiring::add(std::string_view slot, StepObserver* observer, StepHooks* hooks) {
-  const auto it = std::find_if(kRunWiring.begin(), kRunWiring.end(), [&](const WiringSlot& s) { return s.part == slot; });
+  const auto it =
+      std::find_if(kRunWiring.begin(), kRunWiring.end(), [&](const WiringSlot& s) { return s.part == slot; });
   if (it == kRunWiring.end()) throw std::logic_error("no wiring slot '" + std::string(slot) + "'");
   if ((attaches_observer(it->attach) && !observer) || (attaches_hooks(it->attach) && !hooks))
     throw std::logic_error("wiring slot '" + std::string(slot) + "' takes a part it cannot attach");
@@ -61,7 +62,8 @@ void RunWiring::add(std::string_view slot, StepObserver* observer, StepHooks* ho
 
 std::vector<RunWiring::Attachment> RunWiring::in_order() const {
   std::vector<Attachment> ordered = added_;
-  std::stable_sort(ordered.begin(), ordered.end(), [](const Attachment& a, const Attachment& b) { return a.slot < b.slot; });
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const Attachment& a, const Attachment& b) { return a.slot < b.slot; });
   return ordered;
 }
 

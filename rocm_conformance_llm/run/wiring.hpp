@@ -51,7 +51,7 @@ std::span<const WiringSlot> run_wiring();
 class RunWiring {
  public:
   struct Attachment {
-    std::size_t slot = 0;  // index in run_wiring()
+    std::size_t slot = 0;              // index in run_wiring()
     StepObserver* observer = nullptr;  // null: not attached as one
     StepHooks* hooks = nullptr;
   };

@@ -5,8 +5,8 @@
 
 #include <chrono>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #else
@@ -27,8 +27,8 @@ using C10dGroup = c10d::ProcessGroup;
 
 #if defined(RCL_HAVE_C10D_NCCL)
 // c10d's ProcessGroupNCCL: RCCL in a ROCm libtorch, NCCL in a CUDA one (transport/process_group_nccl.cpp).
-c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                              int world_size, std::chrono::milliseconds timeout);
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                              std::chrono::milliseconds timeout);
 #endif
 
 }  // namespace rcl

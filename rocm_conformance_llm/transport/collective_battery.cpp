@@ -131,7 +131,9 @@ std::vector<BatteryOutcome> run_battery(Communicator& comm, const std::vector<Ba
         torch::Tensor acc = values(0, 0, numel);
         for (int r = 1; r < world; ++r) {
           const torch::Tensor v = values(r, 0, numel);
-          acc = c.reduce == ReduceOp::max ? torch::maximum(acc, v) : c.reduce == ReduceOp::min ? torch::minimum(acc, v) : acc + v;
+          acc = c.reduce == ReduceOp::max   ? torch::maximum(acc, v)
+                : c.reduce == ReduceOp::min ? torch::minimum(acc, v)
+                                            : acc + v;
         }
         out.seconds = comm.all_reduce(mine, c.reduce, label).seconds;
         result = mine;
@@ -142,7 +144,8 @@ std::vector<BatteryOutcome> run_battery(Communicator& comm, const std::vector<Ba
         const int64_t shard = numel / world;
         torch::Tensor mine = values(me, 0, shard);
         if (faults.wrong_shard) mine[0] += 1;
-        torch::Tensor gathered = torch::empty({shard * world}, torch::TensorOptions().dtype(c.dtype).device(comm.device()));
+        torch::Tensor gathered =
+            torch::empty({shard * world}, torch::TensorOptions().dtype(c.dtype).device(comm.device()));
         out.seconds = comm.all_gather_into(gathered, on_device(mine, c.dtype), label).seconds;
         std::vector<torch::Tensor> parts;
         for (int r = 0; r < world; ++r) {

@@ -19,7 +19,7 @@ struct BatteryCase {
   CollectiveKind kind = CollectiveKind::all_reduce;
   ReduceOp reduce = ReduceOp::sum;  // all-reduce and reduce-scatter only
   torch::ScalarType dtype = torch::kFloat;
-  int64_t bytes = 0;  // nccl-tests' message size: the gathered output, the scattered input
+  int64_t bytes = 0;         // nccl-tests' message size: the gathered output, the scattered input
   std::string name() const;  // e.g. "reduce_scatter/avg/bf16/4 MiB"
 };
 
@@ -32,20 +32,20 @@ std::vector<BatteryCase> battery_cases(const std::vector<int64_t>& sizes);
 // Faults a self-test plants in this rank's part of the battery (faults/: collective-corrupt,
 // collective-hang, slow-all-to-all).
 struct BatteryFaults {
-  bool wrong_shard = false;       // one element of this rank's all-gather shard / reduce-scatter input is off by one
+  bool wrong_shard = false;  // one element of this rank's all-gather shard / reduce-scatter input is off by one
   double stall_before_reduce_scatter_s = 0.0;  // sleeps before entering the first reduce-scatter
-  double slow_all_to_all_s = 0.0;  // sleeps before entering each data all-to-all
+  double slow_all_to_all_s = 0.0;              // sleeps before entering each data all-to-all
 };
 
 // One case as this rank saw it.
 struct BatteryOutcome {
   BatteryCase c;
-  std::string route;          // route_collective's `how`
-  double seconds = 0.0;       // this rank's time in the collective (the all-to-all: its counts' all-to-all included)
+  std::string route;     // route_collective's `how`
+  double seconds = 0.0;  // this rank's time in the collective (the all-to-all: its counts' all-to-all included)
   int64_t wrong_elements = 0;
-  int64_t first_index = -1;   // of the output
+  int64_t first_index = -1;  // of the output
   double got = 0.0, expected = 0.0;
-  int source_rank = -1;       // whose data the first wrong element came from, where the kind tells (all-gather, all-to-all)
+  int source_rank = -1;  // whose data the first wrong element came from, where the kind tells (all-gather, all-to-all)
 };
 
 // The values rank `rank` draws for elements [start, start + count): integers in [0, range),

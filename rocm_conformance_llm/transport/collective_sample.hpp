@@ -10,11 +10,11 @@ namespace rcl {
 
 // One collective as the gradient synchroniser (or a canary) ran it.
 struct CollectiveSample {
-  std::string op;        // "allreduce", "allreduce_canary", "checksum", ...
+  std::string op;  // "allreduce", "allreduce_canary", "checksum", ...
   int64_t bytes = 0;
   double seconds = 0.0;
   double bus_bandwidth_gbps = 0.0;  // nccl-tests busbw: algbw * 2(n-1)/n for all-reduce
-  int64_t sequence = 0;  // per-rank collective sequence number
+  int64_t sequence = 0;             // per-rank collective sequence number
   // What ran, set by the Communicator that ran it (never parsed from `op`): report.json's
   // training collectives table groups by these (reports/training_collectives.hpp).
   std::string kind;       // to_string(CollectiveKind): "all_reduce", "all_gather", ...

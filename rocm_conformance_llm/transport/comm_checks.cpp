@@ -18,8 +18,7 @@ constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
 constexpr uint64_t kFnvPrime = 1099511628211ULL;
 
 torch::Tensor canary_pattern(int64_t numel, const torch::TensorOptions& options) {
-  return (torch::arange(numel, torch::TensorOptions().dtype(torch::kLong)).remainder(kCanaryPeriod) + 1)
-      .to(options);
+  return (torch::arange(numel, torch::TensorOptions().dtype(torch::kLong)).remainder(kCanaryPeriod) + 1).to(options);
 }
 
 // Integer type of the same width, to view a float tensor's bits.

@@ -65,7 +65,7 @@ StepTimeSpread spread(const std::vector<double>& per_rank_seconds);
 
 struct StragglerVerdict {
   int rank = 0;
-  int late_steps = 0;          // of the window
+  int late_steps = 0;  // of the window
   int window = 0;
   double busy_median_s = 0.0;  // the straggler's median busy time over the window
   double others_median_s = 0.0;

@@ -76,18 +76,15 @@ c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, Optio
 
 std::string describe(const RankHeartbeat& beat) {
   if (!beat.seen) return fmt::format("rank {} never published a heartbeat", beat.rank);
-  return fmt::format("rank {} last entered collective #{} '{}' at step {}", beat.rank, beat.sequence,
-                     beat.op, beat.step);
+  return fmt::format("rank {} last entered collective #{} '{}' at step {}", beat.rank, beat.sequence, beat.op,
+                     beat.step);
 }
 
 nlohmann::json to_json(const RankHeartbeat& beat) {
-  return {{"rank", beat.rank}, {"seen", beat.seen}, {"step", beat.step},
-          {"sequence", beat.sequence}, {"op", beat.op}};
+  return {{"rank", beat.rank}, {"seen", beat.seen}, {"step", beat.step}, {"sequence", beat.sequence}, {"op", beat.op}};
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 // Gloo's TCP transport binds the address it announces to peers. GLOO_SOCKET_IFNAME picks the
 // NIC (as in torch.distributed); a loopback rendezvous means one host, so bind loopback;
@@ -127,18 +124,15 @@ torch::Tensor on_wire(const torch::Tensor& t, const CollectiveRoute& route) {
 // a converted copy goes back into `t`.
 void back_from_wire(torch::Tensor& wire, torch::Tensor& t, const CollectiveRoute& route, int world_size) {
   if (route.sum_then_divide) {
-    if (c10::isIntegralType(wire.scalar_type(), /*includeBool=*/false))
-      wire.div_(world_size, "trunc");
-    else
-      wire.div_(world_size);
+    if (c10::isIntegralType(wire.scalar_type(), /*includeBool=*/false)) wire.div_(world_size, "trunc");
+    else wire.div_(world_size);
   }
   if (!wire.is_same(t) && !route.reinterpreted) t.copy_(wire.view_as(t));
 }
 
 }  // namespace
 
-CollectiveError::CollectiveError(Finding finding)
-    : std::runtime_error(finding.message), finding_(std::move(finding)) {}
+CollectiveError::CollectiveError(Finding finding) : std::runtime_error(finding.message), finding_(std::move(finding)) {}
 
 std::string to_string(CollectiveKind kind) {
   switch (kind) {
@@ -219,8 +213,8 @@ CollectiveRoute route_collective(const std::string& backend, CollectiveKind kind
 }
 
 std::function<void(CollectiveSample&)> settle_on_device_time(std::function<double()> device_seconds,
-                                                            double sampled_seconds, CollectiveKind kind,
-                                                            int world_size) {
+                                                             double sampled_seconds, CollectiveKind kind,
+                                                             int world_size) {
   return [device_seconds = std::move(device_seconds), sampled_seconds, kind, world_size](CollectiveSample& c) {
     c.seconds += device_seconds() - sampled_seconds;
     c.bus_bandwidth_gbps = bus_bandwidth_gbps(kind, c.bytes, c.seconds, world_size);
@@ -266,8 +260,7 @@ struct Communicator::Impl {
     evidence["backend"] = backend;
     evidence["timeout_s"] = timeout_s();
     evidence["store"] = store_address;
-    return Finding{component::rccl, signature, Severity::fail, step, rank, std::move(message),
-                   std::move(evidence)};
+    return Finding{component::rccl, signature, Severity::fail, step, rank, std::move(message), std::move(evidence)};
   }
 
   void publish_heartbeat(const std::string& op) {
@@ -277,7 +270,7 @@ struct Communicator::Impl {
   std::optional<std::vector<RankHeartbeat>> read_heartbeats() const { return read_heartbeats_from(store, world_size); }
 
   static std::optional<std::vector<RankHeartbeat>> read_heartbeats_from(const c10::intrusive_ptr<c10d::Store>& store,
-                                                                       int world_size) {
+                                                                        int world_size) {
     std::vector<RankHeartbeat> beats(world_size);
     try {
       for (int r = 0; r < world_size; ++r) {
@@ -300,8 +293,9 @@ struct Communicator::Impl {
   std::optional<std::vector<RankHeartbeat>> read_heartbeats_bounded() const {
     auto result = std::make_shared<std::promise<std::optional<std::vector<RankHeartbeat>>>>();
     auto future = result->get_future();
-    std::thread([store = store, world = world_size, result] { result->set_value(read_heartbeats_from(store, world)); })
-        .detach();
+    std::thread([store = store, world = world_size, result] {
+      result->set_value(read_heartbeats_from(store, world));
+    }).detach();
     if (future.wait_for(std::min(timeout, kHeartbeatReadLimit)) != std::future_status::ready) return std::nullopt;
     return future.get();
   }
@@ -313,9 +307,10 @@ struct Communicator::Impl {
     if (!beats && store_server == "rank 0" && rank == 0) {
       // Served by this very process: its server thread is stuck, typically reading a request a
       // stopped peer left half-sent (libtorch 1.13's server reads each request to its end).
-      return fmt::format("the rendezvous store this rank serves at {} stopped answering (a peer stopped in the "
-                         "middle of a store request?)",
-                         store_address);
+      return fmt::format(
+          "the rendezvous store this rank serves at {} stopped answering (a peer stopped in the "
+          "middle of a store request?)",
+          store_address);
     }
     if (!beats) {
       return fmt::format("the rendezvous store at {} (served by {}) is unreachable, so {} is likely gone",
@@ -343,13 +338,13 @@ struct Communicator::Impl {
   Finding diagnose(int64_t seq, const std::string& op, CollectiveKind kind, double elapsed_s,
                    const std::string& error) const {
     const bool timed_out = elapsed_s >= 0.9 * timeout_s() || mentions_timeout(error);
-    nlohmann::json evidence = {{"op", op},       {"kind", to_string(kind)}, {"group", group_name},
-                               {"sequence", seq}, {"elapsed_s", elapsed_s}, {"error", error}};
-    std::string message = fmt::format("rank {}: collective #{} '{}' ({} in group '{}' of {} ranks) at step {} {} after "
-                                      "{:.1f} s: {}",
-                                      rank, seq, op, to_string(kind), group_name, world_size, step,
-                                      timed_out ? "timed out" : "failed", elapsed_s,
-                                      absentees(seq, "entered it", evidence));
+    nlohmann::json evidence = {{"op", op},        {"kind", to_string(kind)}, {"group", group_name},
+                               {"sequence", seq}, {"elapsed_s", elapsed_s},  {"error", error}};
+    std::string message = fmt::format(
+        "rank {}: collective #{} '{}' ({} in group '{}' of {} ranks) at step {} {} after "
+        "{:.1f} s: {}",
+        rank, seq, op, to_string(kind), group_name, world_size, step, timed_out ? "timed out" : "failed", elapsed_s,
+        absentees(seq, "entered it", evidence));
     if (!timed_out) message += " [" + first_line(error) + "]";
     return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
   }
@@ -358,7 +353,9 @@ struct Communicator::Impl {
   // of this rank and world_size, rendezvousing under `over` (the world's store, or a subgroup's
   // prefix of it).
   void make_groups(const c10::intrusive_ptr<c10d::Store>& over) {
-    const auto group_store = [&](const std::string& prefix) { return c10::make_intrusive<c10d::PrefixStore>(prefix, over); };
+    const auto group_store = [&](const std::string& prefix) {
+      return c10::make_intrusive<c10d::PrefixStore>(prefix, over);
+    };
     // Each Gloo group gets its own options and transport device, as torch.distributed's do.
     const auto gloo_group = [&](const std::string& prefix) {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -381,9 +378,9 @@ struct Communicator::Impl {
   // ProcessGroupNCCL's wait() (RCCL's, NCCL's) only orders the current stream after the
   // collective, so where events can time, a DeviceInterval around it times it on the stream,
   // read when the step is published: no host
-  // wait per gradient bucket, which would drain the queue the GPU works from. Otherwise (Gloo, whose wait blocks anyway;
-  // libtorch 1.13) the device is drained first and the host clock times it. `tensor` (the
-  // caller's, before any wire conversion) gives the sample its dtype and where it lives.
+  // wait per gradient bucket, which would drain the queue the GPU works from. Otherwise (Gloo, whose wait blocks
+  // anyway; libtorch 1.13) the device is drained first and the host clock times it. `tensor` (the caller's, before any
+  // wire conversion) gives the sample its dtype and where it lives.
   template <typename Start>
   CollectiveSample run(const std::string& op, CollectiveKind kind, std::optional<ReduceOp> reduce,
                        const torch::Tensor& tensor, int64_t bytes, Start&& start) {
@@ -409,10 +406,15 @@ struct Communicator::Impl {
       throw CollectiveError(diagnose(seq, op, kind, seconds_since(started), e.what()));
     }
     const double seconds = seconds_since(started);
-    CollectiveSample sample{.op = op, .bytes = bytes, .seconds = seconds,
-                            .bus_bandwidth_gbps = bus_bandwidth_gbps(kind, bytes, seconds, world_size), .sequence = seq,
-                            .kind = to_string(kind), .reduce_op = reduce ? to_string(*reduce) : "",
-                            .dtype = c10::toString(tensor.scalar_type()), .group = group_label};
+    CollectiveSample sample{.op = op,
+                            .bytes = bytes,
+                            .seconds = seconds,
+                            .bus_bandwidth_gbps = bus_bandwidth_gbps(kind, bytes, seconds, world_size),
+                            .sequence = seq,
+                            .kind = to_string(kind),
+                            .reduce_op = reduce ? to_string(*reduce) : "",
+                            .dtype = c10::toString(tensor.scalar_type()),
+                            .group = group_label};
     if (on_stream) {
       on_stream->stop();
       sample.settle = settle_on_device_time([on_stream] { return on_stream->seconds(); }, seconds, kind, world_size);
@@ -434,16 +436,17 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Communicator::~Communicator() = default;
 
 std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, const torch::Device& device,
-                                                   std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout) {
   auto impl = std::make_unique<Impl>();
   impl->rank = launch.rank;
   impl->world_size = launch.world_size;
   impl->device = device;
   impl->backend = collective_backend(device);
   if (!device.is_cpu() && impl->backend == "gloo")
-    spdlog::warn("rank {}: this {} libtorch has no c10d NCCL process group (RCCL on ROCm): collectives of "
-                 "device tensors go through Gloo (they stress host copies, not RCCL)",
-                 launch.rank, RCL_TORCH_BUILD);
+    spdlog::warn(
+        "rank {}: this {} libtorch has no c10d NCCL process group (RCCL on ROCm): collectives of "
+        "device tensors go through Gloo (they stress host copies, not RCCL)",
+        launch.rank, RCL_TORCH_BUILD);
   impl->timeout = timeout;
   impl->store_address = fmt::format("{}:{}", launch.master_addr, launch.master_port);
   const bool serve_store = launch.rank == 0 && !launch.launcher_store_prefix;
@@ -462,12 +465,12 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
       impl->store = c10::make_intrusive<c10d::PrefixStore>(*launch.launcher_store_prefix, impl->store);
     impl->publish_heartbeat("join");
   } catch (const std::exception& e) {
-    throw CollectiveError(impl->failure(
-        "rendezvous_failed",
-        fmt::format("rank {} ({}): cannot {} the rendezvous store at {} within {:.0f} s: {}", launch.rank,
-                    launch.launcher, serve_store ? "serve" : "reach", impl->store_address,
-                    impl->timeout_s(), first_line(e.what())),
-        {{"error", e.what()}}));
+    throw CollectiveError(
+        impl->failure("rendezvous_failed",
+                      fmt::format("rank {} ({}): cannot {} the rendezvous store at {} within {:.0f} s: {}", launch.rank,
+                                  launch.launcher, serve_store ? "serve" : "reach", impl->store_address,
+                                  impl->timeout_s(), first_line(e.what())),
+                      {{"error", e.what()}}));
   }
 
   try {
@@ -476,11 +479,11 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
     // The group's rendezvous waits for every rank: name those that never published "join".
     nlohmann::json evidence = {{"error", e.what()}};
     const std::string who = impl->absentees(0, "joined", evidence);
-    throw CollectiveError(impl->failure(
-        "rendezvous_failed",
-        fmt::format("rank {} ({}): {} group rendezvous through {} failed: {} [{}]", launch.rank, launch.launcher,
-                    impl->backend, impl->store_address, who, first_line(e.what())),
-        evidence));
+    throw CollectiveError(
+        impl->failure("rendezvous_failed",
+                      fmt::format("rank {} ({}): {} group rendezvous through {} failed: {} [{}]", launch.rank,
+                                  launch.launcher, impl->backend, impl->store_address, who, first_line(e.what())),
+                      evidence));
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
@@ -502,19 +505,19 @@ std::unique_ptr<Communicator> Communicator::split(const std::string& name, const
   impl->master_addr = world.master_addr;
   // The members' own keys (heartbeats by group rank, the groups' rendezvous) under one prefix
   // per member set, so groups of the same kind never meet.
-  impl->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("group/{}/{}", name, fmt::join(ranks, "_")),
-                                                       world.store);
+  impl->store =
+      c10::make_intrusive<c10d::PrefixStore>(fmt::format("group/{}/{}", name, fmt::join(ranks, "_")), world.store);
   try {
     impl->publish_heartbeat("join");
     impl->make_groups(impl->store);
   } catch (const std::exception& e) {
     nlohmann::json evidence = {{"error", e.what()}, {"group", impl->group_name}};
     const std::string who = impl->absentees(0, "joined", evidence);
-    throw CollectiveError(impl->failure(
-        "rendezvous_failed",
-        fmt::format("rank {}: {} subgroup '{}' rendezvous through {} failed: {} [{}]", world.rank, impl->backend,
-                    impl->group_name, impl->store_address, who, first_line(e.what())),
-        evidence));
+    throw CollectiveError(
+        impl->failure("rendezvous_failed",
+                      fmt::format("rank {}: {} subgroup '{}' rendezvous through {} failed: {} [{}]", world.rank,
+                                  impl->backend, impl->group_name, impl->store_address, who, first_line(e.what())),
+                      evidence));
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
@@ -543,8 +546,7 @@ CollectiveSample Communicator::all_reduce(torch::Tensor& tensor, ReduceOp reduce
   return sample;
 }
 
-torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::string& op,
-                                       CollectiveSample* sample) {
+torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, const std::string& op, CollectiveSample* sample) {
   const torch::Tensor in = tensor.contiguous();
   std::vector<int64_t> shape{impl_->world_size};
   shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
@@ -603,8 +605,8 @@ CollectiveSample Communicator::reduce_scatter(torch::Tensor& out, const torch::T
 }
 
 CollectiveSample Communicator::all_to_all(torch::Tensor& out, const torch::Tensor& in,
-                                          const std::vector<int64_t>& out_splits,
-                                          const std::vector<int64_t>& in_splits, const std::string& op) {
+                                          const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
+                                          const std::string& op) {
   TORCH_CHECK(out.is_contiguous(), "all_to_all: the output must be contiguous");
   const CollectiveRoute route = impl_->route(CollectiveKind::all_to_all, ReduceOp::sum, in);
   torch::Tensor input = on_wire(in.contiguous(), route);
@@ -703,8 +705,6 @@ std::vector<int64_t> Communicator::exchange_through_store(const std::string& nam
   return values;
 }
 
-std::optional<std::vector<RankHeartbeat>> Communicator::read_heartbeats() const {
-  return impl_->read_heartbeats();
-}
+std::optional<std::vector<RankHeartbeat>> Communicator::read_heartbeats() const { return impl_->read_heartbeats(); }
 
 }  // namespace rcl

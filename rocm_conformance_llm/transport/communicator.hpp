@@ -35,7 +35,7 @@ class CollectiveError : public std::runtime_error {
 // What a rank last published: the step it was in and the collective it was entering.
 struct RankHeartbeat {
   int rank = 0;
-  bool seen = false;     // false: the rank never published one
+  bool seen = false;  // false: the rank never published one
   int64_t step = 0;
   int64_t sequence = 0;  // collectives it had entered
   std::string op;
@@ -66,14 +66,14 @@ std::string to_string(ReduceOp op);  // "sum", "avg", "min", "max"
 // its `_reduce_scatter_base` is an all-reduce that ignores the reduce op, and AVG still throws.
 // RCCL (ProcessGroupNCCL on ROCm; NCCL on CUDA builds) has every operation natively.
 struct CollectiveRoute {
-  bool native = true;             // the backend's own operation for this kind
-  bool sum_then_divide = false;   // AVG as SUM, then divided by the world size
+  bool native = true;            // the backend's own operation for this kind
+  bool sum_then_divide = false;  // AVG as SUM, then divided by the world size
   // Wire dtype where the backend lacks the tensor's: bf16 travels as fp32 through reductions
   // (exact for values whose result bf16 holds: one rounding instead of one per step) and as its
   // 16 bits (viewed as fp16, never computed on) through data movement. Undefined: as is.
   std::optional<torch::ScalarType> carried_as;
-  bool reinterpreted = false;     // carried_as is a same-width view of the bits, not a conversion
-  std::string how;                // "native", or what the emulation does, for reports and logs
+  bool reinterpreted = false;  // carried_as is a same-width view of the bits, not a conversion
+  std::string how;             // "native", or what the emulation does, for reports and logs
 };
 CollectiveRoute route_collective(const std::string& backend, CollectiveKind kind, ReduceOp reduce,
                                  torch::ScalarType dtype);
@@ -82,8 +82,8 @@ CollectiveRoute route_collective(const std::string& backend, CollectiveKind kind
 // `device_seconds()` plus whatever was added to them after it was sampled at `sampled_seconds`
 // (an injected delay survives), and its bus bandwidth follows.
 std::function<void(CollectiveSample&)> settle_on_device_time(std::function<double()> device_seconds,
-                                                            double sampled_seconds, CollectiveKind kind,
-                                                            int world_size);
+                                                             double sampled_seconds, CollectiveKind kind,
+                                                             int world_size);
 
 // "gloo" for a CPU device. For a GPU device, where this libtorch has c10d's NCCL process group
 // (RCL_HAVE_C10D_NCCL: the group torch.distributed calls "nccl"), that group under the name of the
@@ -106,8 +106,9 @@ class Communicator {
 
   // A subgroup of this world, as real jobs split tensor- and data-parallel groups out of it: a
   // new c10d group of the same kind (Gloo, or c10d's NCCL group: making TP/DP subgroups is where
-  // RCCL segfaulted, TheRock #7874) rendezvousing over the same store under a prefix of its own. Called by the members only (`ranks`: world ranks, in group-rank order; this rank
-  // among them); its rank() and world_size() are within the group, and its messages name it.
+  // RCCL segfaulted, TheRock #7874) rendezvousing over the same store under a prefix of its own. Called by the members
+  // only (`ranks`: world ranks, in group-rank order; this rank among them); its rank() and world_size() are within the
+  // group, and its messages name it.
   std::unique_ptr<Communicator> split(const std::string& name, const std::vector<int>& ranks);
 
   int rank() const;
@@ -124,19 +125,17 @@ class Communicator {
   CollectiveSample all_gather_into(torch::Tensor& out, const torch::Tensor& in, const std::string& op);
   // reduce_scatter_tensor: `in` holds world_size chunks of out.numel() elements; `out` (
   // contiguous) becomes the reduction over ranks of chunk `rank()`.
-  CollectiveSample reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp reduce,
-                                  const std::string& op);
+  CollectiveSample reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp reduce, const std::string& op);
   // all_to_all_single: rows (dim 0) of `in` go in_splits[r] to rank r, in rank order; `out`
   // receives out_splits[r] rows from rank r, in rank order. Splits may be uneven.
   CollectiveSample all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
                               const std::vector<int64_t>& in_splits, const std::string& op);
   // MoE token dispatch: an all-to-all of the row counts (`op` + "_counts"), then the uneven
   // all-to-all of the rows; returns the rows received, in rank order. Both samples go to `samples`.
-  torch::Tensor all_to_all_uneven(const torch::Tensor& in, const std::vector<int64_t>& in_splits,
-                                  const std::string& op, std::vector<CollectiveSample>* samples = nullptr);
+  torch::Tensor all_to_all_uneven(const torch::Tensor& in, const std::vector<int64_t>& in_splits, const std::string& op,
+                                  std::vector<CollectiveSample>* samples = nullptr);
   // Every rank's `tensor` (same shape everywhere) stacked along a new leading dimension.
-  torch::Tensor all_gather(const torch::Tensor& tensor, const std::string& op,
-                           CollectiveSample* sample = nullptr);
+  torch::Tensor all_gather(const torch::Tensor& tensor, const std::string& op, CollectiveSample* sample = nullptr);
   // In place: every rank ends with `root`'s values.
   CollectiveSample broadcast(torch::Tensor& tensor, int root, const std::string& op);
 

@@ -14,9 +14,7 @@ void CommunicatorShardGroup::reduce_scatter_avg(torch::Tensor& out, const torch:
   samples_.push_back(comm_.reduce_scatter(out, in, ReduceOp::avg, "fsdp:" + op));
 }
 
-void FsdpShards::shard_model(GPT& model) {
-  model_ = &fully_shard(model, group_);
-}
+void FsdpShards::shard_model(GPT& model) { model_ = &fully_shard(model, group_); }
 
 void FsdpShards::sync_gradients(std::vector<CollectiveSample>& out) {
   if (!model_) throw std::logic_error("FsdpShards: the model was not sharded");

@@ -60,16 +60,15 @@ LaunchInfo read_ranks(const EnvLookup& env, const std::string& launcher, const s
   info.world_size = required_int(env, world_var, launcher);
   info.local_rank = required_int(env, local_var, launcher);
   if (info.world_size < 1) {
-    throw ConfigError("invalid " + world_var + "=" + std::to_string(info.world_size) +
-                      ": must be >= 1");
+    throw ConfigError("invalid " + world_var + "=" + std::to_string(info.world_size) + ": must be >= 1");
   }
   if (info.rank < 0 || info.rank >= info.world_size) {
-    throw ConfigError("invalid " + rank_var + "=" + std::to_string(info.rank) + ": must be in [0, " +
-                      world_var + "=" + std::to_string(info.world_size) + ")");
+    throw ConfigError("invalid " + rank_var + "=" + std::to_string(info.rank) + ": must be in [0, " + world_var + "=" +
+                      std::to_string(info.world_size) + ")");
   }
   if (info.local_rank < 0 || info.local_rank >= info.world_size) {
-    throw ConfigError("invalid " + local_var + "=" + std::to_string(info.local_rank) +
-                      ": must be in [0, " + world_var + "=" + std::to_string(info.world_size) + ")");
+    throw ConfigError("invalid " + local_var + "=" + std::to_string(info.local_rank) + ": must be in [0, " + world_var +
+                      "=" + std::to_string(info.world_size) + ")");
   }
   return info;
 }
@@ -103,8 +102,7 @@ LaunchInfo from_slurm(const EnvLookup& env) {
 
   if (const auto addr = env("MASTER_ADDR"); addr && !addr->empty()) {
     info.master_addr = *addr;
-  } else if (const auto nodes =
-                 first_set(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
+  } else if (const auto nodes = first_set(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
     info.master_addr = first_slurm_host(nodes->second, nodes->first);
   } else if (info.distributed()) {
     throw ConfigError("neither MASTER_ADDR nor SLURM_JOB_NODELIST is set: cannot find rank 0's host");

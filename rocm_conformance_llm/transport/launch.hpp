@@ -12,7 +12,7 @@ namespace rcl {
 struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;          // index on this node: picks the GPU
+  int local_rank = 0;  // index on this node: picks the GPU
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string launcher = "none";  // "torchrun" | "slurm" | "mpirun" | "none"

@@ -188,8 +188,7 @@ std::vector<std::pair<std::string, torch::Tensor>> gather_full_parameters(GPT& m
   for (const auto& item : model->named_parameters()) {
     const std::string& key = item.key();
     torch::Tensor value = item.value().detach();
-    if (const auto it = experts.find(key); it != experts.end())
-      value = it->second;
+    if (const auto it = experts.find(key); it != experts.end()) value = it->second;
     else if (parallel.tensor && is_tensor_split(key))
       value = gather_tensor_split(key, value, model->config(), *parallel.tensor);
     out.emplace_back(key, value);

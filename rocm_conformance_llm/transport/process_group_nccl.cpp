@@ -16,8 +16,8 @@
 
 namespace rcl {
 
-c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                              int world_size, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                              std::chrono::milliseconds timeout) {
   // Blocking wait: a stuck RCCL collective throws in the training thread after `timeout`, where
   // the heartbeat diagnosis names the missing rank, instead of the watchdog tearing the process
   // down. It also makes wait() return only once the collective finished, so timings are real.

@@ -24,8 +24,7 @@ int64_t tensor_bytes(const torch::Tensor& t) { return t.numel() * static_cast<in
 
 // Consecutive tensors of one dtype and device, up to about `bucket_bytes` per bucket; a tensor
 // bigger than a bucket travels alone.
-std::vector<std::vector<torch::Tensor>> plan_buckets(const std::vector<torch::Tensor>& tensors,
-                                                     int64_t bucket_bytes) {
+std::vector<std::vector<torch::Tensor>> plan_buckets(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes) {
   std::vector<std::vector<torch::Tensor>> buckets;
   int64_t filled = 0;
   for (const auto& t : tensors) {
@@ -94,8 +93,7 @@ std::string human_bytes(int64_t bytes) {
 
 }  // namespace
 
-ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
-                                   DataParallel data_parallel)
+ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, DataParallel data_parallel)
     : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
   if (data_parallel == DataParallel::zero) zero_.emplace(*comm_);
   if (data_parallel == DataParallel::fsdp) fsdp_.emplace(*comm_);
@@ -105,8 +103,7 @@ int ProcessGroupSync::rank() const { return comm_->rank(); }
 int ProcessGroupSync::world_size() const { return comm_->world_size(); }
 std::string ProcessGroupSync::backend() const { return comm_->backend(); }
 
-void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& params,
-                                         std::vector<CollectiveSample>& out) {
+void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& params, std::vector<CollectiveSample>& out) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
@@ -139,7 +136,8 @@ void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& pa
   for (const auto& p : params)
     (split_ && split_->kind_of(p) == ParameterKind::expert ? experts : data).push_back(p.detach());
   const auto broadcast = [&](const std::vector<torch::Tensor>& tensors, Communicator& group) {
-    for_each_flat_bucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
+    for_each_flat_bucket(tensors, bucket_bytes_,
+                         [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
   };
   broadcast(data, data_comm());
   if (Communicator* holders = split_ ? split_->expert_data() : nullptr; holders && !experts.empty())
@@ -184,21 +182,16 @@ ParallelizedModel ProcessGroupSync::parallelize(GPT& model, const std::function<
 }
 
 void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
-  if (zero_)
-    zero_->reduce_scatter_gradients(optimizer, out);
-  else if (fsdp_)
-    fsdp_->sync_gradients(out);
-  else
-    average_gradients(optimizer.shared_parameters(), out);
+  if (zero_) zero_->reduce_scatter_gradients(optimizer, out);
+  else if (fsdp_) fsdp_->sync_gradients(out);
+  else average_gradients(optimizer.shared_parameters(), out);
 }
 
 void ProcessGroupSync::sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) {
   if (split_)  // the weighted squares of every rank's parameters (norm_weights)
     out.push_back(comm_->all_reduce(value, ReduceOp::sum, "allreduce_grad_norm"));
-  else if (zero_)
-    zero_->sum_over_ranks(value, out);
-  else if (fsdp_)
-    fsdp_->sum_over_ranks(value, out);
+  else if (zero_) zero_->sum_over_ranks(value, out);
+  else if (fsdp_) fsdp_->sum_over_ranks(value, out);
 }
 
 void ProcessGroupSync::after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
@@ -236,8 +229,7 @@ Finding ProcessGroupSync::finding(const std::string& signature, Severity severit
                                   nlohmann::json evidence) const {
   evidence["backend"] = comm_->backend();
   evidence["world_size"] = world_size();
-  return Finding{component::rccl, signature, severity, comm_->step(), rank(), std::move(message),
-                 std::move(evidence)};
+  return Finding{component::rccl, signature, severity, comm_->step(), rank(), std::move(message), std::move(evidence)};
 }
 
 std::vector<Finding> ProcessGroupSync::run_canary() {
@@ -266,8 +258,10 @@ std::vector<Finding> ProcessGroupSync::run_canary() {
     const int64_t bytes = kCanaryElements[i] * 4;
     std::string message = fmt::format("exact all-reduce canary ({} float32) wrong on rank{} {}", human_bytes(bytes),
                                       bad_ranks.size() > 1 ? "s" : "", fmt::join(bad_ranks, ","));
-    nlohmann::json evidence = {{"bytes", bytes}, {"elements", kCanaryElements[i]},
-                               {"wrong_ranks", bad_ranks}, {"wrong_elements_per_rank", counts}};
+    nlohmann::json evidence = {{"bytes", bytes},
+                               {"elements", kCanaryElements[i]},
+                               {"wrong_ranks", bad_ranks},
+                               {"wrong_elements_per_rank", counts}};
     if (const auto& mine = details[i]) {
       message += fmt::format(": here {} of {} elements wrong, first at [{}] = {} instead of {}", mine->wrong_elements,
                              kCanaryElements[i], mine->first_index, mine->got, mine->expected);
@@ -310,21 +304,26 @@ CollectiveBatteryResult ProcessGroupSync::run_collective_battery(const std::vect
       wrong_cases.push_back(fmt::format("{} on rank{} {}{}", row.c.name(), row.wrong_ranks.size() > 1 ? "s" : "",
                                         fmt::join(row.wrong_ranks, ","),
                                         source >= 0 ? fmt::format(" (rank {}'s data came back wrong)", source) : ""));
-      wrong_evidence.push_back({{"case", row.c.name()}, {"kind", to_string(row.c.kind)},
-                                {"reduce_op", to_string(row.c.reduce)}, {"dtype", c10::toString(row.c.dtype)},
-                                {"bytes", row.c.bytes}, {"route", row.route}, {"wrong_ranks", row.wrong_ranks},
-                                {"source_rank", source}, {"first_index", w[kFields * i + 1]},
-                                {"got", w[kFields * i + 2]}, {"expected", w[kFields * i + 3]},
+      wrong_evidence.push_back({{"case", row.c.name()},
+                                {"kind", to_string(row.c.kind)},
+                                {"reduce_op", to_string(row.c.reduce)},
+                                {"dtype", c10::toString(row.c.dtype)},
+                                {"bytes", row.c.bytes},
+                                {"route", row.route},
+                                {"wrong_ranks", row.wrong_ranks},
+                                {"source_rank", source},
+                                {"first_index", w[kFields * i + 1]},
+                                {"got", w[kFields * i + 2]},
+                                {"expected", w[kFields * i + 3]},
                                 {"first_wrong_rank", *first_wrong}});
     }
     result.rows.push_back(std::move(row));
   }
   if (!wrong_cases.empty()) {
-    result.findings.push_back(finding(
-        "collective_result_mismatch", Severity::fail,
-        fmt::format("{} of {} exact collective cases wrong (seed {}): {}", wrong_cases.size(), mine.size(), seed,
-                    fmt::join(wrong_cases, "; ")),
-        {{"seed", seed}, {"cases", mine.size()}, {"wrong", wrong_evidence}}));
+    result.findings.push_back(finding("collective_result_mismatch", Severity::fail,
+                                      fmt::format("{} of {} exact collective cases wrong (seed {}): {}",
+                                                  wrong_cases.size(), mine.size(), seed, fmt::join(wrong_cases, "; ")),
+                                      {{"seed", seed}, {"cases", mine.size()}, {"wrong", wrong_evidence}}));
   }
   return result;
 }
@@ -344,7 +343,8 @@ std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torc
     const ParameterFingerprint mine = fingerprint_parameters(kind);
     packed.insert(packed.end(), {std::bit_cast<int64_t>(mine.hash), std::bit_cast<int64_t>(mine.sum)});
   }
-  const torch::Tensor all = comm_->all_gather(torch::tensor(packed, torch::kLong).to(comm_->device()), "param_checksum").cpu();
+  const torch::Tensor all =
+      comm_->all_gather(torch::tensor(packed, torch::kLong).to(comm_->device()), "param_checksum").cpu();
   std::vector<int> odd;
   std::vector<int64_t> hashes;
   std::vector<double> sums;

@@ -31,10 +31,10 @@ struct RankStepTimes {
 // One collective battery case as every rank agrees on it.
 struct CollectiveCheckRow {
   BatteryCase c;
-  std::string route;               // how this backend carried it (route_collective)
-  double seconds = 0.0;            // the slowest rank's: a collective ends when its last rank does
-  double bus_bandwidth_gbps = 0.0; // from `seconds`
-  std::vector<int> wrong_ranks;    // ranks whose output was not the exact expected one
+  std::string route;                // how this backend carried it (route_collective)
+  double seconds = 0.0;             // the slowest rank's: a collective ends when its last rank does
+  double bus_bandwidth_gbps = 0.0;  // from `seconds`
+  std::vector<int> wrong_ranks;     // ranks whose output was not the exact expected one
 };
 
 struct CollectiveBatteryResult {
@@ -112,8 +112,7 @@ class ProcessGroupSync final : public GradientSync {
   void inject_canary_fault(double offset) { canary_fault_offset_ = offset; }
 
  private:
-  Finding finding(const std::string& signature, Severity severity, std::string message,
-                  nlohmann::json evidence) const;
+  Finding finding(const std::string& signature, Severity severity, std::string message, nlohmann::json evidence) const;
 
   std::unique_ptr<Communicator> comm_;
   int64_t bucket_bytes_;

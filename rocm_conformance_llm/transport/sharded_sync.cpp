@@ -52,10 +52,8 @@ void ZeroShards::reduce_scatter_gradients(FlatAdamW& optimizer, std::vector<Coll
   // In place: the shard is chunk rank() of the input, the aliasing RCCL's reduce-scatter allows.
   out.push_back(comm_.reduce_scatter(mine, padded, ReduceOp::avg, "reduce_scatter_grads"));
   if (later) mine.add_(synced_);
-  if (synced_.defined() && synced_.sizes() == mine.sizes())
-    synced_.copy_(mine);
-  else
-    synced_ = mine.clone();
+  if (synced_.defined() && synced_.sizes() == mine.sizes()) synced_.copy_(mine);
+  else synced_ = mine.clone();
   const int64_t offset = optimizer.shard_offset();
   padded.narrow(0, 0, offset).zero_();
   const int64_t after = offset + mine.numel();

@@ -16,7 +16,9 @@ const char* to_string(ParameterKind kind) {
 }
 
 SplitModel::SplitModel(Communicator& world, const ParallelLayout& layout)
-    : layout_(layout), groups_(make_subgroups(world, layout)), data_(make_data_parallel_group(world, layout)),
+    : layout_(layout),
+      groups_(make_subgroups(world, layout)),
+      data_(make_data_parallel_group(world, layout)),
       expert_data_(make_expert_data_parallel_group(world, layout)) {}
 
 ParameterKind SplitModel::kind_of(const torch::Tensor& param) const {

@@ -44,9 +44,10 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   const bool fsdp = cfg.data_parallel == DataParallel::fsdp && world_size > 1;
   int asked = fsdp ? 1 : static_cast<int>(cfg.tensor_parallel_degree);
   if (fsdp && cfg.tensor_parallel_degree > 1)
-    layout.notes.push_back(fmt::format("tensor_parallel_degree={} with data_parallel fsdp, whose units are whole "
-                                       "blocks: 1 used",
-                                       cfg.tensor_parallel_degree));
+    layout.notes.push_back(
+        fmt::format("tensor_parallel_degree={} with data_parallel fsdp, whose units are whole "
+                    "blocks: 1 used",
+                    cfg.tensor_parallel_degree));
   // The comm mode's split must not take away the data-parallel collectives (ZeRO's reduce-scatter
   // and all-gather, the experts' all-to-all): it applies only where two or more replicas remain.
   if (const int distributed = static_cast<int>(cfg.distributed_tensor_parallel_degree);
@@ -55,12 +56,14 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
     int fits = both_allow;  // its largest divisor that leaves two replicas
     while (fits > 1 && (both_allow % fits != 0 || world_size / fits < 2)) --fits;
     if (fsdp || fits == 1) {
-      layout.notes.push_back(fmt::format("distributed_tensor_parallel_degree={}: {}, no tensor split", distributed,
-                                         fsdp ? "data_parallel fsdp keeps whole blocks"
-                                              : fmt::format("a world of {} leaves fewer than two data-parallel replicas", world_size)));
+      layout.notes.push_back(
+          fmt::format("distributed_tensor_parallel_degree={}: {}, no tensor split", distributed,
+                      fsdp ? "data_parallel fsdp keeps whole blocks"
+                           : fmt::format("a world of {} leaves fewer than two data-parallel replicas", world_size)));
     } else {
       asked = fits;
-      layout.notes.push_back(fmt::format("distributed_tensor_parallel_degree={}: tensor parallel over {} ranks", distributed, fits));
+      layout.notes.push_back(
+          fmt::format("distributed_tensor_parallel_degree={}: tensor parallel over {} ranks", distributed, fits));
     }
   }
   const int world_allows = std::gcd(asked, world_size);
@@ -77,11 +80,11 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   layout.tensor_degree = world_allows;
   while (!model_allows(layout.tensor_degree)) --layout.tensor_degree;
   if (layout.tensor_degree != world_allows)
-    layout.notes.push_back(fmt::format("tensor_parallel_degree={} does not divide num_heads={}, num_key_value_heads={}{}: "
-                                       "{} used",
-                                       world_allows, cfg.num_heads, kv_heads,
-                                       cfg.sequence_parallel ? fmt::format(" and seq_len={}", cfg.seq_len) : "",
-                                       layout.tensor_degree));
+    layout.notes.push_back(
+        fmt::format("tensor_parallel_degree={} does not divide num_heads={}, num_key_value_heads={}{}: "
+                    "{} used",
+                    world_allows, cfg.num_heads, kv_heads,
+                    cfg.sequence_parallel ? fmt::format(" and seq_len={}", cfg.seq_len) : "", layout.tensor_degree));
   layout.data_degree = world_size / layout.tensor_degree;
   layout.sequence_parallel = cfg.sequence_parallel && layout.tensor_degree > 1;
   if (cfg.sequence_parallel && !layout.sequence_parallel)
@@ -89,17 +92,19 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
   layout.moe_experts = cfg.moe_experts;
   if (cfg.moe_experts == 0 && cfg.distributed_moe_experts > 0) {
     if (fsdp) {
-      layout.notes.push_back(fmt::format("distributed_moe_experts={} with data_parallel fsdp, whose units are dense "
-                                         "blocks: the dense MLP kept",
-                                         cfg.distributed_moe_experts));
+      layout.notes.push_back(
+          fmt::format("distributed_moe_experts={} with data_parallel fsdp, whose units are dense "
+                      "blocks: the dense MLP kept",
+                      cfg.distributed_moe_experts));
     } else if (layout.data_degree > 1) {
       layout.moe_experts = cfg.distributed_moe_experts;
       layout.notes.push_back(fmt::format("distributed_moe_experts={}: a mixture of experts in place of the dense MLP",
                                          cfg.distributed_moe_experts));
     } else {
-      layout.notes.push_back(fmt::format("distributed_moe_experts={}: one data-parallel rank has no experts to shard, "
-                                         "the dense MLP kept",
-                                         cfg.distributed_moe_experts));
+      layout.notes.push_back(
+          fmt::format("distributed_moe_experts={}: one data-parallel rank has no experts to shard, "
+                      "the dense MLP kept",
+                      cfg.distributed_moe_experts));
     }
   }
   if (layout.moe_experts > 0) {
@@ -120,9 +125,13 @@ TrainingConfig model_config(const TrainingConfig& cfg, const ParallelLayout& lay
 }
 
 nlohmann::json to_json(const ParallelLayout& layout) {
-  return {{"world_size", layout.world_size},         {"tensor_parallel_degree", layout.tensor_degree},
-          {"data_parallel_degree", layout.data_degree}, {"expert_parallel_degree", layout.expert_degree},
-          {"sequence_parallel", layout.sequence_parallel}, {"moe_experts", layout.moe_experts}, {"notes", layout.notes}};
+  return {{"world_size", layout.world_size},
+          {"tensor_parallel_degree", layout.tensor_degree},
+          {"data_parallel_degree", layout.data_degree},
+          {"expert_parallel_degree", layout.expert_degree},
+          {"sequence_parallel", layout.sequence_parallel},
+          {"moe_experts", layout.moe_experts},
+          {"notes", layout.notes}};
 }
 
 CommunicatorGroup::CommunicatorGroup(std::string name, std::unique_ptr<Communicator> comm)

@@ -19,9 +19,9 @@ namespace rcl {
 
 struct ParallelLayout {
   int world_size = 1;
-  int tensor_degree = 1;  // ranks per tensor-parallel group
-  int data_degree = 1;    // world_size / tensor_degree
-  int expert_degree = 1;  // ranks the experts are sharded over (1: every expert local)
+  int tensor_degree = 1;    // ranks per tensor-parallel group
+  int data_degree = 1;      // world_size / tensor_degree
+  int expert_degree = 1;    // ranks the experts are sharded over (1: every expert local)
   int64_t moe_experts = 0;  // the model's experts: moe_experts, or distributed_moe_experts where it applies
   bool sequence_parallel = false;
   std::vector<std::string> notes;  // each degree that differs from the one asked for, and why
@@ -30,7 +30,7 @@ struct ParallelLayout {
   std::vector<int> tensor_group(int rank) const;
   std::vector<int> data_group(int rank) const;
   std::vector<int> expert_group(int rank) const;  // consecutive members of its data-parallel group
-  int expert_rank(int rank) const;                 // its index in its expert group: which experts it holds
+  int expert_rank(int rank) const;                // its index in its expert group: which experts it holds
   // The ranks holding the same experts as `rank`: its data-parallel group's members of the same
   // expert rank, one per expert group.
   std::vector<int> expert_data_group(int rank) const;

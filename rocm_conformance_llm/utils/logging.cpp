@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-
 namespace rcl {
 
 void init_logging(int rank, int world_size, bool all_ranks_verbose) {

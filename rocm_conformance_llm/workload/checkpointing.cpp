@@ -30,8 +30,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto replay = c10::static_intrusive_pointer_cast<Recomputation>(
-        ctx->saved_data["replay"].toCapsule());
+    auto replay = c10::static_intrusive_pointer_cast<Recomputation>(ctx->saved_data["replay"].toCapsule());
     const auto input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     const auto device = input.device();
 
@@ -54,8 +53,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn,
-                         const torch::Tensor& input) {
+torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input) {
   auto replay = c10::make_intrusive<Recomputation>();
   replay->fn = std::move(fn);
   return CheckpointFunction::apply(replay, input);

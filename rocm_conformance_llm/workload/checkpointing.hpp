@@ -15,7 +15,6 @@ namespace rcl {
 // masks match, then back-propagates through the recomputation; gradients of the parameters
 // fn uses accumulate into their .grad. Like PyTorch's reentrant checkpoint it therefore
 // needs .backward(), not torch::autograd::grad, and `input` must require grad.
-torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn,
-                         const torch::Tensor& input);
+torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input);
 
 }  // namespace rcl

@@ -11,11 +11,10 @@ const DeviceFitRule& device_fit_rule() {
   // sequence length, the gemm mode's widths, the fusion mode's depth are the stress and stay.
   // 10% of the device is left to the runtime's context, BLAS workspaces and the other
   // processes a shared node runs.
-  static const DeviceFitRule rule{
-      .lowers = "batch_size",
-      .keeps_tokens_with = "grad_accum_steps",
-      .usable_fraction = 0.9,
-      .why = "smaller micro-batches, more of them: the same tokens per optimizer step"};
+  static const DeviceFitRule rule{.lowers = "batch_size",
+                                  .keeps_tokens_with = "grad_accum_steps",
+                                  .usable_fraction = 0.9,
+                                  .why = "smaller micro-batches, more of them: the same tokens per optimizer step"};
   return rule;
 }
 
@@ -48,13 +47,12 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
     fit.training = candidate;
     fit.fitted = predicted;
     fit.changes = config_diff(composed, candidate);
-    fit.reason = micro == batch
-                     ? fmt::format("fits: predicted peak {} of {} available", gib_text(predicted.peak_bytes),
-                                   gib_text(fit.available_bytes))
-                     : fmt::format("{} {} -> {}, {} x{} ({}): predicted peak {} -> {}, {} available", rule.lowers,
-                                   batch, micro, rule.keeps_tokens_with, batch / micro, rule.why,
-                                   gib_text(fit.composed.peak_bytes), gib_text(predicted.peak_bytes),
-                                   gib_text(fit.available_bytes));
+    fit.reason = micro == batch ? fmt::format("fits: predicted peak {} of {} available", gib_text(predicted.peak_bytes),
+                                              gib_text(fit.available_bytes))
+                                : fmt::format("{} {} -> {}, {} x{} ({}): predicted peak {} -> {}, {} available",
+                                              rule.lowers, batch, micro, rule.keeps_tokens_with, batch / micro,
+                                              rule.why, gib_text(fit.composed.peak_bytes),
+                                              gib_text(predicted.peak_bytes), gib_text(fit.available_bytes));
     return fit;
   }
   const SizingPrediction& smallest = fit.fitted = predict_step(with_micro_batch(composed, rule, 1), device);
@@ -68,17 +66,18 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
 }
 
 nlohmann::json DeviceFit::to_json() const {
-  return {{"device", {{"name", device.name}, {"capacity_bytes", device.capacity_bytes},
-                      {"peak_flops", device.peak_flops}}},
-          {"rule", {{"lowers", device_fit_rule().lowers},
-                    {"keeps_tokens_with", device_fit_rule().keeps_tokens_with},
-                    {"usable_fraction", device_fit_rule().usable_fraction}}},
-          {"available_bytes", available_bytes},
-          {"fits", fits},
-          {"changes", changes},
-          {"reason", reason},
-          {"predicted_before_fit", composed.to_json()},
-          {"predicted", fitted.to_json()}};
+  return {
+      {"device", {{"name", device.name}, {"capacity_bytes", device.capacity_bytes}, {"peak_flops", device.peak_flops}}},
+      {"rule",
+       {{"lowers", device_fit_rule().lowers},
+        {"keeps_tokens_with", device_fit_rule().keeps_tokens_with},
+        {"usable_fraction", device_fit_rule().usable_fraction}}},
+      {"available_bytes", available_bytes},
+      {"fits", fits},
+      {"changes", changes},
+      {"reason", reason},
+      {"predicted_before_fit", composed.to_json()},
+      {"predicted", fitted.to_json()}};
 }
 
 }  // namespace rcl

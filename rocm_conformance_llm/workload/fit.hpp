@@ -33,7 +33,7 @@ struct DeviceFit {
   TrainingConfig training;      // the fitted configuration
   nlohmann::json changes = nlohmann::json::object();  // {field: [before, after]}
   bool fits = false;
-  std::string reason;           // one line: what changed and why, or why it cannot fit
+  std::string reason;  // one line: what changed and why, or why it cannot fit
 
   nlohmann::json to_json() const;
 };

@@ -70,7 +70,7 @@ class FsdpUnit {
   std::vector<torch::Tensor> params_;  // decayed first
   std::vector<std::vector<int64_t>> shapes_;
   int64_t total_ = 0;
-  int64_t chunk_ = 0;   // padded total / group size
+  int64_t chunk_ = 0;  // padded total / group size
   int64_t decayed_in_chunk_ = 0;
   torch::Tensor decayed_shard_, plain_shard_;
   torch::Tensor full_;  // the gathered buffer while gathered

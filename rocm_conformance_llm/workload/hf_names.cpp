@@ -23,9 +23,9 @@ struct NameRule {
 constexpr NameRule kGpt2Top[] = {{"wte.", {"transformer.wte."}, false},
                                  {"wpe.", {"transformer.wpe."}, false},
                                  {"final_norm.", {"transformer.ln_f."}, false}};
-constexpr NameRule kGpt2Block[] = {{"norm_attn.", {"ln_1."}, false},  {"attn.qkv.", {"attn.c_attn."}, true},
+constexpr NameRule kGpt2Block[] = {{"norm_attn.", {"ln_1."}, false},       {"attn.qkv.", {"attn.c_attn."}, true},
                                    {"attn.proj.", {"attn.c_proj."}, true}, {"norm_mlp.", {"ln_2."}, false},
-                                   {"mlp.up.", {"mlp.c_fc."}, true},   {"mlp.down.", {"mlp.c_proj."}, true}};
+                                   {"mlp.up.", {"mlp.c_fc."}, true},       {"mlp.down.", {"mlp.c_proj."}, true}};
 constexpr NameRule kLlamaTop[] = {{"wte.", {"model.embed_tokens."}, false}, {"final_norm.", {"model.norm."}, false}};
 constexpr NameRule kLlamaBlock[] = {
     {"norm_attn.", {"input_layernorm."}, false},
@@ -48,7 +48,6 @@ std::optional<StoredNames> apply_rules(std::string_view name, std::span<const Na
   return std::nullopt;
 }
 
-
 StoredNames hf_names(const std::string& native, HfLayout layout) {
   const bool gpt2 = layout == HfLayout::gpt2;
   std::optional<StoredNames> mapped;
@@ -65,7 +64,6 @@ StoredNames hf_names(const std::string& native, HfLayout layout) {
   return *mapped;
 }
 
-
 }  // namespace
 
 const char* to_string(HfLayout layout) {
@@ -74,11 +72,14 @@ const char* to_string(HfLayout layout) {
 }
 
 HfLayout hf_layout_of(const TrainingConfig& c) {
-  if (c.norm_layout != NormLayout::pre || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0) return HfLayout::native;
+  if (c.norm_layout != NormLayout::pre || c.qk_norm || c.qkv_conv_kernel != 0 || c.moe_experts > 0)
+    return HfLayout::native;
   // GPT-2 has no grouped-query attention.
-  if (c.position == PositionEncoding::learned && c.norm == NormKind::layernorm && c.activation == Activation::gelu && key_value_heads(c) == c.num_heads)
+  if (c.position == PositionEncoding::learned && c.norm == NormKind::layernorm && c.activation == Activation::gelu &&
+      key_value_heads(c) == c.num_heads)
     return HfLayout::gpt2;
-  if (c.position == PositionEncoding::rotary && c.norm == NormKind::rmsnorm && c.activation == Activation::swiglu) return HfLayout::llama;
+  if (c.position == PositionEncoding::rotary && c.norm == NormKind::rmsnorm && c.activation == Activation::swiglu)
+    return HfLayout::llama;
   return HfLayout::native;
 }
 
@@ -88,10 +89,8 @@ std::vector<std::pair<std::string, StoredNames>> stored_names(const TrainingConf
   for (const auto& item : params) {
     auto stored = layout == HfLayout::native ? StoredNames{{item.key()}} : hf_names(item.key(), layout);
     const auto parts = static_cast<int64_t>(stored.names.size());
-    if (parts == 3)
-      stored.rows = {cfg.hidden_size, key_value_width(cfg), key_value_width(cfg)};
-    else
-      stored.rows.assign(stored.names.size(), item.value().size(0) / parts);
+    if (parts == 3) stored.rows = {cfg.hidden_size, key_value_width(cfg), key_value_width(cfg)};
+    else stored.rows.assign(stored.names.size(), item.value().size(0) / parts);
     out.emplace_back(item.key(), std::move(stored));
   }
   return out;
@@ -99,28 +98,60 @@ std::vector<std::pair<std::string, StoredNames>> stored_names(const TrainingConf
 
 nlohmann::json hf_config(const TrainingConfig& c, HfLayout layout) {
   if (layout == HfLayout::gpt2)
-    return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", c.vocab_size},
-            {"n_positions", c.seq_len}, {"n_embd", c.hidden_size}, {"n_layer", c.num_layers},
-            {"n_head", c.num_heads}, {"n_inner", ffn_hidden_size(c)}, {"activation_function", "gelu"},
-            {"layer_norm_epsilon", 1e-5}, {"resid_pdrop", c.dropout}, {"embd_pdrop", c.dropout},
-            {"attn_pdrop", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.vocab_size},
+            {"n_positions", c.seq_len},
+            {"n_embd", c.hidden_size},
+            {"n_layer", c.num_layers},
+            {"n_head", c.num_heads},
+            {"n_inner", ffn_hidden_size(c)},
+            {"activation_function", "gelu"},
+            {"layer_norm_epsilon", 1e-5},
+            {"resid_pdrop", c.dropout},
+            {"embd_pdrop", c.dropout},
+            {"attn_pdrop", c.dropout},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "float32"}};
   if (layout == HfLayout::llama)
-    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
-            {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
-            {"intermediate_size", ffn_hidden_size(c)}, {"num_hidden_layers", c.num_layers},
-            {"num_attention_heads", c.num_heads}, {"num_key_value_heads", key_value_heads(c)},
-            {"head_dim", c.hidden_size / c.num_heads}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
-            {"rope_theta", 10000.0}, {"attention_bias", true}, {"mlp_bias", true},
-            {"attention_dropout", c.dropout}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", c.vocab_size},
+            {"max_position_embeddings", c.seq_len},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", ffn_hidden_size(c)},
+            {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_heads},
+            {"num_key_value_heads", key_value_heads(c)},
+            {"head_dim", c.hidden_size / c.num_heads},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0},
+            {"attention_bias", true},
+            {"mlp_bias", true},
+            {"attention_dropout", c.dropout},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "float32"}};
   // No Hugging Face architecture has this layout: the same keys' meaning, our own model_type.
-  return {{"architectures", {"RclGPT"}}, {"model_type", "rcl-gpt"}, {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.seq_len}, {"hidden_size", c.hidden_size},
-          {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
-          {"num_key_value_heads", key_value_heads(c)}, {"intermediate_size", ffn_hidden_size(c)},
-          {"hidden_act", c.activation}, {"norm", c.norm},
-          {"norm_layout", c.norm_layout}, {"position_embedding", c.position}, {"qk_norm", c.qk_norm},
-          {"qkv_conv_kernel", c.qkv_conv_kernel}, {"moe_experts", c.moe_experts}, {"moe_top_k", c.moe_top_k},
-          {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+  return {{"architectures", {"RclGPT"}},
+          {"model_type", "rcl-gpt"},
+          {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.seq_len},
+          {"hidden_size", c.hidden_size},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_heads},
+          {"num_key_value_heads", key_value_heads(c)},
+          {"intermediate_size", ffn_hidden_size(c)},
+          {"hidden_act", c.activation},
+          {"norm", c.norm},
+          {"norm_layout", c.norm_layout},
+          {"position_embedding", c.position},
+          {"qk_norm", c.qk_norm},
+          {"qkv_conv_kernel", c.qkv_conv_kernel},
+          {"moe_experts", c.moe_experts},
+          {"moe_top_k", c.moe_top_k},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
 }
 
 nlohmann::json special_token_ids(const TrainingConfig& c) {

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/config.hpp"
 
@@ -32,7 +32,7 @@ HfLayout hf_layout_of(const TrainingConfig& cfg);
 // stores a Linear weight transposed ([in, out]).
 struct StoredNames {
   std::vector<std::string> names{};  // one per row block of the parameter
-  std::vector<int64_t> rows{};     // the blocks' rows
+  std::vector<int64_t> rows{};       // the blocks' rows
   bool transpose = false;
 };
 

@@ -4,9 +4,7 @@
 
 namespace rcl {
 
-int64_t key_value_width(const TrainingConfig& cfg) {
-  return key_value_heads(cfg) * (cfg.hidden_size / cfg.num_heads);
-}
+int64_t key_value_width(const TrainingConfig& cfg) { return key_value_heads(cfg) * (cfg.hidden_size / cfg.num_heads); }
 
 int64_t qkv_output_width(const TrainingConfig& cfg) { return cfg.hidden_size + 2 * key_value_width(cfg); }
 

@@ -51,7 +51,8 @@ std::vector<std::pair<std::string, torch::Tensor>> MoeFeedForwardImpl::gather_ex
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : named_parameters(/*recurse=*/false)) {
     const torch::Tensor mine = item.value().detach();
-    out.emplace_back(item.key(), group_ ? group_->all_gather_rows(mine, "all_gather.export." + where + "." + item.key()) : mine);
+    out.emplace_back(item.key(),
+                     group_ ? group_->all_gather_rows(mine, "all_gather.export." + where + "." + item.key()) : mine);
   }
   return out;
 }
@@ -111,7 +112,8 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
 
   // Received rows come by source rank, then expert: regroup them by local expert, run the experts,
   // and put the results back in received order.
-  const auto expert_of_row = torch::arange(local, received_counts.options()).repeat({received_counts.size(0)})
+  const auto expert_of_row = torch::arange(local, received_counts.options())
+                                 .repeat({received_counts.size(0)})
                                  .repeat_interleave(received_counts.reshape(-1));
   const auto by_expert = std::get<1>(expert_of_row.sort(/*stable=*/true, 0, false));
   const auto computed = experts_forward(received.index_select(0, by_expert), received_counts.sum(0));
@@ -121,7 +123,8 @@ torch::Tensor MoeFeedForwardImpl::forward(const torch::Tensor& x) {
 
   const auto pair_weights = weights.reshape(-1).index_select(0, order).unsqueeze(1).to(results.scalar_type());
   // In the experts' output dtype (autocast's, like the dense MLP's), not the input's.
-  const auto combined = torch::zeros(tokens.sizes(), results.options()).index_add(0, token_of_pair, results * pair_weights);
+  const auto combined =
+      torch::zeros(tokens.sizes(), results.options()).index_add(0, token_of_pair, results * pair_weights);
   return combined.view(x.sizes());
 }
 

@@ -85,15 +85,15 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
   const auto add_updated = [&](const torch::Tensor& params, const torch::Tensor& grads, int64_t moments_at,
                                int64_t decayed_numel, int64_t storage_offset) {
     if (params.numel() == 0 && !updated_.empty()) return;
-    updated_.push_back(Updated{.params = params, .grads = grads,
+    updated_.push_back(Updated{.params = params,
+                               .grads = grads,
                                .exp_avg = state_.exp_avg.narrow(0, moments_at, params.numel()),
                                .exp_avg_sq = state_.exp_avg_sq.narrow(0, moments_at, params.numel()),
                                .norm_weights = {},
                                .decayed = std::clamp<int64_t>(decayed_numel, 0, params.numel()),
                                .offset = storage_offset});
   };
-  if (local_total > 0)
-    add_updated(storage_params_.narrow(0, 0, local_total), local_grads_, 0, local_decayed, 0);
+  if (local_total > 0) add_updated(storage_params_.narrow(0, 0, local_total), local_grads_, 0, local_decayed, 0);
   add_updated(shard_params_, shard_grads_, local_total, shared_decayed - shard_offset_, local_total + shard_offset_);
 }
 

@@ -47,8 +47,8 @@ class FlatAdamW {
   // data-parallel replicas (an expert-parallel rank's experts). They lie first in the storage,
   // outside the `shard.count` equal shards, and this rank updates all of them and keeps all
   // their moments, whichever shard it updates of the others.
-  FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed,
-            AdamWHyper hyper, ShardOf shard = {}, const std::vector<torch::Tensor>& local = {});
+  FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& not_decayed, AdamWHyper hyper,
+            ShardOf shard = {}, const std::vector<torch::Tensor>& local = {});
 
   void zero_grad();
   // torch::nn::utils::clip_grad_norm_ without its host read-back: returns the total L2 norm of
@@ -111,7 +111,7 @@ class FlatAdamW {
   AdamWHyper hyper_;
   ShardOf shard_;
   std::vector<torch::Tensor> parameters_, shared_parameters_;
-  std::vector<int64_t> offsets_;  // each parameter's in the storage
+  std::vector<int64_t> offsets_;                  // each parameter's in the storage
   torch::Tensor storage_params_, storage_grads_;  // the local parameters, then the padded shared ones
   torch::Tensor padded_params_, padded_grads_;
   torch::Tensor flat_params_, flat_grads_;

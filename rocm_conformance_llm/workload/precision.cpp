@@ -51,8 +51,7 @@ AutocastState current_autocast(torch::DeviceType device_type) {
 #ifdef RCL_AUTOCAST_DEVICE_TYPE_API
   return {at::autocast::is_autocast_enabled(device_type), at::autocast::get_autocast_dtype(device_type)};
 #else
-  if (device_type == torch::kCPU)
-    return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype()};
+  if (device_type == torch::kCPU) return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype()};
   return {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
 #endif
 }
@@ -70,8 +69,8 @@ AutocastGuard::~AutocastGuard() {
   apply(device_type_, previous_);
 }
 
-DynamicLossScaler::DynamicLossScaler(double initial_scale, int64_t growth_interval,
-                                     double backoff_factor, double growth_factor)
+DynamicLossScaler::DynamicLossScaler(double initial_scale, int64_t growth_interval, double backoff_factor,
+                                     double growth_factor)
     : scale_(initial_scale),
       growth_interval_(growth_interval),
       backoff_factor_(backoff_factor),
@@ -90,8 +89,7 @@ void DynamicLossScaler::update(bool found_nonfinite, int64_t step) {
     clean_streak_ = 0;
     const double old_scale = scale_;
     scale_ *= backoff_factor_;
-    spdlog::warn("step {}: fp16 gradients overflowed, update skipped, loss scale {} -> {}", step,
-                 old_scale, scale_);
+    spdlog::warn("step {}: fp16 gradients overflowed, update skipped, loss scale {} -> {}", step, old_scale, scale_);
     return;
   }
   if (++clean_streak_ >= growth_interval_) {

@@ -66,7 +66,9 @@ class DynamicLossScaler {
     int64_t skipped_steps = 0;
   };
   State state() const { return {scale_, clean_streak_, skipped_steps_}; }
-  void load_state(const State& s) { scale_ = s.scale, clean_streak_ = s.clean_streak, skipped_steps_ = s.skipped_steps; }
+  void load_state(const State& s) {
+    scale_ = s.scale, clean_streak_ = s.clean_streak, skipped_steps_ = s.skipped_steps;
+  }
 
  private:
   double scale_;

@@ -16,8 +16,8 @@ namespace {
 // The shapes and element sizes every formula reads (docs/sizing.md names them the same way).
 struct Shape {
   int64_t B, T, BT, C, H, K, F, F_up, L, V;  // K: width of K and of V (C without GQA)
-  int64_t a;     // bytes of an activation: the autocast dtype (2 for bf16/fp16), else 4
-  int64_t r;     // bytes of the residual stream and of the parameters: float32
+  int64_t a;                                 // bytes of an activation: the autocast dtype (2 for bf16/fp16), else 4
+  int64_t r;                                 // bytes of the residual stream and of the parameters: float32
   int64_t drop;  // bytes per element a dropout keeps for backward: a bool mask on an accelerator
                  // (native_dropout), the scaled noise in the input's dtype on the CPU
   bool autocast, math_scores, padded, dropout, rotary, qk_norm, conv, sandwich, strided_v, swiglu;
@@ -72,13 +72,13 @@ int64_t attention_bytes_per_token(const Shape& s) {
 
 int64_t projection_and_mlp_bytes_per_token(const Shape& s) {
   int64_t b = 0;
-  b += s.a * s.C;                                     // attention output, heads merged (proj input)
-  if (s.sandwich) b += 2 * 4 * s.C;                   // float32 inputs of the two post-norms
-  if (s.dropout) b += 2 * s.drop * s.C;               // residual-branch dropout masks
-  b += s.r * s.C;                                     // residual after attention (LayerNorm 2 keeps it)
-  b += s.a * s.C;                                     // LayerNorm 2 output as the MLP reads it
-  b += s.a * s.F_up;                                  // MLP up projection output
-  b += s.a * s.F * (s.swiglu ? 2 : 1);                // activation output (SwiGLU: silu and product)
+  b += s.a * s.C;                        // attention output, heads merged (proj input)
+  if (s.sandwich) b += 2 * 4 * s.C;      // float32 inputs of the two post-norms
+  if (s.dropout) b += 2 * s.drop * s.C;  // residual-branch dropout masks
+  b += s.r * s.C;                        // residual after attention (LayerNorm 2 keeps it)
+  b += s.a * s.C;                        // LayerNorm 2 output as the MLP reads it
+  b += s.a * s.F_up;                     // MLP up projection output
+  b += s.a * s.F * (s.swiglu ? 2 : 1);   // activation output (SwiGLU: silu and product)
   return b;
 }
 
@@ -105,8 +105,7 @@ int64_t block_score_bytes(const Shape& s) {
 // scores), by when the block's projection and MLP tensors are already freed.
 int64_t block_backward_workspace(const Shape& s) {
   const int64_t mlp = s.BT * (s.a * s.F_up + s.a * s.F + 2 * s.r * s.C);
-  const int64_t scores =
-      s.math_scores ? s.B * s.H * s.T * s.T * 8 - s.BT * projection_and_mlp_bytes_per_token(s) : 0;
+  const int64_t scores = s.math_scores ? s.B * s.H * s.T * s.T * 8 - s.BT * projection_and_mlp_bytes_per_token(s) : 0;
   return std::max(mlp, scores);
 }
 
@@ -148,16 +147,15 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
   const int64_t logits = s.BT * 12 * s.V;
   const int64_t workspace = block_backward_workspace(s);
   if (s.autocast)
-    p.step.push_back({"autocast_weights", s.a * gemm_parameters, "a N_gemm (weights cast for the GEMMs, kept for backward)"});
+    p.step.push_back(
+        {"autocast_weights", s.a * gemm_parameters, "a N_gemm (weights cast for the GEMMs, kept for backward)"});
   if (cfg.activation_checkpointing) {
     // Backward starts with the loss (logits alive), then recomputes one block at a time.
     const int64_t recompute = p.activation_bytes_per_layer + workspace;
     p.step.push_back({"activations", s.L * p.checkpointed_activation_bytes_per_layer + around_blocks,
                       "L B T r C + B T (r + a) C (checkpointed: each block keeps its input)"});
-    if (logits >= recompute)
-      p.step.push_back({"logits_and_loss", logits, "12 B T V"});
-    else
-      p.step.push_back({"recomputed_block", recompute, "one block's activations, scores and backward workspace"});
+    if (logits >= recompute) p.step.push_back({"logits_and_loss", logits, "12 B T V"});
+    else p.step.push_back({"recomputed_block", recompute, "one block's activations, scores and backward workspace"});
   } else {
     p.step.push_back({"activations", s.L * s.BT * block_bytes_per_token(s) + around_blocks,
                       "L B T (per-block bytes per token) + B T (r + a) C"});
@@ -182,7 +180,8 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
   p.tokens_per_step = s.BT * cfg.grad_accum_steps;
   p.model_flops_per_step = flops_per_token(cfg) * double(p.tokens_per_step);
   p.hardware_flops_per_step =
-      p.model_flops_per_step + (cfg.activation_checkpointing ? 2.0 * double(gemm_parameters) * double(p.tokens_per_step) : 0.0);
+      p.model_flops_per_step +
+      (cfg.activation_checkpointing ? 2.0 * double(gemm_parameters) * double(p.tokens_per_step) : 0.0);
   p.ideal_step_s = device.peak_flops > 0 ? p.hardware_flops_per_step / device.peak_flops : 0.0;
   return p;
 }

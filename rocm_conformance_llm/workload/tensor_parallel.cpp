@@ -110,8 +110,12 @@ struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
     // The rows come back the way they went: the splits swapped.
     const auto in_splits = ctx->saved_data["in_splits"].toIntVector();
     const auto out_splits = ctx->saved_data["out_splits"].toIntVector();
-    return {group_of(ctx).all_to_all_rows(grad[0].contiguous(), out_splits, in_splits, "all_to_all." + op_of(ctx) + ".bwd"),
-            {}, {}, {}, {}};
+    return {
+        group_of(ctx).all_to_all_rows(grad[0].contiguous(), out_splits, in_splits, "all_to_all." + op_of(ctx) + ".bwd"),
+        {},
+        {},
+        {},
+        {}};
   }
 };
 
@@ -186,10 +190,8 @@ void all_reduce_replicated_gradients(const std::vector<torch::Tensor>& params, M
   int64_t at = 0;
   for (const auto& p : params) {
     const auto summed = flat.narrow(0, at, p.numel()).view_as(p);
-    if (p.grad().defined())
-      p.mutable_grad().copy_(summed);
-    else
-      p.mutable_grad() = summed.clone();
+    if (p.grad().defined()) p.mutable_grad().copy_(summed);
+    else p.mutable_grad() = summed.clone();
     at += p.numel();
   }
 }

@@ -7,12 +7,12 @@
 
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/checks/detectors/attention_probe.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "support/cli_runner.hpp"
 
 namespace rcl {
 namespace {
@@ -31,8 +31,10 @@ fs::path temp_dir(const std::string& name) {
 // Refused at config time by the binary: exit 2, one line, nothing written.
 TEST(AttentionBackends, BinaryRefusesAnUnservableBackendWithExitTwo) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-attn-refused-" + std::to_string(::getpid()));
-  const auto r = run_cli("--preset smoke --device cpu --steps 1 --set attention_backend=sdpa_mem_efficient "
-                         "--output-dir " + dir.string());
+  const auto r = run_cli(
+      "--preset smoke --device cpu --steps 1 --set attention_backend=sdpa_mem_efficient "
+      "--output-dir " +
+      dir.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("invalid attention_backend='sdpa_mem_efficient'"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
@@ -40,8 +42,9 @@ TEST(AttentionBackends, BinaryRefusesAnUnservableBackendWithExitTwo) {
 }
 
 TEST(ProbeCommand, PrintsJsonAndExitsZeroCleanOneOnAMismatchTwoOnBadInput) {
-  const std::string common = "probe attention --preset smoke --device cpu --set num_threads=1 "
-                             "--set attention_probe_seq_len=128";
+  const std::string common =
+      "probe attention --preset smoke --device cpu --set num_threads=1 "
+      "--set attention_probe_seq_len=128";
   const auto clean = run_cli(common);
   ASSERT_EQ(clean.exit_code, 0) << clean.err;
   const auto report = nlohmann::json::parse(clean.out);
@@ -60,8 +63,8 @@ TEST(ProbeCommand, PrintsJsonAndExitsZeroCleanOneOnAMismatchTwoOnBadInput) {
   for (const auto& r : bad.at("results"))
     if (!r.at("passed").get<bool>()) EXPECT_TRUE(r.at("masked").get<bool>()) << r.dump();
 
-  for (const std::string args : {"probe", "probe gemm", "probe attention --set attention_probe_seq_len=-1",
-                                 "probe attention --no-such-flag"}) {
+  for (const std::string args :
+       {"probe", "probe gemm", "probe attention --set attention_probe_seq_len=-1", "probe attention --no-such-flag"}) {
     const auto usage = run_cli(args);
     EXPECT_EQ(usage.exit_code, 2) << args << ": " << usage.err;
     EXPECT_NE(usage.err.find("error:"), std::string::npos) << args;
@@ -83,8 +86,9 @@ TEST(SdpaKernelChoice, FollowsTheEnabledKernelsAndTheProbeReportsTheTrainingCall
     SdpaBackendScope flash("sdpa_flash");  // CPU flash takes fp32 and masks
     EXPECT_EQ(sdpa_kernel_choice(x, x, x, mask, 0.0), "flash");
   }
-  const std::string probe = "probe attention --preset smoke --device cpu --set num_threads=1 "
-                            "--set attention_probe_seq_len=64 --set attention_backend=";
+  const std::string probe =
+      "probe attention --preset smoke --device cpu --set num_threads=1 "
+      "--set attention_probe_seq_len=64 --set attention_backend=";
   for (const auto& [backend, kernel] : {std::pair{"sdpa_math", "math"}, std::pair{"sdpa_flash", "flash"}}) {
     const auto r = run_cli(probe + backend);
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -103,9 +107,10 @@ TEST(SdpaKernelChoice, FollowsTheEnabledKernelsAndTheProbeReportsTheTrainingCall
 TEST(AttentionStressMode, SmokeRunTrainsThroughTheFusedPathAndProbesClean) {
   const fs::path dir = temp_dir("mode");
   fs::remove_all(dir);
-  const auto r = run_cli("--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --steps 6 "
-                         "--stress attention --set stress_profile.attention.probe_interval=3 --output-dir " +
-                         dir.string());
+  const auto r = run_cli(
+      "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --steps 6 "
+      "--stress attention --set stress_profile.attention.probe_interval=3 --output-dir " +
+      dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
   const auto report = nlohmann::json::parse(read_text(dir / "report.json"));
@@ -134,8 +139,8 @@ TEST(AttentionKernelRecord, ARunCallingSdpaRecordsItsTrainingKernelFromTheStart)
   for (const auto& [backend, kernel] : {std::pair{"sdpa", "flash"}, std::pair{"sdpa_math", "math"}}) {
     const fs::path dir = temp_dir(std::string("kernel-") + backend);
     fs::remove_all(dir);
-    const auto r = run_cli(run + "--set qkv_conv_kernel=3 --set attention_backend=" + backend + " --output-dir " +
-                           dir.string());
+    const auto r =
+        run_cli(run + "--set qkv_conv_kernel=3 --set attention_backend=" + backend + " --output-dir " + dir.string());
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
     const auto report = nlohmann::json::parse(read_text(dir / "report.json"));

@@ -15,16 +15,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
-#include "support/cpu_fp16.hpp"
-#include "support/safetensors_spec.hpp"
 #include "rocm_conformance_llm/base/safetensors.hpp"
-#include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
+#include "support/cli_runner.hpp"
+#include "support/cpu_fp16.hpp"
+#include "support/safetensors_spec.hpp"
 
 namespace rcl {
 namespace {
@@ -35,8 +34,8 @@ using rcl::testing::BackgroundRun;
 using rcl::testing::bytes_of;
 using rcl::testing::fresh_dir;
 using rcl::testing::read_text;
-using rcl::testing::spec_read;
 using rcl::testing::run_cli;
+using rcl::testing::spec_read;
 using rcl::testing::wait_until;
 using namespace std::chrono_literals;
 
@@ -156,7 +155,8 @@ TEST(Checkpoints, WritingThemDoesNotChangeTheRun) {
 
 TEST(Checkpoints, KeepsTheLastKCompleteOnesAndHfConfig) {
   const fs::path dir = fresh_dir("ckpt", "keep");
-  const auto r = run_cli(kSmoke + "--steps 7 --checkpoint-interval 2 --keep-checkpoints 2 --output-dir " + dir.string());
+  const auto r =
+      run_cli(kSmoke + "--steps 7 --checkpoint-interval 2 --keep-checkpoints 2 --output-dir " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir / "checkpoints")) names.push_back(e.path().filename().string());
@@ -200,8 +200,8 @@ TEST(Checkpoints, Gpt2LayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_TRUE(hf["eos_token_id"].is_null()) << hf.dump();
   // And it resumes through the same names.
   const fs::path next = fresh_dir("ckpt", "gpt2-next");
-  const auto resumed = run_cli(kSmoke + kGpt2Layout + "--steps 2 --resume " + dir.string() +
-                               " --output-dir " + next.string());
+  const auto resumed =
+      run_cli(kSmoke + kGpt2Layout + "--steps 2 --resume " + dir.string() + " --output-dir " + next.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   fs::remove_all(dir);
   fs::remove_all(next);
@@ -276,10 +276,11 @@ TEST(Checkpoints, LlamaLayoutUsesHuggingFaceNamesAndConfig) {
   EXPECT_NE(t.at("model.layers.0.self_attn.q_proj.weight").bytes, t.at("model.layers.0.self_attn.k_proj.weight").bytes);
   // And it resumes through the same names, bit for bit.
   const fs::path next = fresh_dir("ckpt", "llama-next");
-  const auto resumed = run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() +
-                               " --output-dir " + next.string());
+  const auto resumed =
+      run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() + " --output-dir " + next.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") == bytes_of(checkpoint(dir, 2) / "model.safetensors"));
+  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") ==
+              bytes_of(checkpoint(dir, 2) / "model.safetensors"));
   fs::remove_all(dir);
   fs::remove_all(next);
 }
@@ -301,13 +302,16 @@ TEST(Checkpoints, GroupedQueryAttentionStoresNarrowKeyValueProjections) {
   EXPECT_EQ(t.at("model.layers.0.self_attn.k_proj.weight").shape, (std::vector<int64_t>{kv, c}));
   EXPECT_EQ(t.at("model.layers.1.self_attn.v_proj.bias").shape, (std::vector<int64_t>{kv}));
   const fs::path next = fresh_dir("ckpt", "llama-gqa-next");
-  const auto resumed = run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() +
-                               " --output-dir " + next.string());
+  const auto resumed =
+      run_cli(llama + "--steps 2 --checkpoint-interval 2 --resume " + dir.string() + " --output-dir " + next.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") == bytes_of(checkpoint(dir, 2) / "model.safetensors"));
+  EXPECT_TRUE(bytes_of(checkpoint(next, 2) / "model.safetensors") ==
+              bytes_of(checkpoint(dir, 2) / "model.safetensors"));
   const fs::path gpt2 = fresh_dir("ckpt", "gpt2-gqa");
-  ASSERT_EQ(run_cli(kSmoke + kGpt2Layout + "--set num_key_value_heads=2 --steps 1 --checkpoint-interval 1 --output-dir " +
-                    gpt2.string()).exit_code, 0);
+  ASSERT_EQ(run_cli(kSmoke + kGpt2Layout +
+                    "--set num_key_value_heads=2 --steps 1 --checkpoint-interval 1 --output-dir " + gpt2.string())
+                .exit_code,
+            0);
   const json native = json::parse(read_text(checkpoint(gpt2, 1) / "config.json"));
   EXPECT_EQ(native["model_type"], "rcl-gpt");
   EXPECT_EQ(native["num_key_value_heads"], 2);
@@ -348,20 +352,20 @@ TEST(Resume, RefusesAnotherConfigAndDamagedCheckpoints) {
                  "model.safetensors does not match its SHA-256");
   expect_refused(damaged([](const fs::path& c) { fs::resize_file(c / "optimizer.safetensors", 100); }),
                  "optimizer.safetensors does not match its SHA-256");
-  expect_refused(damaged([](const fs::path& c) { fs::remove(c / "rank-0.safetensors"); }), "missing rank-0.safetensors");
+  expect_refused(damaged([](const fs::path& c) { fs::remove(c / "rank-0.safetensors"); }),
+                 "missing rank-0.safetensors");
   // Hand-edited consistently (the manifest updated too): the loader checks names and shapes. It
   // runs once the model exists, yet before the run says or writes anything: one line, exit 2, and
   // no output directory.
   const auto edited = damaged([](const fs::path& c) {
-                   auto w = read_safetensors(c / "model.safetensors");
-                   std::vector<std::pair<std::string, torch::Tensor>> edited;
-                   for (auto& [name, t] : w.tensors)
-                     edited.emplace_back(name, name == "final_norm.weight" ? torch::ones({3}) : t);
-                   write_safetensors(c / "model.safetensors", edited);
-                   json manifest = json::parse(read_text(c / "manifest.json"));
-                   manifest["files"]["model.safetensors"] = sha256_of_file((c / "model.safetensors").string());
-                   std::ofstream(c / "manifest.json") << manifest.dump();
-                 });
+    auto w = read_safetensors(c / "model.safetensors");
+    std::vector<std::pair<std::string, torch::Tensor>> edited;
+    for (auto& [name, t] : w.tensors) edited.emplace_back(name, name == "final_norm.weight" ? torch::ones({3}) : t);
+    write_safetensors(c / "model.safetensors", edited);
+    json manifest = json::parse(read_text(c / "manifest.json"));
+    manifest["files"]["model.safetensors"] = sha256_of_file((c / "model.safetensors").string());
+    std::ofstream(c / "manifest.json") << manifest.dump();
+  });
   expect_refused(edited, "tensor 'final_norm.weight' is Float [3] where this model has Float [64]");
   EXPECT_TRUE(edited.err.starts_with("error: checkpoint ")) << edited.err;
   EXPECT_FALSE(fs::exists(out));
@@ -421,7 +425,8 @@ TEST(Resume, AutoRestartsTheSameCommandAfterSigkillBitExact) {
   if (fs::exists(dir / "report.json")) GTEST_SKIP() << "the run finished before the kill";
   std::vector<int64_t> saved;
   for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
-    if (e.path().filename().string().starts_with("step-")) saved.push_back(std::stoll(e.path().filename().string().substr(5)));
+    if (e.path().filename().string().starts_with("step-"))
+      saved.push_back(std::stoll(e.path().filename().string().substr(5)));
   ASSERT_FALSE(saved.empty());
   const int64_t newest = *std::max_element(saved.begin(), saved.end());
 
@@ -449,7 +454,8 @@ TEST(Resume, AutoWithoutACheckpointStartsFreshOnlyOverItsOwnAttempt) {
   const fs::path dir = fresh_dir("ckpt", "auto-fresh");
   const std::string args = kSmoke + "--steps 3 --output-dir " + dir.string();
   ASSERT_EQ(run_cli(args).exit_code, 0);
-  expect_refused(run_cli(args + " --seed 7 --resume auto"), "holds another run (config.json: training.seed=1234 (this run: 7))");
+  expect_refused(run_cli(args + " --seed 7 --resume auto"),
+                 "holds another run (config.json: training.seed=1234 (this run: 7))");
   expect_refused(run_cli(args + " --resume latest"), "no complete checkpoint");
   const auto again = run_cli(args + " --resume auto");
   ASSERT_EQ(again.exit_code, 0) << again.err;

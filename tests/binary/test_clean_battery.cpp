@@ -19,11 +19,11 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
+#include "support/cli_runner.hpp"
 #include "support/distributed.hpp"
 
 namespace rcl {
@@ -56,9 +56,10 @@ std::string run_clean(const Kind& k, int seed) {
   const std::string port = std::to_string(test::free_port());
   std::string cmd;
   for (int r = 0; r < k.world; ++r) {
-    const std::string env = k.world == 1 ? "" : "RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(k.world) +
-                                                    " LOCAL_RANK=" + std::to_string(r) +
-                                                    " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " ";
+    const std::string env = k.world == 1 ? ""
+                                         : "RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(k.world) +
+                                               " LOCAL_RANK=" + std::to_string(r) +
+                                               " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " ";
     cmd += env + "timeout 600 " + RCL_BINARY + args + " >" + (dir / ("rank" + std::to_string(r) + ".log")).string() +
            " 2>&1 & ";
   }
@@ -133,8 +134,7 @@ std::vector<pid_t> start_hog() {
   for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
     const pid_t pid = ::fork();
     if (pid == 0)
-      for (volatile uint64_t spin = 0;; spin = spin + 1) {
-      }
+      for (volatile uint64_t spin = 0;; spin = spin + 1) {}
     hogs.push_back(pid);
   }
   return hogs;
@@ -157,10 +157,10 @@ TEST_P(HostContention, AHogJoiningHalfwayIsTheHostsNotROCms) {
   fs::remove_all(dir);
   // Every core busy with training threads, so a spinning process takes time from the run.
   const std::string cmd = "timeout 600 " + std::string(RCL_BINARY) + " --preset smoke --device cpu --set num_threads=" +
-                          std::to_string(std::max(1u, std::thread::hardware_concurrency())) +
-                          " --steps " + std::to_string(kSteps) + " --seed " + std::to_string(h.seed) +
-                          (h.stress.empty() ? "" : " --stress " + h.stress) + " --output-dir " + dir.string() +
-                          " >" + fs::temp_directory_path().string() + "/rcl-hog-" + std::to_string(::getpid()) + ".log 2>&1";
+                          std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " --steps " +
+                          std::to_string(kSteps) + " --seed " + std::to_string(h.seed) +
+                          (h.stress.empty() ? "" : " --stress " + h.stress) + " --output-dir " + dir.string() + " >" +
+                          fs::temp_directory_path().string() + "/rcl-hog-" + std::to_string(::getpid()) + ".log 2>&1";
   auto run = std::async(std::launch::async, [&] { return std::system(cmd.c_str()); });
   std::vector<pid_t> hogs;
   while (run.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/reports/compare.hpp"
+#include "support/cli_runner.hpp"
 
 namespace rcl {
 namespace {
@@ -136,7 +136,8 @@ TEST(CompareInput, BadInputIsExitTwoWithOneLine) {
       {"compare", "runs is required"},
       {"compare " + (dir / "missing").string(), "is not a directory"},
       {"compare " + (dir / "empty").string(), "is not a run directory"},
-      {"compare --rules " + (dir / "rules.json").string() + " " + (dir / "empty").string(), "unknown key 'tokens_per_s'"},
+      {"compare --rules " + (dir / "rules.json").string() + " " + (dir / "empty").string(),
+       "unknown key 'tokens_per_s'"},
       {"compare --baseline " + (dir / "rules.json").string() + " --baseline-out x " + (dir / "empty").string(),
        "--baseline and --baseline-out together"},
   };

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
+#include "support/cli_runner.hpp"
 
 using namespace rcl;
 using rcl::testing::read_text;
@@ -36,9 +36,8 @@ TEST(Cli, PrintConfigIsOneJsonObjectAndOrderIndependent) {
 TEST(Cli, DeterministicModeSetsTheBlasWorkspaceConfigBeforeTheFirstGemm) {
   const auto dir = std::filesystem::temp_directory_path() / ("rcl-blas-env-" + std::to_string(::getpid()));
   const auto recorded = [&](const std::string& args, const std::string& env) {
-    const auto r = run_cli("--device cpu --steps 1 --set eval_interval=0 --overwrite --output-dir " + dir.string() +
-                               " " + args,
-                           env);
+    const auto r = run_cli(
+        "--device cpu --steps 1 --set eval_interval=0 --overwrite --output-dir " + dir.string() + " " + args, env);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const auto doc = nlohmann::json::parse(read_text(dir / "config.json"));
     const auto& env_doc = doc.at("environment").at("env");
@@ -53,7 +52,9 @@ TEST(Cli, DeterministicModeSetsTheBlasWorkspaceConfigBeforeTheFirstGemm) {
 }
 
 TEST(Cli, BadInputExitsTwoWithOneLineNamingTheValue) {
-  struct Case { std::string args, needle; };
+  struct Case {
+    std::string args, needle;
+  };
   for (const Case& c : std::vector<Case>{{"--stress gemm,bogus", "unknown mode 'bogus'"},
                                          {"--stress ''", "empty list"},
                                          {"--preset huge", "unknown preset 'huge'"},
@@ -106,7 +107,8 @@ TEST(Cli, ACompositionThatDoesNotFitTheDeviceIsRefusedBeforeAnythingIsWritten) {
                               std::to_string(peak * 8 / 10) + " --explain-stress");
   EXPECT_EQ(fitted.exit_code, 0) << fitted.err;
   EXPECT_NE(fitted.out.find("fit     batch_size"), std::string::npos) << fitted.out;
-  EXPECT_NE(run_cli("--device-memory 80XB --print-config").err.find("invalid --device-memory '80XB'"), std::string::npos);
+  EXPECT_NE(run_cli("--device-memory 80XB --print-config").err.find("invalid --device-memory '80XB'"),
+            std::string::npos);
 }
 
 TEST(Cli, HelpConfigListsEveryKeyWithTypeDefaultAllowedAndMeaning) {

@@ -46,8 +46,8 @@ constexpr int kGlobalBatch = 8;
 // The environment a launched rank gets: ours minus anything a launcher set (the suite may run
 // inside a Slurm job or under mpirun), plus `extra`.
 std::vector<std::string> child_environment(const std::map<std::string, std::string>& extra) {
-  static const char* const kLauncherPrefixes[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=",
-                                                  "MASTER_PORT=", "SLURM_", "OMPI_", "PMI_"};
+  static const char* const kLauncherPrefixes[] = {
+      "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "SLURM_", "OMPI_", "PMI_"};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
@@ -120,8 +120,10 @@ Ranks launch(int world, const std::vector<std::string>& args, const fs::path& ou
   const std::string port = std::to_string(test::free_port());
   Ranks ranks;
   for (int r = 0; r < world; ++r) {
-    const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
-                                                    {"LOCAL_RANK", std::to_string(r)}, {"MASTER_ADDR", "127.0.0.1"},
+    const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)},
+                                                    {"WORLD_SIZE", std::to_string(world)},
+                                                    {"LOCAL_RANK", std::to_string(r)},
+                                                    {"MASTER_ADDR", "127.0.0.1"},
                                                     {"MASTER_PORT", port}};
     ranks.pids.push_back(spawn_binary(args, env, out / ("rank" + std::to_string(r) + ".log")));
   }
@@ -155,8 +157,9 @@ std::string rank_file(const std::string& stem, const std::string& ext, int rank)
 
 // The same model, seed and global batch; `world` ranks each take kGlobalBatch / world rows.
 std::vector<std::string> training_args(int world, const fs::path& out) {
-  return {"--device", "cpu", "--steps", std::to_string(kSteps), "--output-dir", out.string(),
-          "--set", "batch_size=" + std::to_string(kGlobalBatch / world), "--set", "num_threads=1"};
+  return {"--device",     "cpu",          "--steps", std::to_string(kSteps),
+          "--output-dir", out.string(),   "--set",   "batch_size=" + std::to_string(kGlobalBatch / world),
+          "--set",        "num_threads=1"};
 }
 
 class DataParallelTrainingTest : public ::testing::TestWithParam<int> {
@@ -216,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DataParallelTrainingTest, ::testing::Values(2, 
 // Two ranks on `device`, 12 steps counting blocking reads (diagnostics.count_host_reads), with
 // `sets`: each rank's metrics lines, once both ranks exited 0.
 std::vector<std::vector<nlohmann::json>> two_rank_metrics_counting_reads(const fs::path& out, const std::string& device,
-                                                                        const std::vector<std::string>& sets) {
+                                                                         const std::vector<std::string>& sets) {
   std::vector<std::string> args = training_args(2, out);
   args[1] = device;  // --device
   args[3] = "12";    // --steps
@@ -250,10 +253,8 @@ TEST(HostReadsTest, TwoRanksOrdinaryStepsIssueNone) {
       ASSERT_TRUE(m.contains("host_reads")) << m.dump();
       const int64_t reads = m.at("host_reads");
       const bool validation = step % 5 == 0, after_checksum = step > 1 && (step - 1) % 4 == 0;
-      if (validation || after_checksum)
-        EXPECT_GE(reads, 1) << "rank " << r << " step " << step;
-      else
-        EXPECT_EQ(reads, 0) << "rank " << r << " ordinary step " << step;
+      if (validation || after_checksum) EXPECT_GE(reads, 1) << "rank " << r << " step " << step;
+      else EXPECT_EQ(reads, 0) << "rank " << r << " ordinary step " << step;
     }
   }
   fs::remove_all(out);
@@ -277,9 +278,11 @@ TEST(GpuHostReadsTest, TwoRanksReadOnlyForTheirDeviceCollectives) {
     for (const auto& m : metrics[r]) {
       ASSERT_TRUE(m.contains("host_reads")) << m.dump();
       int64_t gradient_buckets = 0;
-      for (const auto& c : m.value("collectives", nlohmann::json::array())) gradient_buckets += c.at("op") == "allreduce";
+      for (const auto& c : m.value("collectives", nlohmann::json::array()))
+        gradient_buckets += c.at("op") == "allreduce";
       ASSERT_GE(gradient_buckets, 1) << m.dump();
-      EXPECT_EQ(m.at("host_reads").get<int64_t>(), nccl_group ? 0 : gradient_buckets) << "rank " << r << ": " << m.dump();
+      EXPECT_EQ(m.at("host_reads").get<int64_t>(), nccl_group ? 0 : gradient_buckets)
+          << "rank " << r << ": " << m.dump();
     }
   }
   fs::remove_all(out);
@@ -293,9 +296,13 @@ void expect_refused_before_writing(Ranks& ranks, const fs::path& out, const std:
 }
 
 // A split model's checkpoint on 2 ranks: the whole model, each rank's model and optimizer shards, its RNG.
-const std::vector<std::string> kSplitCheckpointFiles = {
-    "model.safetensors", "model-shard-0.safetensors", "model-shard-1.safetensors", "optimizer-shard-0.safetensors",
-    "optimizer-shard-1.safetensors", "rank-0.safetensors", "rank-1.safetensors"};
+const std::vector<std::string> kSplitCheckpointFiles = {"model.safetensors",
+                                                        "model-shard-0.safetensors",
+                                                        "model-shard-1.safetensors",
+                                                        "optimizer-shard-0.safetensors",
+                                                        "optimizer-shard-1.safetensors",
+                                                        "rank-0.safetensors",
+                                                        "rank-1.safetensors"};
 
 // Two ranks, 8 steps straight and resumed from step 4: the resumed losses continue the straight
 // ones bit for bit on both ranks, and the step-8 checkpoints' `files` are byte-identical.
@@ -359,8 +366,8 @@ void expect_sharded_checkpoints_resume_bit_exactly(const std::string& data_paral
   Ranks first = launch(2, args(2, straight, data_parallel, {}), straight);
   for (const auto& code : first.wait_all(180)) ASSERT_EQ(code, 0) << read_text(straight / "rank1.log");
   const fs::path half = straight / "checkpoints" / "step-00000004";
-  for (const char* file : {"optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors", "model.safetensors",
-                           "config.json"})
+  for (const char* file :
+       {"optimizer-shard-0.safetensors", "optimizer-shard-1.safetensors", "model.safetensors", "config.json"})
     EXPECT_TRUE(fs::exists(half / file)) << file;
   EXPECT_FALSE(fs::exists(half / "optimizer.safetensors"));
   const auto state = nlohmann::json::parse(read_text(half / "state.json"));
@@ -385,7 +392,8 @@ void expect_sharded_checkpoints_resume_bit_exactly(const std::string& data_paral
        {Refused{4, data_parallel, "world size 2 (this run: 4)"},
         Refused{2, other, fmt::format("training.data_parallel=\"{}\" (this run: \"{}\")", data_parallel, other)}}) {
     const fs::path out = fresh_dir(data_parallel + "-refused");
-    Ranks ranks = launch(refused.world, args(refused.world, out, refused.data_parallel, {"--resume", half.string()}), out);
+    Ranks ranks =
+        launch(refused.world, args(refused.world, out, refused.data_parallel, {"--resume", half.string()}), out);
     expect_refused_before_writing(ranks, out, refused.names);
     fs::remove_all(out);
   }
@@ -428,9 +436,9 @@ void expect_stopped_rank_named_within_the_timeout(const std::string& data_parall
   constexpr double kTimeoutS = 2.0;
   const fs::path out = fresh_dir("stopped-" + data_parallel);
   Ranks ranks = launch(2,
-                       {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(), "--set",
-                        "num_threads=1", "--set", "collective_timeout_s=" + std::to_string(kTimeoutS),
-                        "--set", "checksum_interval=0",  // only step collectives: the timeout lands in one
+                       {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(), "--set", "num_threads=1",
+                        "--set", "collective_timeout_s=" + std::to_string(kTimeoutS), "--set",
+                        "checksum_interval=0",  // only step collectives: the timeout lands in one
                         "--set", "training.data_parallel=" + data_parallel, "--watchdog-timeout", "120"},
                        out);
   // Let the run reach steady training, then freeze rank 1 (a hung GPU, a stuck process).
@@ -495,7 +503,8 @@ std::vector<std::vector<nlohmann::json>> clean_ranks(Ranks& ranks, int world, co
     EXPECT_EQ(codes[r], 0) << "rank " << r << ":\n" << read_text(out / ("rank" + std::to_string(r) + ".log"));
     if (codes[r] != 0) continue;
     const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
-    for (const auto& f : report.at("findings")) EXPECT_NE(f.at("severity"), "fail") << "rank " << r << ": " << f.dump(2);
+    for (const auto& f : report.at("findings"))
+      EXPECT_NE(f.at("severity"), "fail") << "rank " << r << ": " << f.dump(2);
     metrics[r] = records(out / rank_file("metrics", "jsonl", r));
   }
   return metrics;
@@ -547,7 +556,8 @@ TEST_P(TensorParallelTrainingTest, LossesMatchTheUnsplitModelAndTheExportIsWhole
       EXPECT_NEAR(metrics[r][i].at("loss").get<double>(), reference_[i], 1e-5 * reference_[i])
           << "rank " << r << " step " << i + 1;
     const auto ops = collective_counts(metrics[r]);
-    for (const char* op : {"tp:all_reduce.block0.attn.out.fwd", "tp:all_reduce.block1.mlp.in.bwd", "allreduce_grad_norm"})
+    for (const char* op :
+         {"tp:all_reduce.block0.attn.out.fwd", "tp:all_reduce.block1.mlp.in.bwd", "allreduce_grad_norm"})
       EXPECT_EQ(ops.count(op) ? ops.at(op) : 0, kSteps) << op << ", rank " << r;
     EXPECT_EQ(ops.count("allreduce") ? ops.at("allreduce") : 0, world == 2 ? 0 : kSteps)
         << "the data-parallel average runs over the replicas only";
@@ -569,7 +579,8 @@ TEST_P(TensorParallelTrainingTest, LossesMatchTheUnsplitModelAndTheExportIsWhole
   }
   EXPECT_EQ(read_text(out / "checkpoints" / step / "config.json"),
             read_text(reference_dir_ / "checkpoints" / step / "config.json"));
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(fs::exists(out / "checkpoints" / step / fmt::format("model-shard-{}.safetensors", r)));
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(fs::exists(out / "checkpoints" / step / fmt::format("model-shard-{}.safetensors", r)));
   fs::remove_all(out);
 }
 
@@ -594,10 +605,14 @@ TEST_P(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExpertsAndAreStoredOn
   constexpr int kMoeSteps = 10;
   const ExpertCase c = GetParam();
   const int expert_degree = static_cast<int>(std::gcd<int64_t>(c.experts, c.world));  // data-parallel: the world
-  const int64_t held = c.experts / expert_degree;  // experts per rank
-  const int holders = c.world / expert_degree;     // ranks holding the same experts
-  const std::vector<std::string> moe = {"--set", "moe_experts=" + std::to_string(c.experts), "--set", "moe_top_k=2",
-                                        "--checkpoint-interval", std::to_string(kMoeSteps)};
+  const int64_t held = c.experts / expert_degree;                                     // experts per rank
+  const int holders = c.world / expert_degree;                                        // ranks holding the same experts
+  const std::vector<std::string> moe = {"--set",
+                                        "moe_experts=" + std::to_string(c.experts),
+                                        "--set",
+                                        "moe_top_k=2",
+                                        "--checkpoint-interval",
+                                        std::to_string(kMoeSteps)};
   const fs::path local_out = fresh_dir("moe-local");
   std::vector<std::string> local_args = training_args(1, local_out);
   local_args[3] = std::to_string(kMoeSteps);  // --steps
@@ -608,7 +623,8 @@ TEST_P(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExpertsAndAreStoredOn
   const fs::path local_last = local_out / "checkpoints" / fmt::format("step-{:08d}", kMoeSteps);
   int64_t expert_parameters = 0;  // the whole model's, as the unsplit run stores them
   for (const auto& [name, t] : read_safetensors(local_last / "model.safetensors").tensors)
-    if (name.find(".moe.w_") != std::string::npos || name.find(".moe.b_") != std::string::npos) expert_parameters += t.numel();
+    if (name.find(".moe.w_") != std::string::npos || name.find(".moe.b_") != std::string::npos)
+      expert_parameters += t.numel();
 
   const fs::path out = fresh_dir("moe-sharded");
   std::vector<std::string> args = training_args(c.world, out);
@@ -622,7 +638,8 @@ TEST_P(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExpertsAndAreStoredOn
   for (int r = 0; r < c.world; ++r) {
     ASSERT_EQ(metrics[r].size(), reference.size()) << "rank " << r;
     for (size_t i = 0; i < reference.size(); ++i)
-      EXPECT_NEAR(metrics[r][i].at("loss").get<double>(), reference[i], 1e-5 * reference[i]) << "rank " << r << " step " << i + 1;
+      EXPECT_NEAR(metrics[r][i].at("loss").get<double>(), reference[i], 1e-5 * reference[i])
+          << "rank " << r << " step " << i + 1;
     const auto ops = collective_counts(metrics[r]);
     for (const char* op : {"ep:all_to_all.moe_dispatch.fwd", "ep:all_to_all.moe_combine.bwd"})
       EXPECT_EQ(ops.count(op) ? ops.at(op) : 0, kMoeSteps * 2) << op << " per block and step, rank " << r;
@@ -671,8 +688,7 @@ TEST_P(ExpertParallelTrainingTest, ShardedExpertsMatchLocalExpertsAndAreStoredOn
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ExpertParallelTrainingTest,
-                         ::testing::Values(ExpertCase{2, 4, "ddp"}, ExpertCase{4, 2, "zero"}),
-                         [](const auto& info) {
+                         ::testing::Values(ExpertCase{2, 4, "ddp"}, ExpertCase{4, 2, "zero"}), [](const auto& info) {
                            const ExpertCase& c = info.param;
                            return fmt::format("world{}_experts{}_{}", c.world, c.experts, c.data_parallel);
                          });
@@ -704,8 +720,9 @@ TEST(StepCollectivesTest, EvaluationBetweenStepsIsInNoStepsRecord) {
 // refused before anything is written, exit 2, one line naming both values.
 TEST(DistributedCheckpointTest, SplitModelResumesBitExactlyAndRefusesAnotherLayout) {
   const auto args = [](const fs::path& out, std::vector<std::string> extra) {
-    std::vector<std::string> a = split_args(2, 2, out, {"--set", "dropout=0.1", "--set", "eval_interval=0",
-                                                         "--set", "moe_experts=2", "--checkpoint-interval", "4"});
+    std::vector<std::string> a = split_args(
+        2, 2, out,
+        {"--set", "dropout=0.1", "--set", "eval_interval=0", "--set", "moe_experts=2", "--checkpoint-interval", "4"});
     a[3] = "8";  // --steps
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
@@ -745,7 +762,9 @@ TEST(DistributedCheckpointTest, ExpertShardsResumeBitExactlyAndRefuseAnotherLayo
   const fs::path half = straight / "checkpoints" / "step-00000004";
   EXPECT_EQ(nlohmann::json::parse(read_text(half / "state.json")).at("model_shards"), 2);
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(read_safetensors(half / fmt::format("model-shard-{}.safetensors", r)).tensors.at("block1.moe.w_down").size(0), 2);
+    EXPECT_EQ(
+        read_safetensors(half / fmt::format("model-shard-{}.safetensors", r)).tensors.at("block1.moe.w_down").size(0),
+        2);
   EXPECT_EQ(read_safetensors(half / "model.safetensors").tensors.at("block1.moe.w_down").size(0), 4);
   Ranks second = launch(2, args(resumed, "4", {"--resume", half.string()}), resumed);
   clean_ranks(second, 2, resumed);
@@ -763,8 +782,14 @@ TEST(DistributedCheckpointTest, ExpertShardsResumeBitExactlyAndRefuseAnotherLayo
 // table in report.json and report.html; a rank that stalls inside the battery's reduce-scatter is
 // named by its peers, with the kind and group.
 std::vector<std::string> comm_mode_args(const fs::path& out, const std::string& seed) {
-  return {"--device", "cpu", "--stress", "comm", "--steps", "6", "--seed", seed, "--output-dir", out.string(),
-          "--set", "num_threads=1", "--set", "collective_check_interval=3", "--set", "eval_interval=0"};
+  return {"--device",     "cpu",
+          "--stress",     "comm",
+          "--steps",      "6",
+          "--seed",       seed,
+          "--output-dir", out.string(),
+          "--set",        "num_threads=1",
+          "--set",        "collective_check_interval=3",
+          "--set",        "eval_interval=0"};
 }
 
 TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
@@ -774,7 +799,8 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
     const auto codes = ranks.wait_all(300);
     ranks.pids.clear();  // reaped
     for (int r = 0; r < 4; ++r)
-      ASSERT_EQ(codes[r], 0) << "seed " << seed << " rank " << r << ": " << read_text(out / ("rank" + std::to_string(r) + ".log"));
+      ASSERT_EQ(codes[r], 0) << "seed " << seed << " rank " << r << ": "
+                             << read_text(out / ("rank" + std::to_string(r) + ".log"));
     for (int r = 0; r < 4; ++r) {
       const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
       // Exit 0: no fail finding. The battery itself stays silent; timing warnings of other
@@ -791,7 +817,8 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
         EXPECT_TRUE(row.at("verified").get<bool>()) << row.dump();
         EXPECT_GT(row.at("bus_bandwidth_gbps").get<double>(), 0.0) << row.dump();
       }
-      EXPECT_EQ(kinds, (std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}));
+      EXPECT_EQ(kinds,
+                (std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}));
       // The mode shards (ZeRO) over the data-parallel group: every step reduce-scatters the
       // gradients, all-reduces their norm and all-gathers the parameters, where DDP all-reduced
       // buckets. Its tensor-parallel pairs all-reduce inside every block; its experts (4, two per
@@ -809,7 +836,8 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
       for (const char* op : {"reduce_scatter_grads", "allreduce_grad_norm", "allgather_params",
                              "tp:all_reduce.block0.attn.out.fwd", "tp:all_reduce.block1.attn.in.bwd"})
         EXPECT_EQ(training_ops[op], 6) << op << " per step, rank " << r;
-      for (const char* op : {"ep:all_to_all.moe_counts", "ep:all_to_all.moe_dispatch.fwd", "ep:all_to_all.moe_combine.bwd"})
+      for (const char* op :
+           {"ep:all_to_all.moe_counts", "ep:all_to_all.moe_dispatch.fwd", "ep:all_to_all.moe_combine.bwd"})
         EXPECT_EQ(training_ops[op], 12) << op << " per block and step, rank " << r;
       EXPECT_GT(combine_bytes.size(), 1u) << "rank " << r << ": the experts' rows did not change across steps";
       EXPECT_EQ(training_ops["allreduce"], 0) << "no DDP bucket all-reduce under zero";
@@ -819,8 +847,8 @@ TEST(CommModeTest, FourRanksVerifyEveryCollectiveKindAndPassOverSeeds) {
         group_kinds.emplace(row.at("group").get<std::string>(), row.at("kind").get<std::string>());
       for (const auto& [group, kind] : std::vector<std::pair<std::string, std::string>>{
                {"tp", "all_reduce"}, {"ep", "all_to_all"}, {"dp", "reduce_scatter"}, {"dp", "all_gather"}})
-        EXPECT_TRUE(group_kinds.count({group, kind})) << group << " " << kind << ", rank " << r << ": "
-                                                      << table.at("training").dump(1);
+        EXPECT_TRUE(group_kinds.count({group, kind}))
+            << group << " " << kind << ", rank " << r << ": " << table.at("training").dump(1);
     }
     EXPECT_NE(read_text(out / "report.html").find("id=\"collectives\""), std::string::npos);
     const auto layout = nlohmann::json::parse(read_text(out / "config.json")).at("parallel_layout");
@@ -856,7 +884,7 @@ TEST(TrainingCollectivesTest, TwoRanksTableHasEveryBucketAllReduceOfTheGradients
   args[3] = std::to_string(kTableSteps);  // --steps
   Ranks ranks = launch(2, args, out);
   for (const auto& code : ranks.wait_all(300)) ASSERT_EQ(code, 0) << read_text(out / "rank1.log");
-  ranks.pids.clear();  // reaped
+  ranks.pids.clear();                                       // reaped
   const int64_t gradient_bytes = 4 * parameter_count(out);  // float32 gradients
   for (int r = 0; r < 2; ++r) {
     const nlohmann::json rows = training_rows(out, r);
@@ -963,7 +991,8 @@ TEST(CommModeTest, RankStalledInReduceScatterIsNamedWithTheKindAndGroup) {
   EXPECT_EQ(timeout->at("evidence").at("kind"), "reduce_scatter") << timeout->dump(2);
   EXPECT_EQ(timeout->at("evidence").at("group"), "world");
   EXPECT_EQ(timeout->at("evidence").at("missing_ranks"), nlohmann::json({1})) << timeout->dump(2);
-  EXPECT_NE(timeout->at("message").get<std::string>().find("'battery_reduce_scatter' (reduce_scatter in group 'world' of 2 ranks)"),
+  EXPECT_NE(timeout->at("message").get<std::string>().find(
+                "'battery_reduce_scatter' (reduce_scatter in group 'world' of 2 ranks)"),
             std::string::npos)
       << timeout->dump(2);
   fs::remove_all(out);
@@ -974,8 +1003,20 @@ TEST(CommModeTest, RankStalledInReduceScatterIsNamedWithTheKindAndGroup) {
 // signal's grace, not after the collective timeout, and names the frozen peer from its heartbeat.
 // The same signal to every rank of a healthy run names nobody.
 std::vector<std::string> long_run_args(const fs::path& out) {
-  return {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(), "--set", "num_threads=1",
-          "--set", "collective_timeout_s=300", "--set", "checksum_interval=0", "--watchdog-timeout", "600"};
+  return {"--device",
+          "cpu",
+          "--steps",
+          "100000",
+          "--output-dir",
+          out.string(),
+          "--set",
+          "num_threads=1",
+          "--set",
+          "collective_timeout_s=300",
+          "--set",
+          "checksum_interval=0",
+          "--watchdog-timeout",
+          "600"};
 }
 
 TEST(DistributedFailureTest, InterruptedRankZeroNamesTheFrozenPeer) {
@@ -997,7 +1038,8 @@ TEST(DistributedFailureTest, InterruptedRankZeroNamesTheFrozenPeer) {
   EXPECT_EQ(report.at("outcome"), "interrupted");
   EXPECT_EQ(report.at("interruption").at("signal"), "SIGTERM");
   EXPECT_EQ(report.at("interruption").at("missing_ranks"), nlohmann::json({1})) << report.at("interruption").dump(2);
-  EXPECT_NE(report.at("note").get<std::string>().find("rank 1 gone or stopped"), std::string::npos) << report.at("note");
+  EXPECT_NE(report.at("note").get<std::string>().find("rank 1 gone or stopped"), std::string::npos)
+      << report.at("note");
   if (!HasFailure()) fs::remove_all(out);
 }
 
@@ -1018,7 +1060,8 @@ TEST(DistributedFailureTest, InterruptedHealthyRanksNameNobody) {
     EXPECT_EQ(*code, kExitInterrupted);
     const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
     EXPECT_EQ(report.at("outcome"), "interrupted");
-    EXPECT_EQ(report.at("interruption").at("missing_ranks"), nlohmann::json::array()) << report.at("interruption").dump(2);
+    EXPECT_EQ(report.at("interruption").at("missing_ranks"), nlohmann::json::array())
+        << report.at("interruption").dump(2);
   }
   if (!HasFailure()) fs::remove_all(out);
 }
@@ -1030,7 +1073,7 @@ struct LostRankCase {
   const char* name;
   int world;
   int lost;
-  std::string inject;             // rank-stop@phase=...
+  std::string inject;              // rank-stop@phase=...
   std::vector<std::string> extra;  // what makes the phase run
 };
 
@@ -1043,16 +1086,28 @@ TEST_P(LostRankTest, EverySurvivorExitsWithinTheTimeoutAndNamesTheLostRank) {
   constexpr double kContractS = kTimeoutS + 30.0;
   const LostRankCase& c = GetParam();
   const fs::path out = fresh_dir(std::string("lost-") + c.name);
-  std::vector<std::string> args = {"--device", "cpu", "--steps", "100000", "--output-dir", out.string(),
-                                   "--set", "num_threads=1", "--set", "collective_timeout_s=" + std::to_string(kTimeoutS),
-                                   "--watchdog-timeout", "300", "--inject", c.inject + "@rank=" + std::to_string(c.lost)};
+  std::vector<std::string> args = {"--device",
+                                   "cpu",
+                                   "--steps",
+                                   "100000",
+                                   "--output-dir",
+                                   out.string(),
+                                   "--set",
+                                   "num_threads=1",
+                                   "--set",
+                                   "collective_timeout_s=" + std::to_string(kTimeoutS),
+                                   "--watchdog-timeout",
+                                   "300",
+                                   "--inject",
+                                   c.inject + "@rank=" + std::to_string(c.lost)};
   args.insert(args.end(), c.extra.begin(), c.extra.end());
   Ranks ranks = launch(c.world, args, out);
   const fs::path lost_log = out / ("rank" + std::to_string(c.lost) + ".log");
   const auto started = Clock::now();
   while (test::process_state(ranks.pids[c.lost]) != 'T') {
     ASSERT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 120.0)
-        << "rank " << c.lost << " never reached the phase:\n" << read_text(lost_log);
+        << "rank " << c.lost << " never reached the phase:\n"
+        << read_text(lost_log);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const auto stopped = Clock::now();
@@ -1071,8 +1126,8 @@ TEST_P(LostRankTest, EverySurvivorExitsWithinTheTimeoutAndNamesTheLostRank) {
     EXPECT_EQ(report.at("outcome"), "crashed");
     const auto& findings = report.at("findings");
     const auto named = std::find_if(findings.begin(), findings.end(), [&](const auto& f) {
-      return f.at("severity") == "fail" && f.at("evidence").value("missing_ranks", nlohmann::json()) ==
-                                                nlohmann::json({c.lost});
+      return f.at("severity") == "fail" &&
+             f.at("evidence").value("missing_ranks", nlohmann::json()) == nlohmann::json({c.lost});
     });
     EXPECT_NE(named, findings.end()) << "no failing finding names rank " << c.lost << ":\n" << findings.dump(2);
     EXPECT_NE(read_text(out / rank_file("junit", "xml", r)).find("<testsuite"), std::string::npos);
@@ -1101,9 +1156,14 @@ INSTANTIATE_TEST_SUITE_P(
         LostRankCase{"grad_sync_rank0", 2, 0, "rank-stop@phase=grad_sync@step=3", kNoChecks},
         // Three ranks: both survivors end.
         LostRankCase{"grad_sync_3ranks", 3, 1, "rank-stop@phase=grad_sync@step=3", kNoChecks},
-        LostRankCase{"replay", 2, 1, "rank-stop@phase=replay",
-                     {"--stress", "rng", "--set", "stress_profile.rng.replay_check_interval=2", "--set", "checksum_interval=0"}},
-        LostRankCase{"eval", 2, 1, "rank-stop@phase=eval", {"--set", "eval_interval=2", "--set", "checksum_interval=0"}}),
+        LostRankCase{
+            "replay",
+            2,
+            1,
+            "rank-stop@phase=replay",
+            {"--stress", "rng", "--set", "stress_profile.rng.replay_check_interval=2", "--set", "checksum_interval=0"}},
+        LostRankCase{
+            "eval", 2, 1, "rank-stop@phase=eval", {"--set", "eval_interval=2", "--set", "checksum_interval=0"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

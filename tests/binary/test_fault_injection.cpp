@@ -43,9 +43,9 @@ struct RunOutput {
 RunOutput run_smoke(const std::string& name, const std::string& args, const std::string& env = "") {
   const fs::path dir = fs::temp_directory_path() / ("rcl-faults-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(dir);
-  const auto cli = run_cli("--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --output-dir " +
-                           dir.string() + " " + args,
-                           env);
+  const auto cli = run_cli(
+      "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --output-dir " + dir.string() + " " + args,
+      env);
   RunOutput out{cli.exit_code, cli.out + cli.err, {}, {}, {}, {}};
   if (fs::exists(dir / "report.json")) out.report = nlohmann::json::parse(read_text(dir / "report.json"));
   out.junit = read_text(dir / "junit.xml");
@@ -109,7 +109,8 @@ TEST_P(FaultInjection, DetectedAttributedAndReported) {
   for (const auto& e : c.expected) {
     const auto found = findings_with(run.report, e.signature);
     ASSERT_FALSE(found.empty()) << e.signature << " not reported; findings:\n"
-                                << run.report.at("findings").dump(1) << "\nlog:\n" << run.log;
+                                << run.report.at("findings").dump(1) << "\nlog:\n"
+                                << run.log;
     const auto& f = found.front();
     EXPECT_EQ(f.at("component"), e.component) << f.dump();
     EXPECT_EQ(f.at("step"), e.step) << f.dump();
@@ -133,67 +134,101 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // NaN out of block 0 at step 12: the loss detector fails the step, and the re-run of the
         // micro-batch names block 0 as the first non-finite output, also in fp32.
-        FaultCase{"nan", "--steps 13 --inject nan@step=12",
+        FaultCase{"nan",
+                  "--steps 13 --inject nan@step=12",
                   {{"nonfinite_loss", kRocblas, 12, "fail", "", "", "persistent", "isolate_node"},
                    {"nonfinite_also_fp32", kRocblas, 12, "fail", "first_nonfinite_training", "block0"}},
-                  1, "FAIL"},
+                  1,
+                  "FAIL"},
         // Logits x20 for one step: the loss jumps and recovers (no divergence); the gradient norm
         // jumps with it.
-        FaultCase{"loss_spike", "--steps 32 --inject loss-spike@step=25",
+        FaultCase{"loss_spike",
+                  "--steps 32 --inject loss-spike@step=25",
                   {{"loss_spike", kRocblas, 25, "warn", "", "", "persistent", "isolate_node"},
                    {"grad_norm_spike", kRocblas, 25, "warn", "", "", "persistent"}},
-                  0, "WARN"},
+                  0,
+                  "WARN"},
         // One NaN in the LM head's output, the first time step 12 runs: the step re-run from the
         // state before it is finite, so the anomaly is transient (warn, rerun), and so says the
         // localiser's own re-run of the forward.
-        FaultCase{"logits_nan_once", "--steps 13 --inject logits-nan-once@step=12",
+        FaultCase{"logits_nan_once",
+                  "--steps 13 --inject logits-nan-once@step=12",
                   {{"nonfinite_loss", kRocblas, 12, "warn", "", "", "transient", "rerun"},
                    {"nonfinite_grad_norm", kRocblas, 12, "warn", "", "", "transient", "rerun"},
                    {"nonfinite_not_reproducible", kRocblas, 12, "warn", "", "", "transient", "rerun"}},
-                  0, "WARN"},
+                  0,
+                  "WARN"},
         // The same NaN in every forward from step 12 on, re-runs included: persistent, also in
         // float32 (a CPU run: the CPU comparison is not made), fail, isolate the node.
-        FaultCase{"logits_nan", "--steps 13 --inject logits-nan@step=12",
+        FaultCase{"logits_nan",
+                  "--steps 13 --inject logits-nan@step=12",
                   {{"nonfinite_loss", kRocblas, 12, "fail", "", "", "persistent", "isolate_node"},
                    {"nonfinite_also_fp32", kRocblas, 12, "fail", "", "", "persistent", "isolate_node"}},
-                  1, "FAIL"},
+                  1,
+                  "FAIL"},
         // A flipped top exponent bit (x 2^128) overflows the float32 norm: Inf, update applied.
-        FaultCase{"grad_bitflip", "--steps 21 --inject grad-bitflip@step=20",
-                  {{"nonfinite_grad_norm", kRocblas, 20, "fail"}}, 1, "FAIL"},
+        FaultCase{"grad_bitflip",
+                  "--steps 21 --inject grad-bitflip@step=20",
+                  {{"nonfinite_grad_norm", kRocblas, 20, "fail"}},
+                  1,
+                  "FAIL"},
         // 2 s more per step from step 16 (a CPU cliff is 4x: still 5x a smoke step that a loaded
         // 2-core host stretched to 0.5 s); a cliff needs 5 slow steps in a row.
-        FaultCase{"slow_step", "--steps 20 --inject slow-step@step=16=2",
-                  {{"step_time_cliff", kRocblas, 16, "warn"}}, 0, "WARN"},
+        FaultCase{"slow_step",
+                  "--steps 20 --inject slow-step@step=16=2",
+                  {{"step_time_cliff", kRocblas, 16, "warn"}},
+                  0,
+                  "WARN"},
         // Two windows of 10 post-warm-up steps (6..25) growing 8 MiB each.
-        FaultCase{"memory_leak", "--steps 25 --inject memory-leak=8MiB/step",
-                  {{"memory_growth", kAllocator, 25, "warn"}}, 0, "WARN"},
-        FaultCase{"hang", "--steps 20 --watchdog-timeout 2 --inject hang@step=8",
-                  {{"hang", kHipRuntime, 8, "fail", "phase", "forward"}}, 3, "HUNG"},
+        FaultCase{"memory_leak",
+                  "--steps 25 --inject memory-leak=8MiB/step",
+                  {{"memory_growth", kAllocator, 25, "warn"}},
+                  0,
+                  "WARN"},
+        FaultCase{"hang",
+                  "--steps 20 --watchdog-timeout 2 --inject hang@step=8",
+                  {{"hang", kHipRuntime, 8, "fail", "phase", "forward"}},
+                  3,
+                  "HUNG"},
         // rng mode, a replay check at step 10 whose reload restores a skewed generator, every time:
         // the mismatch's re-run meets it again (persistent).
-        FaultCase{"rng_skew", "--stress rng --set replay_check_interval=10 --steps 12 --inject rng-skew@step=10",
+        FaultCase{"rng_skew",
+                  "--stress rng --set replay_check_interval=10 --steps 12 --inject rng-skew@step=10",
                   {{"dropout_mask_not_reproducible", kRocrand, 10, "fail"},
                    {"replay_mismatch", kRocrand, 11, "fail", "", "", "persistent", "isolate_node"}},
-                  1, "FAIL"},
+                  1,
+                  "FAIL"},
         // The same once: the re-run's reload is clean and agrees with the first run (transient).
-        FaultCase{"rng_skew_once", "--stress rng --set replay_check_interval=10 --steps 12 --inject rng-skew-once@step=10",
-                  {{"replay_mismatch", kRocrand, 11, "warn", "", "", "transient", "rerun"}}, 0, "WARN"},
-        FaultCase{"gemm_corrupt", "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt",
-                  {{"gemm_wrong_result", kRocblas, 5, "fail", "", "", "persistent", "isolate_node"}}, 1, "FAIL"},
+        FaultCase{"rng_skew_once",
+                  "--stress rng --set replay_check_interval=10 --steps 12 --inject rng-skew-once@step=10",
+                  {{"replay_mismatch", kRocrand, 11, "warn", "", "", "transient", "rerun"}},
+                  0,
+                  "WARN"},
+        FaultCase{"gemm_corrupt",
+                  "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt",
+                  {{"gemm_wrong_result", kRocblas, 5, "fail", "", "", "persistent", "isolate_node"}},
+                  1,
+                  "FAIL"},
         // The canary's re-run of the shape is right: transient, a warn, re-run the job.
         FaultCase{"gemm_corrupt_once",
                   "--steps 5 --set diagnostics.gemm_canary_interval=5 --inject gemm-corrupt-once@step=5",
-                  {{"gemm_wrong_result", kRocblas, 5, "warn", "", "", "transient", "rerun"}}, 0, "WARN"},
+                  {{"gemm_wrong_result", kRocblas, 5, "warn", "", "", "transient", "rerun"}},
+                  0,
+                  "WARN"},
         // One backend's masked outputs come out wrong at the probe of step 4 (the start-up probe,
         // step 0, is before the fault): the explicit math path on 1.13, a fused one on 2.x.
         FaultCase{"attention_mask_corrupt",
                   "--steps 4 --set attention_probe_interval=4 --set attention_probe_seq_len=96 "
                   "--inject attention-mask-corrupt",
-                  {{"attention_backend_mismatch", kAttention, 4, "fail"}}, 1, "FAIL"},
+                  {{"attention_backend_mismatch", kAttention, 4, "fail"}},
+                  1,
+                  "FAIL"},
         // Memory leaked between the replay check's save (step 10) and its reload.
         FaultCase{"reload_leak",
                   "--stress rng --set replay_check_interval=10 --steps 12 --inject memory-leak=48MiB/step@step=11",
-                  {{"memory_not_recovered_after_reload", kAllocator, 10, "warn"}}, 0, "WARN"}),
+                  {{"memory_not_recovered_after_reload", kAllocator, 10, "warn"}},
+                  0,
+                  "WARN"}),
     [](const ::testing::TestParamInfo<FaultCase>& info) { return info.param.name; });
 
 std::vector<double> losses(const RunOutput& run) {
@@ -207,9 +242,10 @@ std::vector<double> losses(const RunOutput& run) {
 // windows (6..25), a replay at 20 (steps 21..22), the GEMM canary at 25, fingerprints every 10
 // (both intervals shortened from their defaults so that 30 steps reach them).
 TEST(FaultInjectionBaseline, CleanStressAllRunHasNoWarnOrFailFinding) {
-  const RunOutput run = run_smoke("clean",
-                                  "--stress all --set replay_check_interval=20 --set diagnostics.gemm_canary_interval=25 "
-                                  "--set diagnostics.fingerprint_interval=10 --steps 30");
+  const RunOutput run =
+      run_smoke("clean",
+                "--stress all --set replay_check_interval=20 --set diagnostics.gemm_canary_interval=25 "
+                "--set diagnostics.fingerprint_interval=10 --steps 30");
   ASSERT_TRUE(run.report.is_object()) << run.log;
   EXPECT_EQ(run.exit_code, 0) << run.log;
   EXPECT_EQ(run.report.at("verdict"), "PASS");
@@ -256,7 +292,8 @@ TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
 // logged trajectory is bitwise the one of the same faulty run without any check.
 TEST(AnomalyRerun, ReRunLeavesTheLossTrajectoryUnchanged) {
   const RunOutput checked = run_smoke("rerun-on", "--steps 32 --inject loss-spike@step=25");
-  const RunOutput unchecked = run_smoke("rerun-off", "--steps 32 --inject loss-spike@step=25 --set diagnostics.enabled=false");
+  const RunOutput unchecked =
+      run_smoke("rerun-off", "--steps 32 --inject loss-spike@step=25 --set diagnostics.enabled=false");
   ASSERT_EQ(checked.exit_code, 0) << checked.log;
   ASSERT_EQ(unchecked.exit_code, 0) << unchecked.log;
   const auto spikes = findings_with(checked.report, "loss_spike");
@@ -285,19 +322,18 @@ TEST(AnomalyRerun, CleanRunsOnSeveralSeedsClassifyNothing) {
 
 // An ordinary step with diagnostics at their defaults issues no blocking device-to-host read:
 // the loss's finiteness is decided on the device and read one step late (on a GPU
-// each read drains the queue the device works from). Counted on CPU at the call sites a GPU would block on; validation steps do read, which
-// shows the counter counts.
+// each read drains the queue the device works from). Counted on CPU at the call sites a GPU would block on; validation
+// steps do read, which shows the counter counts.
 TEST(HostReads, OrdinaryStepsIssueNoneAndValidationStepsAreCounted) {
-  const RunOutput run = run_smoke("host-reads", "--steps 12 --set eval_interval=5 --set diagnostics.count_host_reads=true");
+  const RunOutput run =
+      run_smoke("host-reads", "--steps 12 --set eval_interval=5 --set diagnostics.count_host_reads=true");
   ASSERT_EQ(run.exit_code, 0) << run.log;
   ASSERT_EQ(run.metrics.size(), 12u);
   for (const auto& m : run.metrics) {
     const int64_t step = m.at("step");
     ASSERT_TRUE(m.contains("host_reads")) << m.dump();
-    if (step % 5 == 0)
-      EXPECT_GE(m.at("host_reads").get<int64_t>(), 1) << "validation at step " << step;
-    else
-      EXPECT_EQ(m.at("host_reads").get<int64_t>(), 0) << "ordinary step " << step;
+    if (step % 5 == 0) EXPECT_GE(m.at("host_reads").get<int64_t>(), 1) << "validation at step " << step;
+    else EXPECT_EQ(m.at("host_reads").get<int64_t>(), 0) << "ordinary step " << step;
   }
 }
 

@@ -23,7 +23,8 @@ TEST(Fp16Training, GemmStressInFp16RunsCleanThroughTheBinary) {
   fs::remove_all(dir);
   const auto run = rcl::testing::run_cli(
       "--preset smoke --device cpu --set num_threads=1 --set eval_interval=0 --steps 12 --stress gemm "
-      "--precision fp16 --set diagnostics.gemm_canary_interval=6 --output-dir " + dir.string());
+      "--precision fp16 --set diagnostics.gemm_canary_interval=6 --output-dir " +
+      dir.string());
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   const auto config = nlohmann::json::parse(rcl::testing::read_text(dir / "config.json"));
   const auto report = nlohmann::json::parse(rcl::testing::read_text(dir / "report.json"));

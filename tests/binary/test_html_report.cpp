@@ -13,17 +13,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/reports/html_report.hpp"
 #include "support/browser.hpp"
 #include "support/cli_runner.hpp"
-#include "rocm_conformance_llm/reports/html_report.hpp"
 
 namespace rcl {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using rcl::testing::read_text;
 using rcl::testing::fresh_dir;
+using rcl::testing::read_text;
 using rcl::testing::run_cli;
 
 struct BrowserCase {
@@ -41,12 +41,12 @@ class RenderedReport : public ::testing::TestWithParam<BrowserCase> {};
 
 INSTANTIATE_TEST_SUITE_P(
     Runs, RenderedReport,
-    ::testing::Values(BrowserCase{"clean", "--steps 6", 0, "PASS", {}},
-                      BrowserCase{"failed", "--steps 6 --inject nan@step=4", 1, "FAIL", {{"nonfinite_loss", 4}}},
-                      BrowserCase{"crashed", "--steps 6 --inject memory-leak=1000000GiB/step@step=3", 3, "CRASHED",
-                                  {{"out_of_memory", -1}}},
-                      BrowserCase{"hung", "--steps 60 --inject hang@step=3 --watchdog-timeout 2", 3, "HUNG",
-                                  {{"hang", 3}}}),
+    ::testing::Values(
+        BrowserCase{"clean", "--steps 6", 0, "PASS", {}},
+        BrowserCase{"failed", "--steps 6 --inject nan@step=4", 1, "FAIL", {{"nonfinite_loss", 4}}},
+        BrowserCase{
+            "crashed", "--steps 6 --inject memory-leak=1000000GiB/step@step=3", 3, "CRASHED", {{"out_of_memory", -1}}},
+        BrowserCase{"hung", "--steps 60 --inject hang@step=3 --watchdog-timeout 2", 3, "HUNG", {{"hang", 3}}}),
     [](const auto& info) { return info.param.name; });
 
 TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
@@ -97,16 +97,18 @@ TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
       ASSERT_NE(plot, nullptr);
       const auto& p = *plot;
       // Where the browser drew the line, as a share of the plot's width, vs where step `step` belongs.
-      const double expected = (p["px_left"].get<double>() + (step - p["x_min"].get<double>()) /
-                                                                 (p["x_max"].get<double>() - p["x_min"].get<double>()) *
-                                                                 (p["px_right"].get<double>() - p["px_left"].get<double>())) /
-                              p["view_width"].get<double>();
+      const double expected =
+          (p["px_left"].get<double>() + (step - p["x_min"].get<double>()) /
+                                            (p["x_max"].get<double>() - p["x_min"].get<double>()) *
+                                            (p["px_right"].get<double>() - p["px_left"].get<double>())) /
+          p["view_width"].get<double>();
       EXPECT_NEAR(m["frac"].get<double>(), expected, 0.005) << m;
       EXPECT_NE(m["title"].get<std::string>().find(signature), std::string::npos) << "hover text names the finding";
       EXPECT_NE(m["title"].get<std::string>().find("evidence"), std::string::npos) << "hover text has the evidence";
       ++found;
     }
-    EXPECT_EQ(found, static_cast<int>(probe["plots"].size())) << signature << "@" << step << " not marked on every plot";
+    EXPECT_EQ(found, static_cast<int>(probe["plots"].size()))
+        << signature << "@" << step << " not marked on every plot";
   }
   const fs::path png = fs::current_path() / "test-output" / "report_html" / (c.name + ".png");
   fs::remove(png);

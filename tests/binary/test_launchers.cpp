@@ -37,11 +37,10 @@ constexpr int kSteps = 12;
 constexpr int kLimitS = 120;  // per run; a run here takes 2-7 s
 
 // What one rank of a clean 2-rank run leaves in --output-dir; config.json comes from rank 0 only.
-const std::set<std::string> kExpectedFiles = {"config.json",          "metrics.jsonl",       "metrics.rank1.jsonl",
-                                              "report.json",          "report.rank1.json",   "junit.xml",
-                                              "junit.rank1.xml",      "heartbeat.json",      "heartbeat.rank1.json",
-                                              "report.html",          "report.rank1.html",   "metrics.prom",
-                                              "metrics.rank1.prom",   "ocp.jsonl",           "ocp.rank1.jsonl"};
+const std::set<std::string> kExpectedFiles = {
+    "config.json",        "metrics.jsonl",  "metrics.rank1.jsonl",  "report.json", "report.rank1.json", "junit.xml",
+    "junit.rank1.xml",    "heartbeat.json", "heartbeat.rank1.json", "report.html", "report.rank1.html", "metrics.prom",
+    "metrics.rank1.prom", "ocp.jsonl",      "ocp.rank1.jsonl"};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
@@ -78,8 +77,8 @@ void forget_outer_launcher() {
 }
 
 struct LauncherRun {
-  fs::path out;       // the binary's --output-dir
-  std::string log;    // launcher and ranks, stdout and stderr
+  fs::path out;     // the binary's --output-dir
+  std::string log;  // launcher and ranks, stdout and stderr
   int exit_code = -1;
   double seconds = 0;
 };
@@ -224,8 +223,8 @@ TEST_F(LauncherTest, TorchrunStaticRendezvousWhereTorchrunServesTheStore) {
 TEST_F(LauncherTest, TorchrunC10dRendezvous) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun not installed (python3-torch or a PyTorch wheel)";
   const int port = test::free_port();
-  const LauncherRun run = run_under(
-      "torchrun-c10d", torchrun("--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:" + std::to_string(port)));
+  const LauncherRun run =
+      run_under("torchrun-c10d", torchrun("--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:" + std::to_string(port)));
   expect_two_rank_run(run, "torchrun");
 }
 
@@ -370,12 +369,13 @@ TEST_F(LauncherTest, SlurmTemplateLetsTheUsersFlagsWin) {
             "SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=1 exec \"$@\"\n";
   }
   fs::permissions(dir / "srun", fs::perms::owner_all);
-  const std::string command =
-      "cd " + dir.string() + " && PATH=" + dir.string() + ":$PATH SLURM_JOB_ID=77 SLURM_JOB_NAME=rcl-test " +
-      "SLURM_GPUS_ON_NODE=2 SLURM_JOB_NUM_NODES=1 RCL_REPO=" + RCL_SOURCE_DIR + " RCL_BINARY=" + RCL_BINARY +
-      " RCL_RUNS_DIR=" + (dir / "runs").string() + " RCL_STRESS=rng timeout -k 5 " + std::to_string(kLimitS) +
-      " bash " + RCL_SOURCE_DIR + "/scripts/slurm/one_node.sbatch --device cpu --preset smoke --steps 3 "
-      "--set num_threads=1 --set eval_interval=0 >launcher.log 2>&1";
+  const std::string command = "cd " + dir.string() + " && PATH=" + dir.string() +
+                              ":$PATH SLURM_JOB_ID=77 SLURM_JOB_NAME=rcl-test " +
+                              "SLURM_GPUS_ON_NODE=2 SLURM_JOB_NUM_NODES=1 RCL_REPO=" + RCL_SOURCE_DIR +
+                              " RCL_BINARY=" + RCL_BINARY + " RCL_RUNS_DIR=" + (dir / "runs").string() +
+                              " RCL_STRESS=rng timeout -k 5 " + std::to_string(kLimitS) + " bash " + RCL_SOURCE_DIR +
+                              "/scripts/slurm/one_node.sbatch --device cpu --preset smoke --steps 3 "
+                              "--set num_threads=1 --set eval_interval=0 >launcher.log 2>&1";
   const int status = std::system(command.c_str());
   ASSERT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << read_text(dir / "launcher.log");
   const std::string args = read_text(dir / "srun.args");

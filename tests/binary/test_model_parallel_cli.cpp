@@ -21,8 +21,10 @@ using testing::run_cli;
 
 TEST(ModelParallelCli, AWorldOfOneRecordsTheNoOpAndTrainsTheExperts) {
   const fs::path out = fresh_dir("mp", "one");
-  const auto r = run_cli(kSmokeCpu + "--steps 6 --set tensor_parallel_degree=2 --set sequence_parallel=true "
-                         "--set moe_experts=4 --set moe_top_k=2 --output-dir " + out.string());
+  const auto r = run_cli(kSmokeCpu +
+                         "--steps 6 --set tensor_parallel_degree=2 --set sequence_parallel=true "
+                         "--set moe_experts=4 --set moe_top_k=2 --output-dir " +
+                         out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto config = nlohmann::json::parse(read_text(out / "config.json"));
   const auto& layout = config.at("parallel_layout");

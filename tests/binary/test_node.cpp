@@ -15,14 +15,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
-#include "support/node_fixtures.hpp"
 #include "rocm_conformance_llm/checks/monitors/kernel_log.hpp"
 #include "rocm_conformance_llm/checks/monitors/telemetry.hpp"
 #include "rocm_conformance_llm/platform/doctor.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
+#include "support/cli_runner.hpp"
+#include "support/node_fixtures.hpp"
 
 namespace rcl {
 namespace {
@@ -46,9 +46,10 @@ TEST(Telemetry, RunWithFakeSmiWritesTelemetryAndFindsTheInjectedEvents) {
   RCL_REQUIRE_FAKE_SMI();
   const auto dir = node_dir("run-faulty");
   // Two clean rounds: the environment report in config.json reads the first.
-  const auto script = write_file(dir / "script", "devices=1 ecc_ce=0 ecc_ue=0 throttle=0\n"
-                                                 "devices=1 ecc_ce=0 ecc_ue=0 throttle=0\n"
-                                                 "devices=1 ecc_ce=2 ecc_ue=1 throttle=4\n");
+  const auto script = write_file(dir / "script",
+                                 "devices=1 ecc_ce=0 ecc_ue=0 throttle=0\n"
+                                 "devices=1 ecc_ce=0 ecc_ue=0 throttle=0\n"
+                                 "devices=1 ecc_ce=2 ecc_ue=1 throttle=4\n");
   const auto r = run_cli(kSmoke + "--set diagnostics.telemetry_interval_s=0.05 --output-dir " + (dir / "out").string(),
                          fake_smi_env(script));
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -75,7 +76,8 @@ TEST(Telemetry, CleanRunWithFakeSmiHasNoTelemetryFinding) {
   RCL_REQUIRE_FAKE_SMI();
   for (const char* seed : {"1", "2"}) {
     const auto dir = node_dir(std::string("run-clean-") + seed);
-    const auto script = write_file(dir / "script", "devices=2 ecc_ce=3 temp_edge=50\ndevices=2 ecc_ce=3 temp_edge=80\n");
+    const auto script =
+        write_file(dir / "script", "devices=2 ecc_ce=3 temp_edge=50\ndevices=2 ecc_ce=3 temp_edge=80\n");
     const auto r = run_cli(kSmoke + "--seed " + seed + " --set diagnostics.telemetry_interval_s=0.05 --output-dir " +
                                (dir / "out").string(),
                            fake_smi_env(script));
@@ -118,7 +120,8 @@ TEST(Telemetry, AmdSmiIsPreferredRocmSmiIsTheFallbackAndStepsCarryTheLatestSampl
   const auto rocm = write_file(dir / "rocm", "devices=1 temp_edge=55\n");
   const std::string run = kSmoke + "--set diagnostics.telemetry_interval_s=0.05 --output-dir ";
 #ifdef RCL_FAKE_SMI
-  const std::string rocm_env = std::string("RCL_ROCM_SMI_LIBRARY=") + RCL_FAKE_SMI + " FAKE_RSMI_SCRIPT=" + rocm.string();
+  const std::string rocm_env =
+      std::string("RCL_ROCM_SMI_LIBRARY=") + RCL_FAKE_SMI + " FAKE_RSMI_SCRIPT=" + rocm.string();
 #else
   const std::string rocm_env;
 #endif
@@ -222,8 +225,10 @@ TEST(RocmKnobs, KnobReachesTheEnvironmentBeforeLibtorchStartsAndIsRecorded) {
   for (const auto& c : doctor.at("checks"))
     if (c.at("name") == "hsa_enable_sdma") EXPECT_EQ(c.at("value").get<std::string>().substr(0, 1), "0");
 
-  r = run_cli(kSmoke + "--memory-profile --set rocm.blas_backend=rocblas --set rocm.miopen_user_db=per-run "
-                       "--set rocm.garbage_collection_threshold=0.6 --output-dir " + (dir / "out").string(),
+  r = run_cli(kSmoke +
+                  "--memory-profile --set rocm.blas_backend=rocblas --set rocm.miopen_user_db=per-run "
+                  "--set rocm.garbage_collection_threshold=0.6 --output-dir " +
+                  (dir / "out").string(),
               "TORCH_BLAS_PREFER_HIPBLASLT=1 PYTORCH_TUNABLEOP_ENABLED=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json config = json::parse(read_text(dir / "out/config.json"));

@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/reports/progress.hpp"
+#include "support/cli_runner.hpp"
 
 namespace rcl {
 namespace {
@@ -54,15 +54,18 @@ TEST(Progress, OnATerminalOneStatusLineIsUpdatedInPlace) {
   const auto [out, code] = run_on_pty(kRun + "--output-dir " + dir.string());
   ASSERT_EQ(code, 0) << out;
   for (int step = 1; step <= 6; ++step)
-    EXPECT_NE(out.find("\r\x1b[Kstep " + std::to_string(step) + "/6 ("), std::string::npos) << "step " << step << "\n" << out;
+    EXPECT_NE(out.find("\r\x1b[Kstep " + std::to_string(step) + "/6 ("), std::string::npos) << "step " << step << "\n"
+                                                                                            << out;
   EXPECT_NE(out.find("findings: 0 fail"), std::string::npos) << out;
   EXPECT_EQ(count_of(out, "| loss "), 0u) << "no per-step lines on a terminal:\n" << out;
   // Log lines still come, each on its own line: the status line is wiped first.
   EXPECT_NE(out.find("\r\x1b[K"), std::string::npos);
   EXPECT_NE(out.find("ROCm component summary"), std::string::npos);
-  EXPECT_EQ(std::regex_search(out, std::regex("tok/s \\| ETA [0-9:]+ \\| findings: [^\r\n]*[0-9]{2}:[0-9]{2}:[0-9]{2}")),
-            false)
-      << "a log line landed in the middle of the status line:\n" << out;
+  EXPECT_EQ(
+      std::regex_search(out, std::regex("tok/s \\| ETA [0-9:]+ \\| findings: [^\r\n]*[0-9]{2}:[0-9]{2}:[0-9]{2}")),
+      false)
+      << "a log line landed in the middle of the status line:\n"
+      << out;
   fs::remove_all(dir);
 }
 
@@ -84,11 +87,14 @@ TEST(Progress, WithoutATerminalPlainLinesAndNoControlCharacters) {
 TEST(Progress, SoakSummaryLinesShowThroughputFindingsEtaAndTheMemoryTrend) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-progress-summary-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const auto r = run_cli(rcl::testing::kSmokeCpu + "--steps 12 --inject memory-leak=8MiB/step "
-                         "--set diagnostics.summary_interval_s=0.001 --output-dir " + dir.string());
+  const auto r = run_cli(rcl::testing::kSmokeCpu +
+                         "--steps 12 --inject memory-leak=8MiB/step "
+                         "--set diagnostics.summary_interval_s=0.001 --output-dir " +
+                         dir.string());
   ASSERT_LE(r.exit_code, 1) << r.err;
-  const std::regex line(R"(summary: step (\d+)/12 \(\d+%\) \| (\d+) tok/s \| ETA [0-9:]+ \| findings: \d+ fail, \d+ warn, )"
-                        R"(\d+ info \| mem [0-9.]+MiB \(([-+][0-9.]+)MiB over the last [0-9.]+ min, ([-+][0-9.]+)MiB since step 1\))");
+  const std::regex line(
+      R"(summary: step (\d+)/12 \(\d+%\) \| (\d+) tok/s \| ETA [0-9:]+ \| findings: \d+ fail, \d+ warn, )"
+      R"(\d+ info \| mem [0-9.]+MiB \(([-+][0-9.]+)MiB over the last [0-9.]+ min, ([-+][0-9.]+)MiB since step 1\))");
   int summaries = 0;
   int64_t last_step = 0;
   double since_first = 0;

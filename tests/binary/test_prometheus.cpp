@@ -21,8 +21,10 @@ using rcl::testing::run_cli;
 TEST(MetricsProm, ARunEndsWithItsVerdictAndFindingsByComponent) {
   const fs::path dir = fs::temp_directory_path() / ("rcl-prom-run-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const auto r = run_cli(rcl::testing::kSmokeCpu + "--steps 6 "
-                         "--set diagnostics.prom_interval=2 --inject nan@step=4 --output-dir " + dir.string());
+  const auto r = run_cli(rcl::testing::kSmokeCpu +
+                         "--steps 6 "
+                         "--set diagnostics.prom_interval=2 --inject nan@step=4 --output-dir " +
+                         dir.string());
   ASSERT_EQ(r.exit_code, 1) << r.err;
   const auto samples = parse_exposition(read_text(dir / "metrics.prom"));
   EXPECT_EQ(find(samples, "rcl_run_finished")[0].value, 1);

@@ -18,20 +18,20 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/run/job.hpp"
+#include "support/cli_runner.hpp"
 
 namespace rcl {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using rcl::testing::BackgroundRun;
 using rcl::testing::read_text;
 using rcl::testing::run_cli;
-using rcl::testing::BackgroundRun;
 using rcl::testing::wait_until;
 using namespace std::chrono_literals;
 
@@ -95,7 +95,8 @@ TEST_P(StuckRun, SignalWatcherWritesTheInterruptedReport) {
   if (twice) {
     // Sent back to back, both would be pending together, and Linux delivers the lower number
     // (SIGINT) first: the second signal goes once the first one is heard.
-    ASSERT_TRUE(wait_until([&] { return read_text(dir.string() + ".log").find("received SIGTERM") != std::string::npos; }, 30s))
+    ASSERT_TRUE(
+        wait_until([&] { return read_text(dir.string() + ".log").find("received SIGTERM") != std::string::npos; }, 30s))
         << read_text(dir.string() + ".log");
     run.signal(SIGINT);
   }
@@ -186,7 +187,8 @@ void expect_crashed(const fs::path& dir, int code, const std::string& phase, con
 
 TEST(ErrorBoundary, BallastTooLargeForTheDeviceIsACrashReport) {
   const fs::path dir = fresh_dir("ballast");
-  const auto r = run_cli(kSmoke + "--steps 2 --set memory_pressure_bytes=1099511627776000 --output-dir " + dir.string());
+  const auto r =
+      run_cli(kSmoke + "--steps 2 --set memory_pressure_bytes=1099511627776000 --output-dir " + dir.string());
   expect_crashed(dir, r.exit_code, "setup_model", r.out + r.err);
   EXPECT_NE(read_text(dir / "report.json").find("\"out_of_memory\""), std::string::npos);
   fs::remove_all(dir);
@@ -234,10 +236,10 @@ class ThrowingDetectorStage : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ThrowingDetectorStage, IsACrashReportNamingThePhase) {
   const bool in_preflight = GetParam();
-  const auto registration = register_detector(DetectorSpec{
-      "throwaway_throwing", "step", {}, {}, [in_preflight](const DetectorContext& c) {
-        return std::make_unique<ThrowingDetector>(c.diag, c.log, in_preflight);
-      }});
+  const auto registration =
+      register_detector(DetectorSpec{"throwaway_throwing", "step", {}, {}, [in_preflight](const DetectorContext& c) {
+                                       return std::make_unique<ThrowingDetector>(c.diag, c.log, in_preflight);
+                                     }});
   const fs::path dir = fresh_dir(in_preflight ? "detector-setup" : "detector-finish");
   const int code = run_in_process(dir);
   expect_crashed(dir, code, in_preflight ? "setup_detectors" : "final_checks", "");
@@ -288,11 +290,11 @@ TEST(StrictInput, UnknownTopLevelConfigKeyIsRefused) {
 }
 
 TEST(StrictInput, OutOfRangeNumericFlagsAreRefusedNotClamped) {
-  for (const std::string args : {"--steps 99999999999999999999", "--steps -5", "--seed 99999999999999999999",
-                                 "--seed -1", "--watchdog-timeout -3", "--watchdog-timeout nan",
-                                 "--watchdog-timeout inf", "--duration 5x", "--duration 0", "--duration -3m",
-                                 "--duration 30min", "--checkpoint-interval 0", "--checkpoint-interval 5q",
-                                 "--keep-checkpoints 0", "--keep-checkpoints many"}) {
+  for (const std::string args :
+       {"--steps 99999999999999999999", "--steps -5", "--seed 99999999999999999999", "--seed -1",
+        "--watchdog-timeout -3", "--watchdog-timeout nan", "--watchdog-timeout inf", "--duration 5x", "--duration 0",
+        "--duration -3m", "--duration 30min", "--checkpoint-interval 0", "--checkpoint-interval 5q",
+        "--keep-checkpoints 0", "--keep-checkpoints many"}) {
     const auto r = run_cli(args + " --print-config");
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     const std::string value = args.substr(args.find(' ') + 1);

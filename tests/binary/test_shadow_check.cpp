@@ -32,8 +32,8 @@ struct ShimRun {
 ShimRun run_with_shim(const std::string& name, const std::string& shim_env, const std::string& args) {
   const auto dir = fresh_dir("shadow", name);
   const auto log = dir.string() + ".shim";
-  const std::string env = "LD_PRELOAD=" RCL_BLAS_SHIM " RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64 RCL_SHIM_LOG=" +
-                          log + " " + shim_env;
+  const std::string env =
+      "LD_PRELOAD=" RCL_BLAS_SHIM " RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64 RCL_SHIM_LOG=" + log + " " + shim_env;
   const auto r = run_cli(kSmokeCpu + args + " --output-dir " + dir.string(), env);
   ShimRun out{.exit_code = r.exit_code};
   out.findings = nlohmann::json::parse(read_text(dir / "report.json"))["findings"];
@@ -51,13 +51,14 @@ std::vector<nlohmann::json> shadow_findings(const nlohmann::json& findings) {
 }
 
 // One call of the QKV shape before step 1 (the GEMM canary's own), then two per step
-// (one per layer): call 2s is step s's first. Corrupted from step 5 on, every mode is caught within 10 steps, named, reproducible.
+// (one per layer): call 2s is step s's first. Corrupted from step 5 on, every mode is caught within 10 steps, named,
+// reproducible.
 TEST(ShadowCheckRun, ShimCorruptionOfOneShapeIsCaughtWithinTenSteps) {
   constexpr int kInjectStep = 5;
   for (const std::string mode : {"nan", "large", "rel"}) {
-    const auto run = run_with_shim(mode, "RCL_SHIM_MODE=" + mode + " RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=" +
-                                             std::to_string(2 * kInjectStep),
-                                   "--steps 16");
+    const auto run = run_with_shim(
+        mode, "RCL_SHIM_MODE=" + mode + " RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=" + std::to_string(2 * kInjectStep),
+        "--steps 16");
     ASSERT_NE(run.shim_log.find("call " + std::to_string(2 * kInjectStep)), std::string::npos) << run.shim_log;
     const auto found = shadow_findings(run.findings);
     ASSERT_FALSE(found.empty()) << mode << ": " << run.findings.dump(1);
@@ -81,8 +82,7 @@ TEST(ShadowCheckRun, ShimCorruptionOfOneShapeIsCaughtWithinTenSteps) {
 // the re-run is correct, so not reproducible: a transient fault, a warning whose action is to run
 // the validation again (capped like every re-run anomaly), and the run passes.
 TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
-  const auto run = run_with_shim("once", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=21",
-                                 "--steps 12");
+  const auto run = run_with_shim("once", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=21", "--steps 12");
   const auto found = shadow_findings(run.findings);
   ASSERT_EQ(found.size(), 1u) << run.findings.dump(1);
   EXPECT_EQ(found[0]["step"], 10);
@@ -101,8 +101,8 @@ TEST(ShadowCheckRun, OneCorruptedCallIsCaughtWhenCheckedAndIsNotReproducible) {
 // correct (transient), but the second transient of the run is an intermittent fault, not a
 // one-off: it fails, action isolate_node, and so does the run.
 TEST(ShadowCheckRun, IntermittentCorruptionFailsAtItsSecondTransient) {
-  const auto run = run_with_shim("intermittent", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=every RCL_SHIM_CALL=13 RCL_SHIM_EVERY=4",
-                                 "--steps 24");
+  const auto run = run_with_shim(
+      "intermittent", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=every RCL_SHIM_CALL=13 RCL_SHIM_EVERY=4", "--steps 24");
   const auto found = shadow_findings(run.findings);
   ASSERT_GE(found.size(), 2u) << run.findings.dump(1);
   for (const auto& f : found) EXPECT_EQ(f["classification"], "transient") << f;
@@ -117,9 +117,9 @@ TEST(ShadowCheckRun, IntermittentCorruptionFailsAtItsSecondTransient) {
 
 // The shim loaded but off, and no shim at all: fp32 and bf16, several seeds and modes.
 TEST(ShadowCheckRun, CleanRunsReportNothing) {
-  for (const std::string args : {"--steps 40 --seed 1", "--steps 40 --seed 2 --precision bf16",
-                                 "--steps 30 --seed 3 --stress all", "--steps 30 --seed 4 --stress all --precision fp32",
-                                 "--steps 30 --seed 5 --stress attention"}) {
+  for (const std::string args :
+       {"--steps 40 --seed 1", "--steps 40 --seed 2 --precision bf16", "--steps 30 --seed 3 --stress all",
+        "--steps 30 --seed 4 --stress all --precision fp32", "--steps 30 --seed 5 --stress attention"}) {
     const auto run = run_with_shim("clean", "", args);
     EXPECT_TRUE(shadow_findings(run.findings).empty()) << args << ": " << run.findings.dump(1);
   }

@@ -68,12 +68,21 @@ Status amdsmi_get_temp_metric(Handle h, uint32_t sensor, uint32_t, int64_t* degr
 Status amdsmi_get_power_info(Handle h, void* info) {
   const auto watts = static_cast<uint32_t>(value("power_w"));
   if (old_layout()) {
-    PowerInfoV24 p{.current_socket_power = 0xFFFF, .average_socket_power = watts, .gfx_voltage = 900,
-                   .soc_voltage = 800, .mem_voltage = 1200, .power_limit = 750};
+    PowerInfoV24 p{.current_socket_power = 0xFFFF,
+                   .average_socket_power = watts,
+                   .gfx_voltage = 900,
+                   .soc_voltage = 800,
+                   .mem_voltage = 1200,
+                   .power_limit = 750};
     std::memcpy(info, &p, sizeof p);
   } else {
-    PowerInfoV25 p{.socket_power = watts, .current_socket_power = watts, .average_socket_power = UINT32_MAX,
-                   .gfx_voltage = 900, .soc_voltage = 800, .mem_voltage = 1200, .power_limit = 750};
+    PowerInfoV25 p{.socket_power = watts,
+                   .current_socket_power = watts,
+                   .average_socket_power = UINT32_MAX,
+                   .gfx_voltage = 900,
+                   .soc_voltage = 800,
+                   .mem_voltage = 1200,
+                   .power_limit = 750};
     std::memcpy(info, &p, sizeof p);
   }
   return answer(h);

@@ -36,7 +36,9 @@ rsmi_status_t rsmi_num_monitor_devices(uint32_t* count) {
 }
 
 rsmi_status_t rsmi_dev_temp_metric_get(uint32_t index, uint32_t sensor, rsmi_temperature_metric_t, int64_t* temp) {
-  const char* key = sensor == RSMI_TEMP_TYPE_EDGE ? "temp_edge" : sensor == RSMI_TEMP_TYPE_JUNCTION ? "temp_junction" : "temp_memory";
+  const char* key = sensor == RSMI_TEMP_TYPE_EDGE       ? "temp_edge"
+                    : sensor == RSMI_TEMP_TYPE_JUNCTION ? "temp_junction"
+                                                        : "temp_memory";
   *temp = static_cast<int64_t>(value(key) * 1000);
   return answer(index);
 }

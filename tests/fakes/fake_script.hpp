@@ -36,10 +36,18 @@ class Script {
   }
   // The round's value, else the board both fakes describe by default (0 for counters and flags).
   double value(const std::string& key) const {
-    static const std::map<std::string, double> defaults = {
-        {"devices", 1},   {"temp_edge", 40},  {"temp_junction", 40},    {"temp_memory", 40},
-        {"power_w", 300}, {"power_cap_w", 750}, {"gfxclk", 2100},        {"uclk", 1300},
-        {"busy", 90},     {"vram_used", 1 << 30}, {"vram_total", 64.0 * (1 << 30)}, {"lib_major", 26}};
+    static const std::map<std::string, double> defaults = {{"devices", 1},
+                                                           {"temp_edge", 40},
+                                                           {"temp_junction", 40},
+                                                           {"temp_memory", 40},
+                                                           {"power_w", 300},
+                                                           {"power_cap_w", 750},
+                                                           {"gfxclk", 2100},
+                                                           {"uclk", 1300},
+                                                           {"busy", 90},
+                                                           {"vram_used", 1 << 30},
+                                                           {"vram_total", 64.0 * (1 << 30)},
+                                                           {"lib_major", 26}};
     const Round& now = rounds_[current_ < rounds_.size() ? current_ : rounds_.size() - 1];
     if (const auto it = now.find(key); it != now.end()) return it->second;
     const auto it = defaults.find(key);

@@ -40,7 +40,8 @@ fs::path checkpoint_dir() {
     }
     const fs::path d = rcl::fuzz::scratch() / kStep;
     fs::create_directories(d);
-    for (const char* name : kFixedFiles) fs::copy_file(fs::path(from) / name, d / name, fs::copy_options::overwrite_existing);
+    for (const char* name : kFixedFiles)
+      fs::copy_file(fs::path(from) / name, d / name, fs::copy_options::overwrite_existing);
     fs::copy_file(fs::path(from) / "state.json", d / "state.json.good", fs::copy_options::overwrite_existing);
     return d;
   }();
@@ -74,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       rcl::fuzz::expect_accepted_or_refused([&] { rcl::read_safetensors(dir / "input.safetensors"); });
       return 0;
   }
-  rcl::fuzz::expect_accepted_or_refused([&] { rcl::resolve_resume(dir.string(), dir.parent_path(), smoke_identity()); });
+  rcl::fuzz::expect_accepted_or_refused(
+      [&] { rcl::resolve_resume(dir.string(), dir.parent_path(), smoke_identity()); });
   return 0;
 }

@@ -34,7 +34,8 @@ inline const std::filesystem::path& scratch() {
 }
 
 inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // Runs `parse`; a ConfigError is a refusal, any other exception aborts (libFuzzer saves the input).

@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef void (*gemm_f)(const char*, const char*, const int*, const int*, const int*, const void*,
-                       const void*, const int*, const void*, const int*, const void*, void*, const int*);
-typedef void (*cblas_gemm_f)(int, int, int, int, int, int, const void*, const void*, int, const void*,
-                             int, const void*, void*, int);
+typedef void (*gemm_f)(const char*, const char*, const int*, const int*, const int*, const void*, const void*,
+                       const int*, const void*, const int*, const void*, void*, const int*);
+typedef void (*cblas_gemm_f)(int, int, int, int, int, int, const void*, const void*, int, const void*, int, const void*,
+                             void*, int);
 
 enum mode { mode_off, mode_nan, mode_large, mode_rel };
 enum schedule { sched_once, sched_every, sched_from };
@@ -51,11 +51,16 @@ static void configure(void) {
   g.ready = 1;
   const char* mode = getenv("RCL_SHIM_MODE");
   const char* schedule = getenv("RCL_SHIM_SCHEDULE");
-  g.mode = !mode ? mode_off : !strcmp(mode, "nan") ? mode_nan : !strcmp(mode, "large") ? mode_large
-           : !strcmp(mode, "rel") ? mode_rel : mode_off;
-  if (mode && g.mode == mode_off) fprintf(stderr, "blas_fault_shim: RCL_SHIM_MODE '%s' is not nan, large or rel\n", mode);
-  g.schedule = schedule && !strcmp(schedule, "once") ? sched_once
-               : schedule && !strcmp(schedule, "every") ? sched_every : sched_from;
+  g.mode = !mode                    ? mode_off
+           : !strcmp(mode, "nan")   ? mode_nan
+           : !strcmp(mode, "large") ? mode_large
+           : !strcmp(mode, "rel")   ? mode_rel
+                                    : mode_off;
+  if (mode && g.mode == mode_off)
+    fprintf(stderr, "blas_fault_shim: RCL_SHIM_MODE '%s' is not nan, large or rel\n", mode);
+  g.schedule = schedule && !strcmp(schedule, "once")    ? sched_once
+               : schedule && !strcmp(schedule, "every") ? sched_every
+                                                        : sched_from;
   g.m = env_long("RCL_SHIM_M", -1), g.n = env_long("RCL_SHIM_N", -1), g.k = env_long("RCL_SHIM_K", -1);
   g.first = env_long("RCL_SHIM_CALL", 1), g.every = env_long("RCL_SHIM_EVERY", 10);
   if (g.every < 1) g.every = 1;
@@ -77,13 +82,13 @@ static int strikes(long m, long n, long k) {
 
 // C is column-major m x n with leading dimension ldc (row-major callers pass their own layout:
 // element [0] and "every element" are the same either way).
-#define CORRUPT(T)                                                              \
-  static void corrupt_##T(T* c, long m, long n, long ldc) {                     \
-    if (g.mode == mode_nan) c[0] = (T)NAN;                                      \
-    if (g.mode == mode_large) c[0] = (T)1e6;                                    \
-    if (g.mode == mode_rel)                                                     \
-      for (long j = 0; j < n; ++j)                                              \
-        for (long i = 0; i < m; ++i) c[j * ldc + i] *= (T)1.01;                 \
+#define CORRUPT(T)                                              \
+  static void corrupt_##T(T* c, long m, long n, long ldc) {     \
+    if (g.mode == mode_nan) c[0] = (T)NAN;                      \
+    if (g.mode == mode_large) c[0] = (T)1e6;                    \
+    if (g.mode == mode_rel)                                     \
+      for (long j = 0; j < n; ++j)                              \
+        for (long i = 0; i < m; ++i) c[j * ldc + i] *= (T)1.01; \
   }
 CORRUPT(float)
 CORRUPT(double)
@@ -94,26 +99,25 @@ static void* real(const char* name) {
   return f;
 }
 
-#define FORTRAN_GEMM(name, T)                                                                         \
-  void name(const char* ta, const char* tb, const int* m, const int* n, const int* k, const void* alpha, \
-            const void* a, const int* lda, const void* b, const int* ldb, const void* beta, void* c,  \
-            const int* ldc) {                                                                          \
-    static gemm_f next;                                                                                \
-    if (!next) next = (gemm_f)real(#name);                                                             \
-    next(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                                        \
-    if (strikes(*m, *n, *k)) corrupt_##T((T*)c, *m, *n, *ldc);                                         \
+#define FORTRAN_GEMM(name, T)                                                                                          \
+  void name(const char* ta, const char* tb, const int* m, const int* n, const int* k, const void* alpha,               \
+            const void* a, const int* lda, const void* b, const int* ldb, const void* beta, void* c, const int* ldc) { \
+    static gemm_f next;                                                                                                \
+    if (!next) next = (gemm_f)real(#name);                                                                             \
+    next(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                                                        \
+    if (strikes(*m, *n, *k)) corrupt_##T((T*)c, *m, *n, *ldc);                                                         \
   }
 FORTRAN_GEMM(sgemm_, float)
 FORTRAN_GEMM(dgemm_, double)
 
 // CBLAS: order 101 = row-major (C is m x n with rows ldc apart), 102 = column-major.
-#define CBLAS_GEMM(name, T)                                                                             \
-  void name(int order, int ta, int tb, int m, int n, int k, const void* alpha, const void* a, int lda, \
-            const void* b, int ldb, const void* beta, void* c, int ldc) {                              \
-    static cblas_gemm_f next;                                                                          \
-    if (!next) next = (cblas_gemm_f)real(#name);                                                       \
-    next(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                                 \
-    if (strikes(m, n, k)) corrupt_##T((T*)c, order == 101 ? n : m, order == 101 ? m : n, ldc);         \
+#define CBLAS_GEMM(name, T)                                                                                           \
+  void name(int order, int ta, int tb, int m, int n, int k, const void* alpha, const void* a, int lda, const void* b, \
+            int ldb, const void* beta, void* c, int ldc) {                                                            \
+    static cblas_gemm_f next;                                                                                         \
+    if (!next) next = (cblas_gemm_f)real(#name);                                                                      \
+    next(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                                                \
+    if (strikes(m, n, k)) corrupt_##T((T*)c, order == 101 ? n : m, order == 101 ? m : n, ldc);                        \
   }
 CBLAS_GEMM(cblas_sgemm, float)
 CBLAS_GEMM(cblas_dgemm, double)

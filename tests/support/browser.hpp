@@ -35,9 +35,11 @@ inline std::string chromium(const std::string& flags, const std::filesystem::pat
   if (browser.empty()) ADD_FAILURE() << "chromium not found on PATH: install it (scripts/setup.sh --with-tests)";
   if (browser.empty()) return {};
   const auto out = profile.string() + ".out";
-  const std::string cmd = browser.string() + " --headless --no-sandbox --disable-gpu --no-first-run "
-                          "--allow-file-access-from-files --user-data-dir=" + profile.string() + " " + flags +
-                          " file://" + std::filesystem::absolute(page).string() + " >" + out + " 2>/dev/null";
+  const std::string cmd = browser.string() +
+                          " --headless --no-sandbox --disable-gpu --no-first-run "
+                          "--allow-file-access-from-files --user-data-dir=" +
+                          profile.string() + " " + flags + " file://" + std::filesystem::absolute(page).string() +
+                          " >" + out + " 2>/dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return read_text(out);
 }
@@ -50,7 +52,8 @@ inline nlohmann::json probe_rendered_report(const std::filesystem::path& page, c
   std::filesystem::create_directories(work);
   const auto probe = work / "probe.html";
   std::ofstream(probe) << R"(<!DOCTYPE html><html><body>
-<iframe id="f" src="file://)" << std::filesystem::absolute(page).string() << R"(" style="width:1200px;height:900px"></iframe>
+<iframe id="f" src="file://)"
+                       << std::filesystem::absolute(page).string() << R"(" style="width:1200px;height:900px"></iframe>
 <script>
 document.getElementById('f').addEventListener('load', () => {
   const d = document.getElementById('f').contentDocument;

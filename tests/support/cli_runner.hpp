@@ -32,7 +32,8 @@ inline std::string read_text(const std::filesystem::path& path) {
 
 // A path under the temp directory for one test's output, removed if it exists.
 inline std::filesystem::path fresh_dir(const std::string& suite, const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("rcl-" + suite + "-" + std::to_string(::getpid()) + "-" + name);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("rcl-" + suite + "-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -53,8 +54,8 @@ inline CliResult run_cli(const std::string& args, const std::string& env = "") {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("rcl-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   std::filesystem::create_directories(dir);
-  const std::string cmd = env + " " + RCL_BINARY + " " + args + " >" + (dir / "out").string() + " 2>" +
-                          (dir / "err").string();
+  const std::string cmd =
+      env + " " + RCL_BINARY + " " + args + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -18,5 +18,5 @@ inline bool cpu_has_fp16_matmul() {
 
 }  // namespace rcl::testing
 
-#define RCL_REQUIRE_FP16_MATMUL()                  \
+#define RCL_REQUIRE_FP16_MATMUL() \
   if (!rcl::testing::cpu_has_fp16_matmul()) GTEST_SKIP() << "this libtorch has no fp16 matmul on the CPU (1.13)"

@@ -12,7 +12,8 @@
 
 namespace rcl::testing {
 
-inline const std::filesystem::path kRecordedLog = std::filesystem::path(RCL_SOURCE_DIR) / "tests/data/amdgpu-kernel.log";
+inline const std::filesystem::path kRecordedLog =
+    std::filesystem::path(RCL_SOURCE_DIR) / "tests/data/amdgpu-kernel.log";
 
 // An empty scratch directory for one node test.
 inline std::filesystem::path node_dir(const std::string& name) {

@@ -22,7 +22,9 @@ struct Sample {
   double value = 0;
 };
 
-inline bool valid_metric_name(const std::string& s) { return std::regex_match(s, std::regex("[a-zA-Z_:][a-zA-Z0-9_:]*")); }
+inline bool valid_metric_name(const std::string& s) {
+  return std::regex_match(s, std::regex("[a-zA-Z_:][a-zA-Z0-9_:]*"));
+}
 inline bool valid_label_name(const std::string& s) { return std::regex_match(s, std::regex("[a-zA-Z_][a-zA-Z0-9_]*")); }
 
 inline double parse_value(const std::string& s) {
@@ -122,7 +124,7 @@ inline std::vector<Sample> parse_exposition(const std::string& text) {
 
 // The samples of `name` whose labels include `labels`.
 inline std::vector<Sample> find(const std::vector<Sample>& samples, const std::string& name,
-                         const std::map<std::string, std::string>& labels = {}) {
+                                const std::map<std::string, std::string>& labels = {}) {
   std::vector<Sample> out;
   for (const auto& s : samples) {
     if (s.name != name) continue;

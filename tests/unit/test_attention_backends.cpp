@@ -9,8 +9,8 @@
 #include <functional>
 #include <set>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/checks/detectors/attention_probe.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
@@ -32,8 +32,7 @@ std::vector<std::string> cpu_backends() {
     try {
       check_attention_backend(cfg, torch::kCPU);
       out.push_back(b);
-    } catch (const ConfigError&) {
-    }
+    } catch (const ConfigError&) {}
   }
   return out;
 }
@@ -98,8 +97,13 @@ TEST(AttentionBackends, StridedViewKeepsTheValuesAndTheLastDimensionContiguous) 
 }
 
 TrainingConfig tiny_model(const std::string& backend) {
-  return {.hidden_size = 32, .num_layers = 2, .seq_len = 24, .num_heads = 2, .vocab_size = 50,
-          .position = PositionEncoding::rotary, .attention_backend = *parse_name<AttentionBackend>(backend)};
+  return {.hidden_size = 32,
+          .num_layers = 2,
+          .seq_len = 24,
+          .num_heads = 2,
+          .vocab_size = 50,
+          .position = PositionEncoding::rotary,
+          .attention_backend = *parse_name<AttentionBackend>(backend)};
 }
 
 // Every backend this CPU serves computes the same model as the explicit path (also padded, with
@@ -145,8 +149,8 @@ TEST(AttentionBackends, SdpaGradientsMatchTheExplicitPathInFloat64) {
   const auto v0 = torch::randn({2, 2, 16, 8}, opts), upstream = torch::randn({2, 2, 16, 8}, opts);
   const auto padded = padded_causal_mask(2, 16, 0.25, torch::kCPU);
   const auto causal = torch::ones({16, 16}, torch::kBool).tril();
-  auto grads = [&](const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
-                                                     const torch::Tensor&)>& attend) {
+  auto grads = [&](const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>&
+                       attend) {
     auto q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
     const auto out = attend(q, k, v);
     auto g = torch::autograd::grad({out}, {q, k, v}, {upstream});
@@ -155,9 +159,8 @@ TEST(AttentionBackends, SdpaGradientsMatchTheExplicitPathInFloat64) {
   };
   for (const std::string backend : {"sdpa_math", "sdpa_flash"}) {
     for (const bool masked : {false, true}) {
-      const auto expected = grads([&](auto q, auto k, auto v) {
-        return explicit_attention(q, k, v, masked ? padded : causal);
-      });
+      const auto expected =
+          grads([&](auto q, auto k, auto v) { return explicit_attention(q, k, v, masked ? padded : causal); });
       const auto got = grads([&](auto q, auto k, auto v) {
         SdpaBackendScope only(backend);
         return sdpa_attention(q, k, v, masked ? padded : torch::Tensor());
@@ -230,10 +233,12 @@ TEST(AttentionProbe, InjectedMaskCorruptionFailsOnlyTheMaskedOutputsOfOneBackend
 // on; below 2.0 it is a no-op whose reason is recorded.
 TEST(AttentionStressMode, AppliesWithSdpaAndIsARecordedNoOpWithout) {
   const Preset& smoke = find_preset("smoke");
-  const auto old_build = compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 1, .torch_minor = 13});
+  const auto old_build =
+      compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 1, .torch_minor = 13});
   EXPECT_EQ(old_build.training, smoke.training);
   EXPECT_EQ(old_build.skipped.at("attention"), "needs libtorch >= 2.0 (this build has 1.13)");
-  const auto new_build = compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 2, .torch_minor = 14});
+  const auto new_build =
+      compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 2, .torch_minor = 14});
   EXPECT_TRUE(new_build.skipped.empty());
   EXPECT_EQ(new_build.training.attention_backend, AttentionBackend::sdpa);
   EXPECT_EQ(new_build.training.attention_pad_fraction, 0.25);

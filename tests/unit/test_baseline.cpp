@@ -63,8 +63,8 @@ TEST(Baseline, MetricsJsonRoundTripsThroughTheMetricsWriterFormat) {
   r.loss = std::numeric_limits<double>::quiet_NaN();
   r.step_time_s = 0.25;
   r.tokens = 4096;
-  r.memory = MemorySample{.allocated_bytes = 10, .reserved_bytes = 20, .peak_allocated_bytes = 15, .rss_bytes = 30,
-                          .source = "hip"};
+  r.memory = MemorySample{
+      .allocated_bytes = 10, .reserved_bytes = 20, .peak_allocated_bytes = 15, .rss_bytes = 30, .source = "hip"};
   r.op_counts = {{"aten::mm", 12}, {"aten::add", 3}};
   const auto back = step_record_from_metrics_json(nlohmann::json::parse(to_json(r).dump()));
   EXPECT_EQ(back.step, 12);
@@ -84,8 +84,11 @@ std::vector<StepRecord> run_steps(int64_t n = 30) {
     r.loss = 2.0 + 3.0 / static_cast<double>(s) + 1e-7 * std::sin(static_cast<double>(s));  // not round numbers
     r.step_time_s = 0.1 + 0.001 * static_cast<double>(s % 3);
     r.tokens = 512;
-    r.memory = MemorySample{.allocated_bytes = 400 << 20, .reserved_bytes = 900 << 20,
-                            .peak_allocated_bytes = 800 << 20, .rss_bytes = 1 << 30, .source = "hip"};
+    r.memory = MemorySample{.allocated_bytes = 400 << 20,
+                            .reserved_bytes = 900 << 20,
+                            .peak_allocated_bytes = 800 << 20,
+                            .rss_bytes = 1 << 30,
+                            .source = "hip"};
     r.op_counts = {{"aten::mm", 40}, {"aten::gelu", 4}, {"aten::add", 30}};
     out.push_back(r);
   }
@@ -146,7 +149,7 @@ TEST(Baseline, OneUlpLossDifferenceFailsInDeterministicModeOnly) {
   const auto steps = run_steps();
   auto perturbed = steps;
   perturbed[16].loss = std::nextafter(perturbed[16].loss, 100.0);  // step 17
-  perturbed[20].loss *= 1.05;                                          // step 21
+  perturbed[20].loss *= 1.05;                                      // step 21
 
   const auto det = load_run_record(write_run("det", steps, config_doc(true)));
   auto c = compare_with_baseline(record_now(perturbed, config_doc(true)), det, DiagnosticsConfig{}, 0);
@@ -214,10 +217,20 @@ TEST(Baseline, SlowerStepsMoreMemoryAndChangedOpCountsFire) {
 
 TEST(Baseline, FindingsPresentNowButNotThenAreFlagged) {
   const auto steps = run_steps();
-  const Finding old_one{.component = component::miopen, .signature = "slow_first_step", .severity = Severity::info,
-                        .step = 1, .rank = 0, .message = "", .evidence = {}};
-  const Finding new_one{.component = component::rccl, .signature = "collective_latency_spike",
-                        .severity = Severity::warn, .step = 14, .rank = 0, .message = "", .evidence = {}};
+  const Finding old_one{.component = component::miopen,
+                        .signature = "slow_first_step",
+                        .severity = Severity::info,
+                        .step = 1,
+                        .rank = 0,
+                        .message = "",
+                        .evidence = {}};
+  const Finding new_one{.component = component::rccl,
+                        .signature = "collective_latency_spike",
+                        .severity = Severity::warn,
+                        .step = 14,
+                        .rank = 0,
+                        .message = "",
+                        .evidence = {}};
   const auto then = load_run_record(write_run("findings", steps, config_doc(false), {old_one}));
   ASSERT_EQ(then.findings.size(), 1u);
   const auto c = compare_with_baseline(record_now(steps, config_doc(false), {old_one, new_one, new_one}), then,

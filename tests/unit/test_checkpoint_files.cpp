@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
-#include "support/safetensors_spec.hpp"
 #include "rocm_conformance_llm/base/safetensors.hpp"
 #include "rocm_conformance_llm/base/sha256.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/run/run_config.hpp"
+#include "support/cli_runner.hpp"
+#include "support/safetensors_spec.hpp"
 
 namespace rcl {
 namespace {
@@ -88,9 +88,15 @@ TEST(Safetensors, DamagedFilesAreRefusedNamingTheProblem) {
       {good.substr(0, good.size() - 3), "data"},
       {std::string("\xff\xff\xff\xff\xff\xff\x00\x00", 8) + good.substr(8), "header length"},
       {with_header("{not json"), "not JSON"},
-      {with_header(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}})"), "overlap"},
-      {with_header(R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"), "unsupported dtype"},
-      {with_header(R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"), "data_offsets"},
+      {with_header(
+           R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}})"),
+       "overlap"},
+      {with_header(
+           R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"),
+       "unsupported dtype"},
+      {with_header(
+           R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[16,32]}})"),
+       "data_offsets"},
       {with_header(R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})"), "bad shape"},
       {with_header(R"([1,2])"), "not a JSON object"},
   };

@@ -51,7 +51,9 @@ void run_communicators(int world, Body body) {
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kLong};
 
-torch::Tensor longs(std::vector<int64_t> v, torch::ScalarType dtype) { return torch::tensor(v, torch::kLong).to(dtype); }
+torch::Tensor longs(std::vector<int64_t> v, torch::ScalarType dtype) {
+  return torch::tensor(v, torch::kLong).to(dtype);
+}
 
 class CollectiveKindsTest : public ::testing::TestWithParam<int> {
  protected:
@@ -164,8 +166,10 @@ TEST_P(CollectiveKindsTest, UnevenAllToAllAfterItsCounts) {
       std::vector<int64_t> splits, values, expected;
       for (int q = 0; q < n; ++q) {
         splits.push_back(rows(r, q));
-        for (int j = 0; j < rows(r, q); ++j) values.insert(values.end(), {100 * r + 10 * q + j, -(100 * r + 10 * q + j)});
-        for (int j = 0; j < rows(q, r); ++j) expected.insert(expected.end(), {100 * q + 10 * r + j, -(100 * q + 10 * r + j)});
+        for (int j = 0; j < rows(r, q); ++j)
+          values.insert(values.end(), {100 * r + 10 * q + j, -(100 * r + 10 * q + j)});
+        for (int j = 0; j < rows(q, r); ++j)
+          expected.insert(expected.end(), {100 * q + 10 * r + j, -(100 * q + 10 * r + j)});
       }
       const torch::Tensor in = longs(values, dtype).reshape({-1, 2});
       std::vector<CollectiveSample> samples;
@@ -245,8 +249,10 @@ TEST(CollectiveRouteTest, RcclNativeGlooEmulatesWhatItLacks) {
   EXPECT_TRUE(rs.sum_then_divide);
   EXPECT_NE(rs.how.find("all-reduce of a copy of the input"), std::string::npos) << rs.how;
   EXPECT_TRUE(route_collective("gloo", CollectiveKind::all_to_all, ReduceOp::sum, torch::kFloat).native);
-  const CollectiveRoute bf16_sum = route_collective("gloo", CollectiveKind::all_reduce, ReduceOp::sum, torch::kBFloat16);
-  const CollectiveRoute bf16_move = route_collective("gloo", CollectiveKind::broadcast, ReduceOp::sum, torch::kBFloat16);
+  const CollectiveRoute bf16_sum =
+      route_collective("gloo", CollectiveKind::all_reduce, ReduceOp::sum, torch::kBFloat16);
+  const CollectiveRoute bf16_move =
+      route_collective("gloo", CollectiveKind::broadcast, ReduceOp::sum, torch::kBFloat16);
 #if TORCH_VERSION_MAJOR >= 2
   EXPECT_FALSE(bf16_sum.carried_as.has_value());
   EXPECT_TRUE(route_collective("gloo", CollectiveKind::all_gather, ReduceOp::sum, torch::kFloat).native);
@@ -430,8 +436,8 @@ TEST(CollectiveCheckTest, CleanBatteriesStaySilentAndFillTheCollectivesTable) {
     for (const uint64_t seed : {11u, 12u}) {
       const CheckedRun run = run_check(world, 4, "", seed);
       for (int r = 0; r < world; ++r) {
-        EXPECT_TRUE(run.findings[r].empty()) << "world " << world << " seed " << seed << " rank " << r << ": "
-                                             << run.findings[r][0].message;
+        EXPECT_TRUE(run.findings[r].empty())
+            << "world " << world << " seed " << seed << " rank " << r << ": " << run.findings[r][0].message;
         const auto& table = run.sections[r]["collectives"];
         EXPECT_EQ(table["batteries"], 5);
         ASSERT_EQ(table["cases"].size(), battery_cases({int64_t{32} << 10}).size());

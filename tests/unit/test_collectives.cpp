@@ -21,8 +21,8 @@ namespace rcl {
 namespace {
 
 using Clock = SteadyClock;
-using test::free_port;
 using std::chrono::milliseconds;
+using test::free_port;
 
 // Short enough to keep the suite fast, long enough for 4 ranks on 2 busy cores.
 constexpr double kTimeoutS = 2.0;
@@ -84,9 +84,9 @@ TEST_P(GradientAveragingTest, ExactMeanWhateverTheBucketSize) {
   }
   for (auto& e : expected) e /= world;
 
-  for (const auto& [one_buffer, bucket_mb] : {std::pair{false, 1e-6 /* one tensor per bucket */},
-                                              std::pair{false, 25.0 /* one bucket */}, std::pair{true, 1e-6},
-                                              std::pair{true, 25.0}}) {
+  for (const auto& [one_buffer, bucket_mb] :
+       {std::pair{false, 1e-6 /* one tensor per bucket */}, std::pair{false, 25.0 /* one bucket */},
+        std::pair{true, 1e-6}, std::pair{true, 25.0}}) {
     SCOPED_TRACE(one_buffer ? "gradients in one buffer" : "separate gradients");
     std::vector<std::vector<torch::Tensor>> results(world);
     std::vector<std::vector<CollectiveSample>> samples(world);
@@ -132,10 +132,8 @@ TEST(ProcessGroupSyncTest, GradientsInOneBufferAreReducedWithoutCopies) {
     ops.stop();
     const auto counts = ops.counts();
     const int64_t cats = counts.count("aten::cat") ? counts.at("aten::cat") : 0;
-    if (one_buffer)
-      EXPECT_EQ(cats, 0);
-    else
-      EXPECT_EQ(cats, 2);  // one bucket per rank
+    if (one_buffer) EXPECT_EQ(cats, 0);
+    else EXPECT_EQ(cats, 2);  // one bucket per rank
   }
 }
 
@@ -209,9 +207,9 @@ TEST(CommChecksTest, ParameterChecksumNamesThePerturbedRank) {
 
 // compare_parameters(all) once per parameter of `params`, that one a unit in the last place off
 // on the culprit rank (restored after), by parameter name.
-std::map<std::string, std::vector<Finding>> compared_with_one_ulp_off(ProcessGroupSync& sync,
-                                                                     const std::map<std::string, torch::Tensor>& params,
-                                                                     const std::vector<torch::Tensor>& all, bool culprit) {
+std::map<std::string, std::vector<Finding>> compared_with_one_ulp_off(
+    ProcessGroupSync& sync, const std::map<std::string, torch::Tensor>& params, const std::vector<torch::Tensor>& all,
+    bool culprit) {
   std::map<std::string, std::vector<Finding>> findings;
   for (const auto& [name, p] : params) {
     const torch::Tensor kept = p.clone();
@@ -234,8 +232,8 @@ TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
   std::vector<std::map<std::string, std::vector<Finding>>> perturbed(4);
   run_ranks(4, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
     sync->split_model(layout);
-    const std::map<std::string, torch::Tensor> params = {
-        {"replicated", dyadic({16, 8}, 42)}, {"tensor_split", dyadic({8, 4}, 100 + r % 2)}};
+    const std::map<std::string, torch::Tensor> params = {{"replicated", dyadic({16, 8}, 42)},
+                                                         {"tensor_split", dyadic({8, 4}, 100 + r % 2)}};
     sync->set_split_parameters({.partial = {}, .tensor_split = {params.at("tensor_split")}});
     std::vector<torch::Tensor> all;
     for (const auto& [name, p] : params) all.push_back(p);
@@ -247,7 +245,8 @@ TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
     for (const auto& [name, findings] : perturbed[r]) {
       ASSERT_EQ(findings.size(), 1u) << name << ", rank " << r;
       EXPECT_EQ(findings[0].signature, "parameter_divergence");
-      EXPECT_EQ(findings[0].evidence["differing_ranks"], nlohmann::json({kCulprit})) << name << ": " << findings[0].message;
+      EXPECT_EQ(findings[0].evidence["differing_ranks"], nlohmann::json({kCulprit}))
+          << name << ": " << findings[0].message;
     }
   }
 }
@@ -268,8 +267,8 @@ TEST(CommChecksTest, ExpertsAreComparedOnlyAmongTheRanksHoldingThem) {
     std::vector<nlohmann::json> broadcast(4);  // distances from rank 0's weights and the first holder's experts
     run_ranks(4, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
       sync->split_model(layout);
-      const std::map<std::string, torch::Tensor> params = {
-          {"replicated", dyadic({16, 8}, 42)}, {"expert", dyadic({8, 4}, 100 + layout.expert_rank(r))}};
+      const std::map<std::string, torch::Tensor> params = {{"replicated", dyadic({16, 8}, 42)},
+                                                           {"expert", dyadic({8, 4}, 100 + layout.expert_rank(r))}};
       sync->set_split_parameters({.partial = {}, .tensor_split = {}, .experts = {params.at("expert")}});
       std::vector<torch::Tensor> all;
       for (const auto& [name, p] : params) all.push_back(p);
@@ -281,7 +280,10 @@ TEST(CommChecksTest, ExpertsAreComparedOnlyAmongTheRanksHoldingThem) {
       sync->broadcast_parameters(all);
       const int first_holder = layout.expert_data_group(r).front();
       broadcast[r] = {(params.at("replicated") - dyadic({16, 8}, 42)).abs().max().item<double>(),
-                      (params.at("expert") - dyadic({8, 4}, 100 + layout.expert_rank(r)) - first_holder).abs().max().item<double>()};
+                      (params.at("expert") - dyadic({8, 4}, 100 + layout.expert_rank(r)) - first_holder)
+                          .abs()
+                          .max()
+                          .item<double>()};
     });
     for (int r = 0; r < 4; ++r) {
       EXPECT_TRUE(clean[r].empty()) << experts << " experts, rank " << r << ": " << clean[r].front().message;
@@ -298,7 +300,8 @@ TEST(CommChecksTest, ExpertsAreComparedOnlyAmongTheRanksHoldingThem) {
       EXPECT_NE(expert[0].message.find("rank 3 experts sum"), std::string::npos) << expert[0].message;
       EXPECT_NE(expert[0].message.find("vs rank 1's"), std::string::npos) << expert[0].message;
     }
-    for (int r = 0; r < 4; ++r) EXPECT_EQ(broadcast[r], nlohmann::json({0.0, 0.0})) << experts << " experts, rank " << r;
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(broadcast[r], nlohmann::json({0.0, 0.0})) << experts << " experts, rank " << r;
   }
 }
 
@@ -462,7 +465,7 @@ MonitoredRun run_monitored(int world, int steps, int slow_rank, double sleep_s) 
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
     FindingLog log(find_signature);
     CommMonitorOptions options;
-    options.check_interval = 5;  // canary, checksum and sequence checks ride along
+    options.check_interval = 5;              // canary, checksum and sequence checks ride along
     auto params = parameters_with_grads(0);  // identical on every rank, like real replicas
     CommMonitor monitor(diag, log, sync, params, options);
     monitor.preflight();
@@ -524,9 +527,11 @@ TEST(MakeGradientSyncTest, OneProcessIsLocalAndGpuRanksMeetOverRcclWhereBuilt) {
   EXPECT_EQ(std::dynamic_pointer_cast<ProcessGroupSync>(local), nullptr);
   EXPECT_EQ(collective_backend(torch::kCPU), "gloo");
 #if defined(RCL_HAVE_C10D_NCCL)
-  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), std::string(RCL_TORCH_BUILD) == "rocm" ? "rccl" : "nccl");
+  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)),
+            std::string(RCL_TORCH_BUILD) == "rocm" ? "rccl" : "nccl");
 #else
-  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)), "gloo");  // measured on an H100: bench/fault-matrix-gpu.md
+  EXPECT_EQ(collective_backend(torch::Device(torch::kCUDA, 0)),
+            "gloo");  // measured on an H100: bench/fault-matrix-gpu.md
 #endif
 }
 

@@ -51,14 +51,25 @@ TEST(Validate, PresetsAreValid) {
 
 TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
   const TrainingConfig ok = find_preset("smoke").training;
-  auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
+  auto with = [&](auto mutate) {
+    TrainingConfig c = ok;
+    mutate(c);
+    return c;
+  };
   expect_invalid(with([](auto& c) { c.hidden_size = 130; }), "hidden_size=130: must be divisible by num_heads=4");
   expect_invalid(with([](auto& c) { c.seq_len = 0; }), "seq_len=0");
   expect_invalid_key("mixed_precision", "fp8", "mixed_precision='fp8'");
-  expect_invalid(with([](auto& c) { c.grad_accum_steps = 2; c.grad_sync_interval = 4; }),
+  expect_invalid(with([](auto& c) {
+                   c.grad_accum_steps = 2;
+                   c.grad_sync_interval = 4;
+                 }),
                  "grad_sync_interval=4: must be <= grad_accum_steps=2");
   expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "dropout=1");
-  expect_invalid(with([](auto& c) { c.position = PositionEncoding::rotary; c.num_heads = 64; }), "even head dimension");
+  expect_invalid(with([](auto& c) {
+                   c.position = PositionEncoding::rotary;
+                   c.num_heads = 64;
+                 }),
+                 "even head dimension");
   expect_invalid_key("attention_backend", "flash", "allowed: math, sdpa");
   expect_invalid_key("device", "tpu", "allowed: auto, cpu, gpu");
   expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
@@ -71,8 +82,13 @@ TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
 
 TEST(Validate, PerFieldChecksComeFromTheFieldTablesWithTheirTexts) {
   const TrainingConfig ok = find_preset("smoke").training;
-  auto with = [&](auto mutate) { TrainingConfig c = ok; mutate(c); return c; };
-  expect_invalid(with([](auto& c) { c.max_duration_s = -1; }), "invalid max_duration_s=-1: must be >= 0 (0 = no time limit)");
+  auto with = [&](auto mutate) {
+    TrainingConfig c = ok;
+    mutate(c);
+    return c;
+  };
+  expect_invalid(with([](auto& c) { c.max_duration_s = -1; }),
+                 "invalid max_duration_s=-1: must be >= 0 (0 = no time limit)");
   expect_invalid(with([](auto& c) { c.dropout = 1.0; }), "invalid dropout=1: must be in [0, 1)");
   expect_invalid(with([](auto& c) { c.min_lr_ratio = 2; }), "invalid min_lr_ratio=2: must be in [0, 1]");
   expect_invalid(with([](auto& c) { c.bucket_mb = 0; }), "invalid bucket_mb=0: must be > 0");
@@ -163,9 +179,7 @@ TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
   const auto dir = std::filesystem::temp_directory_path() / ("rcl-cfg-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto first = resolve_args({"--stress", "rng,memory", "--set", "hidden_size=64", "--output-dir", "x"});
-  {
-    std::ofstream(dir / "run.json") << to_json(first).dump();
-  }
+  { std::ofstream(dir / "run.json") << to_json(first).dump(); }
   const auto again = resolve_args({"--config", (dir / "run.json").string(), "--output-dir", "x"});
   EXPECT_EQ(again.training, first.training);
   EXPECT_EQ(again.stress_modes, first.stress_modes);

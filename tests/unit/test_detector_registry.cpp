@@ -128,8 +128,12 @@ class LossJumpDetector final : public Detector {
   using Detector::Detector;
   void on_step(const StepRecord& r) override {
     if (previous_ && r.loss > 2.0 * *previous_)
-      report(Finding{.component = component::rocblas, .signature = "throwaway_loss_jump", .severity = Severity::warn,
-                     .step = r.step, .rank = r.rank, .message = "loss more than doubled"});
+      report(Finding{.component = component::rocblas,
+                     .signature = "throwaway_loss_jump",
+                     .severity = Severity::warn,
+                     .step = r.step,
+                     .rank = r.rank,
+                     .message = "loss more than doubled"});
     previous_ = r.loss;
   }
 
@@ -138,7 +142,8 @@ class LossJumpDetector final : public Detector {
 };
 
 DetectorSpec loss_jump_spec() {
-  return {"throwaway_loss_jump", "step",
+  return {"throwaway_loss_jump",
+          "step",
           {{"throwaway_loss_jump", component::rocblas, Severity::warn, 2, "loss-spike"}},
           {},
           [](const DetectorContext& c) { return std::make_unique<LossJumpDetector>(c.diag, c.log); }};
@@ -166,7 +171,8 @@ std::vector<Finding> run_smoke(const std::string& inject) {
 }
 
 int count(const std::vector<Finding>& findings, const std::string& signature) {
-  return int(std::count_if(findings.begin(), findings.end(), [&](const Finding& f) { return f.signature == signature; }));
+  return int(
+      std::count_if(findings.begin(), findings.end(), [&](const Finding& f) { return f.signature == signature; }));
 }
 
 TEST(ExtendingWalkThrough, ThrowawayDetectorIsBuiltFedAndProvenByItsFault) {

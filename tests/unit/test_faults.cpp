@@ -102,8 +102,7 @@ TEST(FaultPlan, DefaultsAndSizeUnits) {
   EXPECT_EQ(FaultPlan::parse("memory-leak=512KiB").active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 512 << 10);
   EXPECT_EQ(FaultPlan::parse("memory-leak=1GiB/step").active(FaultKind::memory_leak, 1, 0)->bytes_per_step,
             int64_t{1} << 30);
-  EXPECT_EQ(FaultPlan::parse("memory-leak=1.5MiB").active(FaultKind::memory_leak, 1, 0)->bytes_per_step,
-            3 << 19);
+  EXPECT_EQ(FaultPlan::parse("memory-leak=1.5MiB").active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 3 << 19);
   EXPECT_EQ(FaultPlan::parse("memory-leak=4096").active(FaultKind::memory_leak, 1, 0)->bytes_per_step, 4096);
 }
 

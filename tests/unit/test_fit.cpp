@@ -48,7 +48,8 @@ TrainingConfig compose(const std::string& preset, const std::vector<std::string>
 }
 
 TEST(DeviceFit, ACompositionThatCannotFitIsRefusedWithItsPredictedAndAvailableBytes) {
-  const std::vector<std::string> args = {"--preset", "small", "--stress", "gemm,memory,fusion", "--device-memory", "8GB"};
+  const std::vector<std::string> args = {"--preset",           "small",           "--stress",
+                                         "gemm,memory,fusion", "--device-memory", "8GB"};
   const TrainingConfig composed = compose("small", {"gemm", "memory", "fusion"});
   TrainingConfig one_sequence = composed;
   one_sequence.grad_accum_steps *= one_sequence.batch_size;
@@ -133,8 +134,8 @@ TEST(DeviceFit, NoDeviceNoFitOnTheCpuAndTheCpuPresetsAreUnchanged) {
 
 TEST(DeviceFit, ComposeAndFitAreOrderIndependent) {
   std::mt19937 rng(7);
-  for (const auto& [preset, device] : {std::pair{"smoke", posed(40 << 20)}, std::pair{"small", posed(80 * GB)},
-                                       std::pair{"large", posed(192 * GB)}}) {
+  for (const auto& [preset, device] :
+       {std::pair{"smoke", posed(40 << 20)}, std::pair{"small", posed(80 * GB)}, std::pair{"large", posed(192 * GB)}}) {
     for (auto modes : every_composition()) {
       const auto reference = fit_to_device(compose(preset, modes), device);
       for (int shuffle = 0; shuffle < 3; ++shuffle) {
@@ -153,14 +154,15 @@ TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
   for (const auto& mode : stress_mode_registry())
     for (const auto& r : mode.rules) {
       EXPECT_FALSE(r.field == rule.lowers && r.op != StressOp::kAtMost) << mode.name << " guards " << r.field;
-      EXPECT_FALSE(r.field == rule.keeps_tokens_with && r.op != StressOp::kAtLeast) << mode.name << " guards " << r.field;
+      EXPECT_FALSE(r.field == rule.keeps_tokens_with && r.op != StressOp::kAtLeast)
+          << mode.name << " guards " << r.field;
     }
   // Every composition, fitted to devices that make the rule act: applying its modes again to the
   // fitted config changes nothing (every floor and ceiling still holds).
   const auto profile_of = [](const std::string& preset) { return complete_stress_profile(find_preset(preset).stress); };
   int changed = 0;
-  for (const auto& [preset, device] : {std::pair{"smoke", posed(40 << 20)}, std::pair{"small", posed(80 * GB)},
-                                       std::pair{"large", posed(192 * GB)}}) {
+  for (const auto& [preset, device] :
+       {std::pair{"smoke", posed(40 << 20)}, std::pair{"small", posed(80 * GB)}, std::pair{"large", posed(192 * GB)}}) {
     for (const auto& modes : every_composition()) {
       const auto fit = fit_to_device(compose(preset, modes), device);
       if (!fit.fits) continue;

@@ -4,9 +4,9 @@
 // skips there only, saying so.
 #include <gtest/gtest.h>
 
-#include "support/step_recorder.hpp"
-#include "support/cpu_fp16.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
+#include "support/cpu_fp16.hpp"
+#include "support/step_recorder.hpp"
 
 namespace rcl {
 namespace {

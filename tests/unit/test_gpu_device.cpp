@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
-#include "support/gpu.hpp"
 #include "rocm_conformance_llm/base/deferred_scalars.hpp"
 #include "rocm_conformance_llm/base/host_reads.hpp"
 #include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "support/cli_runner.hpp"
+#include "support/gpu.hpp"
 
 namespace rcl {
 namespace {

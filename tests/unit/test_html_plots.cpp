@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
+#include "support/cli_runner.hpp"
 
 namespace rcl {
 namespace {
@@ -47,15 +47,25 @@ TEST(HtmlReport, AHundredThousandStepRunStaysSmallAndKeepsEveryFinding) {
   {
     std::ofstream out(dir / "metrics.jsonl");
     for (int step = 1; step <= 100000; ++step)
-      out << json{{"step", step}, {"loss", 3.0 / std::sqrt(step)}, {"step_time_s", 0.01}, {"tokens_per_s", 5e4},
-                  {"grad_norm", 0.5}, {"loss_scale", 1.0}, {"memory", {{"rss_bytes", 1 << 30}}}}
+      out << json{{"step", step},
+                  {"loss", 3.0 / std::sqrt(step)},
+                  {"step_time_s", 0.01},
+                  {"tokens_per_s", 5e4},
+                  {"grad_norm", 0.5},
+                  {"loss_scale", 1.0},
+                  {"memory", {{"rss_bytes", 1 << 30}}}}
                  .dump()
           << "\n";
   }
   json report = {{"verdict", "WARN"}, {"outcome", "completed"}, {"findings", json::array()}};
   for (int i = 0; i < 250; ++i)
-    report["findings"].push_back({{"component", "ROCr allocator"}, {"signature", "memory_growth"}, {"severity", "warn"},
-                                  {"step", 400 * (i + 1)}, {"rank", 0}, {"message", "m"}, {"evidence", {{"i", i}}}});
+    report["findings"].push_back({{"component", "ROCr allocator"},
+                                  {"signature", "memory_growth"},
+                                  {"severity", "warn"},
+                                  {"step", 400 * (i + 1)},
+                                  {"rank", 0},
+                                  {"message", "m"},
+                                  {"evidence", {{"i", i}}}});
   const std::string html = report_html(report, dir / "metrics.jsonl");
   EXPECT_LT(html.size(), 3u << 20) << "report.html of a 100k-step run should stay a few MB at most";
   EXPECT_EQ(count_of(html, "<tr id=\"finding-"), 250u);

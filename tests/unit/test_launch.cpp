@@ -40,10 +40,15 @@ TEST(LaunchTest, NoLauncherIsOneProcess) {
 }
 
 TEST(LaunchTest, Torchrun) {
-  const LaunchInfo info = parse({{"RANK", "5"}, {"WORLD_SIZE", "16"}, {"LOCAL_RANK", "1"},
-                                 {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "29511"},
+  const LaunchInfo info = parse({{"RANK", "5"},
+                                 {"WORLD_SIZE", "16"},
+                                 {"LOCAL_RANK", "1"},
+                                 {"MASTER_ADDR", "node07"},
+                                 {"MASTER_PORT", "29511"},
                                  // srun variables underneath torchrun must not win
-                                 {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}});
+                                 {"SLURM_PROCID", "0"},
+                                 {"SLURM_NTASKS", "2"},
+                                 {"SLURM_LOCALID", "0"}});
   EXPECT_EQ(info.launcher, "torchrun");
   EXPECT_EQ(info.rank, 5);
   EXPECT_EQ(info.world_size, 16);
@@ -54,8 +59,8 @@ TEST(LaunchTest, Torchrun) {
 }
 
 TEST(LaunchTest, TorchrunAgentStoreMakesRankZeroAClient) {
-  const Env base = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"},
-                    {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  const Env base = {{"RANK", "0"},        {"WORLD_SIZE", "2"},      {"LOCAL_RANK", "0"},
+                    {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
   // Rank 0 serves the store itself (torchrun's c10d rendezvous before 2.4 says False).
   Env own_store = base;
   own_store["TORCHELASTIC_USE_AGENT_STORE"] = "False";
@@ -75,8 +80,11 @@ TEST(LaunchTest, TorchrunWorldOfOneNeedsNoRendezvous) {
 }
 
 TEST(LaunchTest, SrunWithCompressedNodeList) {
-  const LaunchInfo info = parse({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"},
-                                 {"SLURM_JOB_NODELIST", "node[01-04,07],gpu5"}, {"SLURM_JOB_ID", "123456"}});
+  const LaunchInfo info = parse({{"SLURM_PROCID", "9"},
+                                 {"SLURM_NTASKS", "16"},
+                                 {"SLURM_LOCALID", "1"},
+                                 {"SLURM_JOB_NODELIST", "node[01-04,07],gpu5"},
+                                 {"SLURM_JOB_ID", "123456"}});
   EXPECT_EQ(info.launcher, "slurm");
   EXPECT_EQ(info.rank, 9);
   EXPECT_EQ(info.world_size, 16);
@@ -87,8 +95,11 @@ TEST(LaunchTest, SrunWithCompressedNodeList) {
 }
 
 TEST(LaunchTest, SrunPrefersStepValuesAndExplicitMaster) {
-  const Env base = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "2"},
-                    {"SLURM_LOCALID", "1"}, {"SLURM_STEP_NODELIST", "gpu[3-4]"},
+  const Env base = {{"SLURM_PROCID", "1"},
+                    {"SLURM_NTASKS", "8"},
+                    {"SLURM_STEP_NUM_TASKS", "2"},
+                    {"SLURM_LOCALID", "1"},
+                    {"SLURM_STEP_NODELIST", "gpu[3-4]"},
                     {"SLURM_JOB_NODELIST", "gpu[1-4]"}};
   LaunchInfo info = parse(base);
   EXPECT_EQ(info.world_size, 2);
@@ -123,8 +134,10 @@ TEST(LaunchTest, SlurmNodeListForms) {
 }
 
 TEST(LaunchTest, Mpirun) {
-  LaunchInfo info = parse({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                           {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  LaunchInfo info = parse({{"OMPI_COMM_WORLD_RANK", "3"},
+                           {"OMPI_COMM_WORLD_SIZE", "4"},
+                           {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
   EXPECT_EQ(info.launcher, "mpirun");
   EXPECT_EQ(info.rank, 3);
   EXPECT_EQ(info.world_size, 4);
@@ -132,18 +145,20 @@ TEST(LaunchTest, Mpirun) {
   EXPECT_EQ(info.master_addr, "127.0.0.1");
   EXPECT_EQ(info.master_port, 29500);
 
-  info = parse({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"MASTER_ADDR", "head"}, {"MASTER_PORT", "29600"}});
+  info = parse({{"OMPI_COMM_WORLD_RANK", "5"},
+                {"OMPI_COMM_WORLD_SIZE", "8"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                {"MASTER_ADDR", "head"},
+                {"MASTER_PORT", "29600"}});
   EXPECT_EQ(info.master_addr, "head");
   EXPECT_EQ(info.master_port, 29600);
 }
 
 TEST(LaunchTest, BadValuesNameTheVariable) {
   const std::vector<std::pair<Env, std::string>> cases = {
-      {{{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
-       "RANK"},
-      {{{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
-       "RANK=2"},
+      {{{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, "RANK"},
+      {{{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, "RANK=2"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "0"}, {"LOCAL_RANK", "0"}}, "WORLD_SIZE"},
       {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, "LOCAL_RANK"},
       {{{"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}, "RANK"},
@@ -153,8 +168,7 @@ TEST(LaunchTest, BadValuesNameTheVariable) {
        "MASTER_PORT"},
       {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
        "LOCAL_RANK"},
-      {{{"RANK", " 1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
-       "RANK"},
+      {{{"RANK", " 1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, "RANK"},
       {{{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODELIST", "n1"}},
        "SLURM_PROCID"},
       {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "x"}, {"SLURM_LOCALID", "0"}}, "SLURM_NTASKS"},
@@ -162,12 +176,17 @@ TEST(LaunchTest, BadValuesNameTheVariable) {
       {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}}, "SLURM_JOB_NODELIST"},
       {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"SLURM_JOB_NODELIST", "n[1-"}},
        "SLURM_JOB_NODELIST"},
-      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODELIST", "n1"},
+      {{{"SLURM_PROCID", "1"},
+        {"SLURM_NTASKS", "2"},
+        {"SLURM_LOCALID", "0"},
+        {"SLURM_NODELIST", "n1"},
         {"SLURM_JOB_ID", "12a"}},
        "SLURM_JOB_ID"},
       {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2.5"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
        "OMPI_COMM_WORLD_SIZE"},
-      {{{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+      {{{"OMPI_COMM_WORLD_RANK", "4"},
+        {"OMPI_COMM_WORLD_SIZE", "8"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
         {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}},
        "MASTER_ADDR"},
   };

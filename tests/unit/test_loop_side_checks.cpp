@@ -50,9 +50,9 @@ TEST(GemmCanary, ModelShapesFollowTheConfig) {
   ASSERT_EQ(shapes.size(), 6u);
   for (const auto& s : shapes) EXPECT_EQ(s.dtype, torch::kBFloat16) << s.to_string();
   EXPECT_EQ(shapes[0].to_string(), "qkv_proj 1024x384x128 NT bf16");  // tokens capped at 1024
-  EXPECT_EQ(shapes[2].n, 2 * ffn_hidden_size(cfg));                    // SwiGLU: gate + value
-  EXPECT_EQ(shapes[3].k, ffn_hidden_size(cfg));                        // the model's width, not 4x
-  EXPECT_EQ(shapes[5].n, 8192);                                        // LM head capped
+  EXPECT_EQ(shapes[2].n, 2 * ffn_hidden_size(cfg));                   // SwiGLU: gate + value
+  EXPECT_EQ(shapes[3].k, ffn_hidden_size(cfg));                       // the model's width, not 4x
+  EXPECT_EQ(shapes[5].n, 8192);                                       // LM head capped
 }
 
 TEST(GemmCanary, TolerancesFollowTheDtypeAndGrowWithK) {
@@ -322,9 +322,7 @@ TEST(RngChecks, ReplayBitwiseInDeterministicModeToleranceOtherwise) {
 // replay's unpublished steps and re-runs included), in the order they ran.
 class DeterminismProbe final : public StepHooks {
  public:
-  void on_step_begin(int64_t step) override {
-    steps.emplace_back(step, at::globalContext().deterministicAlgorithms());
-  }
+  void on_step_begin(int64_t step) override { steps.emplace_back(step, at::globalContext().deterministicAlgorithms()); }
   std::vector<std::pair<int64_t, bool>> steps;
 };
 
@@ -353,9 +351,11 @@ TEST(RngChecks, ReplayDeterminismIsOnOnlyAroundTheComparedSteps) {
     std::map<int64_t, std::vector<bool>> runs;  // step -> on, per run of it
     for (const auto& [step, on] : probe.steps) runs[step].push_back(on);
     // Replays after steps 4 and 8: steps 5, 6, 9 and 10 run twice, every run deterministic.
-    for (int64_t step : {5, 6, 9, 10}) EXPECT_EQ(runs[step], (std::vector<bool>{true, true})) << level << " step " << step;
+    for (int64_t step : {5, 6, 9, 10})
+      EXPECT_EQ(runs[step], (std::vector<bool>{true, true})) << level << " step " << step;
     const bool ordinary = level == "all";
-    for (int64_t step : {1, 2, 3, 4, 8}) EXPECT_EQ(runs[step], std::vector<bool>{ordinary}) << level << " step " << step;
+    for (int64_t step : {1, 2, 3, 4, 8})
+      EXPECT_EQ(runs[step], std::vector<bool>{ordinary}) << level << " step " << step;
     // The window closes once the replay is judged: off again after the run under "replay".
     EXPECT_EQ(at::globalContext().deterministicAlgorithms(), ordinary) << level;
     set_deterministic(false);
@@ -416,7 +416,8 @@ TEST(RngChecks, RestoreCheckIsSilentLeavesTheStreamAloneAndCatchesSkew) {
   EXPECT_EQ(f->component, component::rocrand);
   EXPECT_EQ(f->step, 6);
   EXPECT_FALSE(compare_mask_generations(1, 1, "grad_accumulation", 3, 0));
-  EXPECT_EQ(compare_mask_generations(1, 2, "activation_checkpoint", 3, 0)->evidence["context"], "activation_checkpoint");
+  EXPECT_EQ(compare_mask_generations(1, 2, "activation_checkpoint", 3, 0)->evidence["context"],
+            "activation_checkpoint");
 }
 
 TEST(RngChecks, TensorHashSeesEveryBit) {
@@ -452,8 +453,8 @@ const ClassifierCase kCases[] = {
      component::hip_runtime, "illegal_memory_access"},
     {"legacy-rocm-build#4021", "HW Exception by GPU node-1 (Agent handle: 0x55d5c0a9f0a0) reason :GPU Hang",
      component::hip_runtime, "gpu_hang"},
-    {"HIP runtime", "HIP error: unspecified launch failure\nSearch for `hipErrorLaunchFailure'",
-     component::hip_runtime, "kernel_launch_failure"},
+    {"HIP runtime", "HIP error: unspecified launch failure\nSearch for `hipErrorLaunchFailure'", component::hip_runtime,
+     "kernel_launch_failure"},
     {"HIP runtime", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
      component::hip_runtime, "kernel_launch_failure"},
     {"Fooocus#2378", "RuntimeError: No HIP GPUs are available", component::hip_runtime, "no_device"},
@@ -517,8 +518,8 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_EQ(f.message.find('\n'), std::string::npos) << "one line";
 
   // pytorch#175431's shape: a small request failing while GiBs sit reserved but unallocated.
-  const auto frag = crash_finding(oom_text("2.00 MiB", "63.98 GiB", "47.12 GiB", "15.00 GiB"), 12, 0, "backward",
-                                  std::nullopt);
+  const auto frag =
+      crash_finding(oom_text("2.00 MiB", "63.98 GiB", "47.12 GiB", "15.00 GiB"), 12, 0, "backward", std::nullopt);
   EXPECT_EQ(frag.evidence["allocator_message"]["fragmentation_suspected"], true);
   EXPECT_EQ(frag.evidence["allocator_message"]["own_tensors_fill_device"], false);
   EXPECT_FALSE(frag.classification.has_value());
@@ -537,8 +538,8 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_NE(too_big.message.find("configuration does not fit"), std::string::npos) << too_big.message;
   EXPECT_NEAR(too_big.evidence["allocator_message"]["capacity_bytes"].get<double>(), 79.18 * (1 << 30), 1.0);
   // The H200's: 111.78 GiB held and 24 GiB asked for, 135.8 of 139.8 GiB: the request is the run's too.
-  const auto too_big_with_request = crash_finding(
-      oom_text("24.00 GiB", "139.80 GiB", "111.78 GiB", "8.47 GiB"), 1, 0, "backward", std::nullopt);
+  const auto too_big_with_request =
+      crash_finding(oom_text("24.00 GiB", "139.80 GiB", "111.78 GiB", "8.47 GiB"), 1, 0, "backward", std::nullopt);
   EXPECT_EQ(too_big_with_request.classification, Classification::configuration);
   EXPECT_EQ(too_big_with_request.evidence["allocator_message"]["fragmentation_suspected"], false);
   const auto crowded =

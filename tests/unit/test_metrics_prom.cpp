@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "support/cli_runner.hpp"
-#include "support/prometheus_text.hpp"
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
+#include "support/cli_runner.hpp"
+#include "support/prometheus_text.hpp"
 
 namespace rcl {
 namespace {
@@ -22,18 +22,21 @@ using rcl::testing::parse_exposition;
 using rcl::testing::read_text;
 
 TEST(PrometheusParser, RejectsWhatTheFormatForbids) {
-  EXPECT_THROW(parse_exposition("a{x=\"1\"} 1"), std::runtime_error);                    // no final newline
-  EXPECT_THROW(parse_exposition("a{x=1} 1\n"), std::runtime_error);                      // unquoted
-  EXPECT_THROW(parse_exposition("a 1\nb 1\na 2\n"), std::runtime_error);                 // family split
-  EXPECT_THROW(parse_exposition("a{x=\"1\"} 1\na{x=\"1\"} 2\n"), std::runtime_error);    // same series twice
-  EXPECT_THROW(parse_exposition("a{x=\"\\q\"} 1\n"), std::runtime_error);                // bad escape
-  EXPECT_THROW(parse_exposition("a 1\n# TYPE a gauge\n"), std::runtime_error);           // TYPE after samples
-  EXPECT_THROW(parse_exposition("a one\n"), std::invalid_argument);                      // not a float
+  EXPECT_THROW(parse_exposition("a{x=\"1\"} 1"), std::runtime_error);                  // no final newline
+  EXPECT_THROW(parse_exposition("a{x=1} 1\n"), std::runtime_error);                    // unquoted
+  EXPECT_THROW(parse_exposition("a 1\nb 1\na 2\n"), std::runtime_error);               // family split
+  EXPECT_THROW(parse_exposition("a{x=\"1\"} 1\na{x=\"1\"} 2\n"), std::runtime_error);  // same series twice
+  EXPECT_THROW(parse_exposition("a{x=\"\\q\"} 1\n"), std::runtime_error);              // bad escape
+  EXPECT_THROW(parse_exposition("a 1\n# TYPE a gauge\n"), std::runtime_error);         // TYPE after samples
+  EXPECT_THROW(parse_exposition("a one\n"), std::invalid_argument);                    // not a float
   EXPECT_EQ(parse_exposition("# TYPE a gauge\na{x=\"q\\\"\\n\\\\\"} NaN\n")[0].labels.at("x"), "q\"\n\\");
 }
 
 TEST(MetricsProm, LabelValuesWithQuotesBackslashesAndNewlinesRoundTrip) {
-  PromState state{"node \"7\"\\a\nb", 3, StepPoint{.step = 9, .loss = NAN, .step_time_s = 0.5, .tokens = 100}, {},
+  PromState state{"node \"7\"\\a\nb",
+                  3,
+                  StepPoint{.step = 9, .loss = NAN, .step_time_s = 0.5, .tokens = 100},
+                  {},
                   Verdict{"HUNG", 3}};
   const auto samples = parse_exposition(prometheus_text(state));
   const auto loss = find(samples, "rcl_loss");
@@ -48,7 +51,8 @@ TEST(MetricsProm, LabelValuesWithQuotesBackslashesAndNewlinesRoundTrip) {
 }
 
 TEST(MetricsProm, ComponentStatusGaugeAtTheEndSaysWhatWasNotRun) {
-  const auto statuses = component_statuses({Finding{component::rccl, "straggler_rank", Severity::warn, 2, 0, "slow"}}, {});
+  const auto statuses =
+      component_statuses({Finding{component::rccl, "straggler_rank", Severity::warn, 2, 0, "slow"}}, {});
   PromState state{"run", 0, std::nullopt, {}, Verdict{"WARN", 0}, statuses};
   const auto samples = parse_exposition(prometheus_text(state));
   EXPECT_EQ(find(samples, "rcl_component_status").size(), 4 * std::size(component::all));

@@ -142,7 +142,7 @@ TEST(Model, FlopsPerTokenFollowsThePalmFormula) {
   cfg.seq_len = 1024;
   cfg.vocab_size = 50257;
   const double n = double(parameter_count(cfg) - 1024 * 768);  // learned positions are a lookup
-  EXPECT_NEAR(parameter_count(cfg) / 1e6, 124.4, 0.1);       // the published GPT-2 small size
+  EXPECT_NEAR(parameter_count(cfg) / 1e6, 124.4, 0.1);         // the published GPT-2 small size
   EXPECT_DOUBLE_EQ(flops_per_token(cfg), 6 * n + 12.0 * 12 * 768 * 1024);
 }
 
@@ -295,8 +295,7 @@ TEST(Model, SdpaMatchesTheMathReference) {
   cfg.attention_backend = AttentionBackend::sdpa_math;
   GPT sdpa(cfg);
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < reference->parameters().size(); ++i)
-    sdpa->parameters()[i].copy_(reference->parameters()[i]);
+  for (size_t i = 0; i < reference->parameters().size(); ++i) sdpa->parameters()[i].copy_(reference->parameters()[i]);
   const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 4);
   EXPECT_TRUE(torch::allclose(reference->forward(tokens), sdpa->forward(tokens), 1e-5, 1e-6));
 }
@@ -421,7 +420,8 @@ TEST(Checkpointing, WithDropoutGivesTheSameGradientsAsNoCheckpointing) {
     const auto recomputed = train_step_gradients(true, autocast);
     ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
     for (size_t i = 0; i < plain.grads.size(); ++i)
-      EXPECT_TRUE(torch::equal(plain.grads[i], recomputed.grads[i])) << "parameter " << i << " autocast=" << autocast.enabled;
+      EXPECT_TRUE(torch::equal(plain.grads[i], recomputed.grads[i]))
+          << "parameter " << i << " autocast=" << autocast.enabled;
     EXPECT_TRUE(torch::equal(plain.next_random, recomputed.next_random));
   }
 }

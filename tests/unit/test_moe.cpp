@@ -100,8 +100,10 @@ TEST_P(MoeExpertParallelTest, ShardedExpertsMatchEveryExpertLocal) {
           auto summed = local_params[i].grad().clone();
           world->all_reduce_sum(summed, "reference_grads");
           EXPECT_EQ(sharded_params[i].numel() * c.world, local_params[i].numel()) << "expert parameter " << i;
-          close("expert values " + std::to_string(i), sharded_params[i], local_params[i].narrow(0, rank * per_rank, per_rank));
-          close("expert gradient " + std::to_string(i), sharded_params[i].grad(), summed.narrow(0, rank * per_rank, per_rank));
+          close("expert values " + std::to_string(i), sharded_params[i],
+                local_params[i].narrow(0, rank * per_rank, per_rank));
+          close("expert gradient " + std::to_string(i), sharded_params[i].grad(),
+                summed.narrow(0, rank * per_rank, per_rank));
         }
         // The export gathers every rank's experts back into the whole layer's, in expert order.
         for (const auto& [name, whole] : sharded->gather_experts("test")) {
@@ -120,9 +122,9 @@ TEST_P(MoeExpertParallelTest, ShardedExpertsMatchEveryExpertLocal) {
   EXPECT_TRUE(ranks_differ);
   for (int r = 0; r < c.world; ++r) {
     EXPECT_NE(*std::min_element(sent[r].begin(), sent[r].end()), *std::max_element(sent[r].begin(), sent[r].end()));
-    for (const std::string op : {"ep:all_to_all.moe_counts", "ep:all_to_all.moe_dispatch.fwd",
-                                 "ep:all_to_all.moe_combine.fwd", "ep:all_to_all.moe_combine.bwd",
-                                 "ep:all_to_all.moe_dispatch.bwd"})
+    for (const std::string op :
+         {"ep:all_to_all.moe_counts", "ep:all_to_all.moe_dispatch.fwd", "ep:all_to_all.moe_combine.fwd",
+          "ep:all_to_all.moe_combine.bwd", "ep:all_to_all.moe_dispatch.bwd"})
       EXPECT_NE(std::find(ops[r].begin(), ops[r].end(), op), ops[r].end()) << "rank " << r << ": " << op;
   }
 }

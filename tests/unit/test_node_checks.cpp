@@ -15,8 +15,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "support/cli_runner.hpp"
-#include "support/node_fixtures.hpp"
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/checks/monitors/kernel_log.hpp"
 #include "rocm_conformance_llm/checks/monitors/telemetry.hpp"
@@ -24,6 +22,8 @@
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
+#include "support/cli_runner.hpp"
+#include "support/node_fixtures.hpp"
 
 namespace rcl {
 namespace {
@@ -37,17 +37,18 @@ TelemetrySample sample(int64_t step, uint32_t count, std::vector<json> gpus) {
 }
 
 json gpu(uint32_t index, uint64_t ce, uint64_t ue, uint32_t throttle, double temp = 50) {
-  return {{"index", index}, {"responding", true}, {"ecc_correctable", ce}, {"ecc_uncorrectable", ue},
-          {"throttle_status", throttle}, {"temperature_edge_c", temp}};
+  return {{"index", index},          {"responding", true},          {"ecc_correctable", ce},
+          {"ecc_uncorrectable", ue}, {"throttle_status", throttle}, {"temperature_edge_c", temp}};
 }
 
 // The script both fake libraries serve in the scripted-findings tests: ECC counts rise after steps
 // 20 (correctable) and 30 (uncorrectable); throttled (bit 2) in the samples after 20 and 30.
-const char* kEccAndThrottleScript = "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=50\n"
-                                    "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=61\n"
-                                    "devices=2 ecc_ce=4 ecc_ue=0 throttle=4 temp_edge=95\n"
-                                    "devices=2 ecc_ce=4 ecc_ue=1 throttle=4 temp_edge=97\n"
-                                    "devices=2 ecc_ce=4 ecc_ue=1 throttle=0 temp_edge=70\n";
+const char* kEccAndThrottleScript =
+    "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=50\n"
+    "devices=2 ecc_ce=0 ecc_ue=0 throttle=0 temp_edge=61\n"
+    "devices=2 ecc_ce=4 ecc_ue=0 throttle=4 temp_edge=95\n"
+    "devices=2 ecc_ce=4 ecc_ue=1 throttle=4 temp_edge=97\n"
+    "devices=2 ecc_ce=4 ecc_ue=1 throttle=0 temp_edge=70\n";
 
 // Through the real dlopen path into a fake library, one SMI round per script line, then the
 // tracker: the exact steps of the ECC increases and of the throttle episode.
@@ -183,9 +184,9 @@ TEST(KernelLog, RecordedAmdgpuLinesMapToSignatures) {
   for (std::string line; std::getline(in, line);)
     if (const auto m = classify_kernel_line(line)) got.emplace_back(m->signature, m->severity);
   const std::vector<std::pair<std::string, Severity>> expected = {
-      {"kernel_page_fault", Severity::fail},  {"kernel_ring_timeout", Severity::fail},
-      {"kernel_gpu_reset", Severity::fail},   {"kernel_ras_event", Severity::warn},
-      {"kernel_ras_event", Severity::fail},   {"kernel_xgmi_error", Severity::fail}};
+      {"kernel_page_fault", Severity::fail}, {"kernel_ring_timeout", Severity::fail},
+      {"kernel_gpu_reset", Severity::fail},  {"kernel_ras_event", Severity::warn},
+      {"kernel_ras_event", Severity::fail},  {"kernel_xgmi_error", Severity::fail}};
   EXPECT_EQ(got, expected);  // the USB, NVMe, CPU page fault and SMU lines are not amdgpu failures
   const auto m = classify_kernel_line("6,4811,1021331400,-;amdgpu 0000:c1:00.0: amdgpu: GPU reset begin!");
   ASSERT_TRUE(m);
@@ -197,13 +198,15 @@ TEST(Doctor, GoodCraftedEnvironmentHasNoWarningAboutTheNode) {
   DoctorInputs in;
   in.kfd_topology = fake_topology(dir / "nodes", 2).string();
   in.cmdline_path = write_file(dir / "cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 iommu=pt amd_iommu=on\n").string();
-  in.env = {{"MIOPEN_USER_DB_PATH", (dir / "miopen").string()}, {"HSA_ENABLE_SDMA", "0"},
-            {"HIP_VISIBLE_DEVICES", "0,1"}, {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True"},
+  in.env = {{"MIOPEN_USER_DB_PATH", (dir / "miopen").string()},
+            {"HSA_ENABLE_SDMA", "0"},
+            {"HIP_VISIBLE_DEVICES", "0,1"},
+            {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True"},
             {"NCCL_DEBUG", "WARN"}};
   const auto s = statuses(run_doctor(in));
-  for (const char* name : {"libtorch", "visible_devices", "gpu_arch", "pytorch_rocm_arch", "allocator_conf",
-                           "blas_backend", "tunableop", "miopen", "hsa_enable_sdma", "debug_serialization", "rccl_env",
-                           "kernel_cmdline", "bf16_probe"})
+  for (const char* name :
+       {"libtorch", "visible_devices", "gpu_arch", "pytorch_rocm_arch", "allocator_conf", "blas_backend", "tunableop",
+        "miopen", "hsa_enable_sdma", "debug_serialization", "rccl_env", "kernel_cmdline", "bf16_probe"})
     EXPECT_EQ(s.at(name), "pass") << name;
   EXPECT_EQ(kfd_gpu_archs(in.kfd_topology), (std::vector<std::string>{"gfx942", "gfx942"}));
 }
@@ -213,9 +216,10 @@ TEST(Doctor, BadCraftedEnvironmentWarnsAndFailsWithSuggestions) {
   DoctorInputs in;
   in.kfd_topology = fake_topology(dir / "nodes", 4).string();
   in.cmdline_path = write_file(dir / "cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 quiet\n").string();
-  in.env = {{"HIP_VISIBLE_DEVICES", "0"}, {"CUDA_VISIBLE_DEVICES", "1"}, {"HSA_OVERRIDE_GFX_VERSION", "9.4.2"},
-            {"PYTORCH_HIP_ALLOC_CONF", "expandable_segment:True"}, {"AMD_SERIALIZE_KERNEL", "3"},
-            {"RCCL_MSCCLPP_ENABLE", "1"}, {"PYTORCH_TUNABLEOP_ENABLED", "1"}, {"MIOPEN_FIND_MODE", "SLOW"},
+  in.env = {{"HIP_VISIBLE_DEVICES", "0"},          {"CUDA_VISIBLE_DEVICES", "1"},
+            {"HSA_OVERRIDE_GFX_VERSION", "9.4.2"}, {"PYTORCH_HIP_ALLOC_CONF", "expandable_segment:True"},
+            {"AMD_SERIALIZE_KERNEL", "3"},         {"RCCL_MSCCLPP_ENABLE", "1"},
+            {"PYTORCH_TUNABLEOP_ENABLED", "1"},    {"MIOPEN_FIND_MODE", "SLOW"},
             {"PYTORCH_ROCM_ARCH", "gfx90a"}};
   const auto checks = run_doctor(in);
   const auto s = statuses(checks);

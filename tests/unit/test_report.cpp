@@ -33,18 +33,25 @@ std::string read(const fs::path& p) {
 }
 
 Finding finding(const char* comp, const char* sig, Severity sev, int64_t step) {
-  return Finding{.component = comp, .signature = sig, .severity = sev, .step = step, .rank = 0,
-                 .message = sig, .evidence = {{"k", 1}}};
+  return Finding{.component = comp,
+                 .signature = sig,
+                 .severity = sev,
+                 .step = step,
+                 .rank = 0,
+                 .message = sig,
+                 .evidence = {{"k", 1}}};
 }
 
 // A run in which every registered check ran, on a GPU or the CPU, `world_size` ranks over `backend`.
 RunCoverage posed_coverage(bool gpu, int world_size = 1, std::string backend = {}) {
-  RunCoverage c{.device = gpu ? "cuda" : "cpu", .gpu = gpu, .world_size = world_size, .collective_backend = std::move(backend)};
+  RunCoverage c{
+      .device = gpu ? "cuda" : "cpu", .gpu = gpu, .world_size = world_size, .collective_backend = std::move(backend)};
   for (const auto& spec : detector_registry()) c.record(spec, true);
   return c;
 }
 
-std::vector<ComponentStatus> statuses_of(const std::vector<Finding>& findings, const RunCoverage& run, int64_t steps = 10) {
+std::vector<ComponentStatus> statuses_of(const std::vector<Finding>& findings, const RunCoverage& run,
+                                         int64_t steps = 10) {
   return component_statuses(findings, component_coverage(run, steps));
 }
 
@@ -54,8 +61,11 @@ StepRecord step(int64_t s, double loss, double seconds, int64_t peak) {
   r.loss = loss;
   r.step_time_s = seconds;
   r.tokens = 1000;
-  r.memory = MemorySample{.allocated_bytes = peak / 2, .reserved_bytes = peak, .peak_allocated_bytes = peak,
-                          .rss_bytes = 1 << 30, .source = "hip"};
+  r.memory = MemorySample{.allocated_bytes = peak / 2,
+                          .reserved_bytes = peak,
+                          .peak_allocated_bytes = peak,
+                          .rss_bytes = 1 << 30,
+                          .source = "hip"};
   return r;
 }
 
@@ -214,7 +224,8 @@ TEST(ReportWriter, WritesReportAndJUnitThatParseBack) {
   EXPECT_EQ(report["coverage"]["steps"], 8);
   EXPECT_EQ(report["coverage"]["device"], "cuda");
   EXPECT_EQ(report["exercised_rocm_components"],
-            nlohmann::json({component::rocblas, component::rocrand, component::allocator, component::miopen, component::hip_runtime}));
+            nlohmann::json({component::rocblas, component::rocrand, component::allocator, component::miopen,
+                            component::hip_runtime}));
 
   const auto& s = report["summary"];
   EXPECT_EQ(s["steps"], 8);
@@ -343,7 +354,8 @@ TEST(Coverage, CpuRunExercisesNoComponentAndSaysWhyForEach) {
 
 TEST(Coverage, GpuRunWithItsChecksPassesEveryComponentButOneRankRccl) {
   const auto one_rank = statuses_of({}, posed_coverage(/*gpu=*/true));
-  for (const auto& s : one_rank) EXPECT_EQ(s.status, s.component == component::rccl ? "NOT_RUN" : "PASS") << s.component;
+  for (const auto& s : one_rank)
+    EXPECT_EQ(s.status, s.component == component::rccl ? "NOT_RUN" : "PASS") << s.component;
   const auto two_ranks = statuses_of({}, posed_coverage(/*gpu=*/true, 2, "rccl"));
   for (const auto& s : two_ranks) EXPECT_EQ(s.status, "PASS") << s.component << ": " << s.reason;
   EXPECT_EQ(coverage_sentence(two_ranks), "Every ROCm component was exercised.");
@@ -377,11 +389,13 @@ TEST(Coverage, ACheckThatDidNotRunOrASkippedModeIsTheReason) {
   run.skipped_modes.push_back({"gemm", {component::rocblas}, "needs something"});
   const auto coverage = component_coverage(run, 10);
   EXPECT_FALSE(coverage[6].exercised);
-  EXPECT_EQ(coverage[6].reason, "no check targeting it ran (attention_probe: off for this run); "
-                                "stress mode 'attention' skipped: needs libtorch >= 2.0");
+  EXPECT_EQ(coverage[6].reason,
+            "no check targeting it ran (attention_probe: off for this run); "
+            "stress mode 'attention' skipped: needs libtorch >= 2.0");
   EXPECT_TRUE(coverage[0].exercised) << coverage[0].reason;  // the base workload's checks reached it anyway
   run.diagnostics_enabled = false;
-  for (const auto& c : component_coverage(run, 10)) EXPECT_EQ(c.reason.rfind("diagnostics disabled", 0), 0u) << c.reason;
+  for (const auto& c : component_coverage(run, 10))
+    EXPECT_EQ(c.reason.rfind("diagnostics disabled", 0), 0u) << c.reason;
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ TEST(ShadowBound, GrowsWithKAndScalesWithTheOutputsRoundoff) {
     EXPECT_GT(now, previous) << "K=" << k;
     previous = now;
     // The accumulation term goes as sqrt(K): four times K, twice the term.
-    EXPECT_DOUBLE_EQ(gemm_bound(torch::kFloat, 4 * k).per_input_norms(), 2 * gemm_bound(torch::kFloat, k).per_input_norms());
+    EXPECT_DOUBLE_EQ(gemm_bound(torch::kFloat, 4 * k).per_input_norms(),
+                     2 * gemm_bound(torch::kFloat, k).per_input_norms());
     // The output's term is the dtype's u alone; the accumulation's is fp32's for every reduced dtype.
     const GemmBound fp32 = gemm_bound(torch::kFloat, k), bf16 = gemm_bound(torch::kBFloat16, k),
                     fp16 = gemm_bound(torch::kHalf, k);
@@ -92,8 +93,9 @@ TEST(ShadowBound, HonestCpuGemmsMeetTheElementBound) {
         const auto c = torch::matmul(a32, b32).to(dtype).to(torch::kDouble);  // fp32 sums, output rounded
         const auto reference = torch::matmul(a32.to(torch::kDouble), b32.to(torch::kDouble));
         const GemmBound g = gemm_bound(dtype, k);
-        const auto element = c.abs() * g.u + g.u_acc * g.sqrt_k * torch::outer(a32.to(torch::kDouble).norm(2, 1),
-                                                                                b32.to(torch::kDouble).norm(2, 0));
+        const auto element =
+            c.abs() * g.u +
+            g.u_acc * g.sqrt_k * torch::outer(a32.to(torch::kDouble).norm(2, 1), b32.to(torch::kDouble).norm(2, 0));
         EXPECT_TRUE((c - reference).abs().le(element).all().item<bool>())
             << c10::toString(dtype) << " K=" << k << (same_sign ? " same-sign" : "");
       }

@@ -149,9 +149,10 @@ TEST(ShadowHostVerdict, EqualsTheAtenVerdictForEveryOpShapeAndDtype) {
     const std::string name = c10::toString(dtype);
     auto linear = linear_op(torch::kDouble, 64, 48, 40, false, 31);  // values drawn in float64, cast below
     for (auto& t : linear.inputs) t = t.to(dtype);
-    linear.output = torch::nn::functional::linear(linear.inputs[0].to(torch::kFloat), linear.inputs[1].to(torch::kFloat),
-                                                  linear.inputs[2].to(torch::kFloat))
-                        .to(dtype);
+    linear.output =
+        torch::nn::functional::linear(linear.inputs[0].to(torch::kFloat), linear.inputs[1].to(torch::kFloat),
+                                      linear.inputs[2].to(torch::kFloat))
+            .to(dtype);
     expect_same_verdicts(linear, "linear " + name);
     auto no_bias = linear;
     no_bias.inputs[2] = torch::Tensor();
@@ -164,7 +165,8 @@ TEST(ShadowHostVerdict, EqualsTheAtenVerdictForEveryOpShapeAndDtype) {
     scores.output = at::matmul(q.to(torch::kFloat), k.transpose(-2, -1).to(torch::kFloat)).to(dtype);
     expect_same_verdicts(scores, "batched matmul " + name);
     // A batched activation times one shared matrix (broadcast batch).
-    TappedOp shared{.kind = TappedOp::Kind::matmul, .inputs = {torch::randn({3, 5, 16}).to(dtype), torch::randn({16, 9}).to(dtype)}};
+    TappedOp shared{.kind = TappedOp::Kind::matmul,
+                    .inputs = {torch::randn({3, 5, 16}).to(dtype), torch::randn({16, 9}).to(dtype)}};
     shared.output = at::matmul(shared.inputs[0].to(torch::kFloat), shared.inputs[1].to(torch::kFloat)).to(dtype);
     expect_same_verdicts(shared, "broadcast matmul " + name);
     // LayerNorm, contiguous and on a transposed (strided) input; a large mean stresses the variance.
@@ -174,7 +176,8 @@ TEST(ShadowHostVerdict, EqualsTheAtenVerdictForEveryOpShapeAndDtype) {
       TappedOp ln{.kind = TappedOp::Kind::layer_norm,
                   .inputs = {x.to(dtype), torch::randn({32}).to(dtype), torch::randn({32}).to(dtype)},
                   .eps = 1e-5};
-      ln.output = at::layer_norm(x, {32}, ln.inputs[1].to(torch::kFloat), ln.inputs[2].to(torch::kFloat), 1e-5).to(dtype);
+      ln.output =
+          at::layer_norm(x, {32}, ln.inputs[1].to(torch::kFloat), ln.inputs[2].to(torch::kFloat), 1e-5).to(dtype);
       expect_same_verdicts(ln, std::string("layer_norm ") + (strided ? "strided " : "") + name);
     }
   }
@@ -199,7 +202,8 @@ TEST(OpTap, TheModelReportsItsGemmsAndNormsOnlyWhileObserved) {
   model->forward(tokens);
   EXPECT_TRUE(recorder.ops.empty());
   using K = TappedOp::Kind;
-  const std::vector<K> layer = {K::layer_norm, K::linear, K::matmul, K::matmul, K::linear, K::layer_norm, K::linear, K::linear};
+  const std::vector<K> layer = {K::layer_norm, K::linear,     K::matmul, K::matmul,
+                                K::linear,     K::layer_norm, K::linear, K::linear};
   std::vector<K> expected;
   for (int i = 0; i < cfg.num_layers; ++i) expected.insert(expected.end(), layer.begin(), layer.end());
   expected.push_back(K::layer_norm);
@@ -212,7 +216,8 @@ TEST(OpTap, TheModelReportsItsGemmsAndNormsOnlyWhileObserved) {
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(recorder.ops[i].kind, expected[i]) << i << ": " << recorder.ops[i].describe();
     // Each report is the op as it ran: recomputing it gives the same output.
-    EXPECT_TRUE(torch::allclose(recorder.ops[i].rerun(), recorder.ops[i].output, 1e-5, 1e-6)) << recorder.ops[i].describe();
+    EXPECT_TRUE(torch::allclose(recorder.ops[i].rerun(), recorder.ops[i].output, 1e-5, 1e-6))
+        << recorder.ops[i].describe();
   }
   model->forward(tokens);
   EXPECT_EQ(recorder.ops.size(), expected.size());  // disarmed again

@@ -17,10 +17,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "support/step_recorder.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
+#include "support/step_recorder.hpp"
 
 namespace rcl {
 namespace {
@@ -51,8 +51,8 @@ using Recorder = test::StepRecorder;
 
 struct RankResult {
   std::vector<StepRecord> records;
-  torch::Tensor params;  // the flat parameters at the end
-  int64_t moments = 0;   // elements of AdamW's first moment this rank keeps
+  torch::Tensor params;                  // the flat parameters at the end
+  int64_t moments = 0;                   // elements of AdamW's first moment this rank keeps
   int64_t resident_parameter_bytes = 0;  // FSDP: full block and root parameters held after the run
   int64_t shard_bytes = 0;               // FSDP: this rank's shards
 };
@@ -120,10 +120,8 @@ double expect_losses_follow_ddp(const std::vector<RankResult>& ddp, const std::v
     EXPECT_EQ(trajectory.size(), reference.size()) << "rank " << r;
     for (size_t i = 0; i < std::min(trajectory.size(), reference.size()); ++i) {
       worst = std::max(worst, std::abs(trajectory[i] - reference[i]) / reference[i]);
-      if (bitwise)
-        EXPECT_EQ(trajectory[i], reference[i]) << "rank " << r << " step " << i + 1;
-      else
-        EXPECT_NEAR(trajectory[i], reference[i], tolerance * reference[i]) << "rank " << r << " step " << i + 1;
+      if (bitwise) EXPECT_EQ(trajectory[i], reference[i]) << "rank " << r << " step " << i + 1;
+      else EXPECT_NEAR(trajectory[i], reference[i], tolerance * reference[i]) << "rank " << r << " step " << i + 1;
     }
     EXPECT_TRUE(torch::equal(sharded[r].params, sharded[0].params)) << "rank " << r;
   }
@@ -183,18 +181,16 @@ TEST_P(ShardedTrajectoryTest, FsdpFollowsDdp) {
   std::cout << "FSDP vs DDP, largest relative loss difference over " << kSteps << " steps: " << worst << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldsPrecisionsClipping, ShardedTrajectoryTest,
-                         ::testing::Values(std::make_tuple(2, std::string("fp32"), 0.0),
-                                           std::make_tuple(2, std::string("fp32"), 1.0),
-                                           std::make_tuple(2, std::string("bf16"), 0.0),
-                                           std::make_tuple(2, std::string("bf16"), 1.0),
-                                           std::make_tuple(4, std::string("fp32"), 0.0),
-                                           std::make_tuple(4, std::string("fp32"), 1.0),
-                                           std::make_tuple(4, std::string("bf16"), 1.0)),
-                         [](const auto& info) {
-                           return fmt::format("world{}_{}_clip{}", std::get<0>(info.param), std::get<1>(info.param),
-                                              std::get<2>(info.param) > 0 ? "on" : "off");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    WorldsPrecisionsClipping, ShardedTrajectoryTest,
+    ::testing::Values(std::make_tuple(2, std::string("fp32"), 0.0), std::make_tuple(2, std::string("fp32"), 1.0),
+                      std::make_tuple(2, std::string("bf16"), 0.0), std::make_tuple(2, std::string("bf16"), 1.0),
+                      std::make_tuple(4, std::string("fp32"), 0.0), std::make_tuple(4, std::string("fp32"), 1.0),
+                      std::make_tuple(4, std::string("bf16"), 1.0)),
+    [](const auto& info) {
+      return fmt::format("world{}_{}_clip{}", std::get<0>(info.param), std::get<1>(info.param),
+                         std::get<2>(info.param) > 0 ? "on" : "off");
+    });
 
 // Per step ZeRO issues what DeepSpeed's stage 1/2 does: one reduce-scatter of the gradients per
 // gradient sync, one 1-element all-reduce of the squared norm, one all-gather of the parameters,
@@ -208,8 +204,8 @@ TEST(ShardedCollectives, ZeroRecordsReduceScatterNormAndAllGather) {
   for (const auto& rec : zero[0].records) {
     std::map<std::string, int> ops;
     for (const auto& c : rec.collectives) ++ops[c.op];
-    EXPECT_EQ(ops, (std::map<std::string, int>{{"reduce_scatter_grads", 2}, {"allreduce_grad_norm", 1},
-                                               {"allgather_params", 1}}))
+    EXPECT_EQ(ops, (std::map<std::string, int>{
+                       {"reduce_scatter_grads", 2}, {"allreduce_grad_norm", 1}, {"allgather_params", 1}}))
         << "step " << rec.step;
     for (const auto& c : rec.collectives) {
       EXPECT_GT(c.bytes, 0) << c.op;
@@ -235,8 +231,8 @@ TEST(ShardedCollectives, FsdpGathersEachBlockTwiceAndReduceScattersItOnce) {
   ctx.cfg.grad_accum_steps = 2;
   ctx.cfg.grad_sync_interval = 2;  // one gradient sync per step: the blocks still reduce-scatter per backward
   const auto fsdp = train(ctx, 2, "fsdp");
-  std::map<std::string, int> expected{{"fsdp:all_gather.root.fwd", 2}, {"fsdp:reduce_scatter.root", 1},
-                                      {"allreduce_grad_norm", 1}};
+  std::map<std::string, int> expected{
+      {"fsdp:all_gather.root.fwd", 2}, {"fsdp:reduce_scatter.root", 1}, {"allreduce_grad_norm", 1}};
   for (int b = 0; b < ctx.cfg.num_layers; ++b)
     for (const char* op : {"fsdp:all_gather.block{}.fwd", "fsdp:all_gather.block{}.bwd", "fsdp:reduce_scatter.block{}"})
       expected[fmt::format(fmt::runtime(op), b)] = 2;  // once per micro-batch

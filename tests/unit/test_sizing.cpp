@@ -152,7 +152,8 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   EXPECT_EQ(p.allocated_peak_bytes, resident + std::max(step, term(p.optimizer, "update_temporaries")));
   EXPECT_EQ(p.allocator_slack_bytes, std::llround(kAllocatorSlackFraction * double(p.allocated_peak_bytes)));
   EXPECT_EQ(predict_step(cfg, kHost).allocator_slack_bytes, 0) << "the host's malloc keeps no tensor cache";
-  EXPECT_DOUBLE_EQ(p.model_flops_per_step, flops_per_token(cfg) * double(cfg.batch_size * cfg.seq_len * cfg.grad_accum_steps));
+  EXPECT_DOUBLE_EQ(p.model_flops_per_step,
+                   flops_per_token(cfg) * double(cfg.batch_size * cfg.seq_len * cfg.grad_accum_steps));
   EXPECT_DOUBLE_EQ(p.ideal_step_s, p.hardware_flops_per_step / 1e15);
 
   // Math attention holds L x B H T^2 scores; fused attention none, but a padding mask per layer.

@@ -44,8 +44,7 @@ std::vector<StepRecord> clean_stream(int64_t steps = 60, uint32_t seed = 7) {
   return out;
 }
 
-std::vector<Finding> run_detectors(const std::vector<StepRecord>& stream,
-                                   const DiagnosticsConfig& cfg = {}) {
+std::vector<Finding> run_detectors(const std::vector<StepRecord>& stream, const DiagnosticsConfig& cfg = {}) {
   FindingLog log(find_signature);
   // Without a trainer or process group the registry builds the step detectors only.
   const auto detectors = make_detectors(DetectorContext{.diag = cfg, .log = log});

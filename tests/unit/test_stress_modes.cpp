@@ -110,8 +110,9 @@ nlohmann::json random_value(const ConfigField& field, const nlohmann::json& valu
 // floor above one just over it, and composition does not need it.
 double stress_rank(const ConfigField& field, StressOp op, const nlohmann::json& v) {
   const auto& allowed = field.check.allowed;
-  const double x = v.is_string() ? double(std::find(allowed.begin(), allowed.end(), v.get<std::string>()) - allowed.begin())
-                                 : v.get<double>();
+  const double x = v.is_string()
+                       ? double(std::find(allowed.begin(), allowed.end(), v.get<std::string>()) - allowed.begin())
+                       : v.get<double>();
   switch (op) {
     case StressOp::kAtLeast: return x;
     case StressOp::kAtMost: return -x;
@@ -142,8 +143,10 @@ std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std
     for (const auto& [key, v] : a.items())
       if (key != rule.field && fa.at(key) != v) return where + " changed " + key;
     if (numeric) {
-      if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, x)) return where + " moved against its direction";
-      if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, value)) return where + " stopped short of its value";
+      if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, x))
+        return where + " moved against its direction";
+      if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, value))
+        return where + " stopped short of its value";
     } else {
       const bool ok = rule.op == StressOp::kReplace ? (x == rule.replaces ? y == value : y == x) : y == value;
       if (!ok) return where + " is not the rule's value";
@@ -174,9 +177,8 @@ std::vector<std::string> registry_problems() {
       // Two modes may share a field only through the very same rule (it commutes with itself).
       if (const auto [it, fresh] = writer.emplace(rule.field, mode.name); !fresh) {
         const auto& modes = stress_mode_registry();
-        const auto& other = std::find_if(modes.begin(), modes.end(), [&](const StressMode& m) {
-                              return m.name == it->second;
-                            })->rules;
+        const auto& other =
+            std::find_if(modes.begin(), modes.end(), [&](const StressMode& m) { return m.name == it->second; })->rules;
         const bool same = std::any_of(other.begin(), other.end(), [&](const StressRule& o) {
           return o.field == rule.field && o.op == rule.op && o.literal == rule.literal && o.replaces == rule.replaces &&
                  o.intensity.empty() && rule.intensity.empty();
@@ -193,7 +195,8 @@ std::vector<std::string> registry_problems() {
   for (const auto& mode : stress_mode_registry()) {
     for (const auto& field : mode.reads()) {
       if (!fields.contains(field)) problems.push_back(mode.name + " reads unknown field " + field);
-      if (writer.count(field)) problems.push_back(mode.name + " reads " + field + ", which " + writer[field] + " writes");
+      if (writer.count(field))
+        problems.push_back(mode.name + " reads " + field + ", which " + writer[field] + " writes");
     }
   }
   if (!problems.empty()) return problems;
@@ -328,7 +331,8 @@ TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   const Preset& small = find_preset("small");
   ASSERT_EQ(small.training.attention_backend, AttentionBackend::math);
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 14, .gpu = true};
-  for (const auto& modes : std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}}) {
+  for (const auto& modes :
+       std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}}) {
     const auto on_gpu = compose_stress_modes(small.training, modes, small.stress, gpu2).training;
     EXPECT_EQ(on_gpu.seq_len, 8192);
     EXPECT_EQ(on_gpu.attention_backend, AttentionBackend::sdpa) << nlohmann::json(modes).dump();
@@ -406,18 +410,17 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
   EXPECT_EQ(name_of(with("fusion").activation), p.stress.text("fusion", "activation"));
   EXPECT_GT(with("fusion").qkv_conv_kernel, 0);
   // Intensities scale with the preset: the smoke preset's memory mode stays CPU-sized.
-  EXPECT_LT(compose(find_preset("smoke").training, {"memory"}, find_preset("smoke").stress).seq_len,
-            8192);
+  EXPECT_LT(compose(find_preset("smoke").training, {"memory"}, find_preset("smoke").stress).seq_len, 8192);
 }
 
 // determinism is ordered off < replay < all: the rng mode raises off to replay and leaves a
 // user's all alone (and the stable bool deterministic=true still means all).
 TEST(StressModes, RngModeRaisesDeterminismToReplayAndNeverLowersAll) {
   const Preset& p = find_preset("small");
-  for (const auto& [level, expected] : std::vector<std::pair<Determinism, Determinism>>{
-           {Determinism::off, Determinism::replay},
-           {Determinism::replay, Determinism::replay},
-           {Determinism::all, Determinism::all}}) {
+  for (const auto& [level, expected] :
+       std::vector<std::pair<Determinism, Determinism>>{{Determinism::off, Determinism::replay},
+                                                        {Determinism::replay, Determinism::replay},
+                                                        {Determinism::all, Determinism::all}}) {
     TrainingConfig base = p.training;
     base.determinism = level;
     EXPECT_EQ(compose(base, {"rng"}, p.stress).determinism, expected) << name_of(level);

@@ -19,7 +19,7 @@ TEST(ParseNumber, WholeDecimalIntegersInRange) {
   EXPECT_EQ(parse_number<int64_t>("2147483648"), int64_t{2147483648});
   EXPECT_EQ(parse_number<uint64_t>("18446744073709551615"), UINT64_MAX);
   EXPECT_EQ(parse_number<uint64_t>("-1"), std::nullopt);  // never wrapped into a huge seed
-  EXPECT_EQ(parse_number<int64_t>("00120"), 120);  // a checkpoint directory's step-00000120
+  EXPECT_EQ(parse_number<int64_t>("00120"), 120);         // a checkpoint directory's step-00000120
   for (const char* bad : {"", " 1", "1 ", "+1", "1x", "0x10", "1.0", "1e3", "-", "one"})
     EXPECT_EQ(parse_number<int64_t>(bad), std::nullopt) << "'" << bad << "'";
 }

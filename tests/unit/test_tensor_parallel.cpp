@@ -63,7 +63,8 @@ FlatAdamW optimizer_for(GPT& model) {
 }
 
 double step_loss(GPT& model, const torch::Tensor& batch) {
-  const auto loss = lm_loss(model->forward(batch.narrow(1, 0, batch.size(1) - 1)), batch.narrow(1, 1, batch.size(1) - 1));
+  const auto loss =
+      lm_loss(model->forward(batch.narrow(1, 0, batch.size(1) - 1)), batch.narrow(1, 1, batch.size(1) - 1));
   loss.backward();
   return loss.item<double>();
 }
@@ -208,7 +209,8 @@ TEST(Subgroups, AMemberThatNeverJoinsIsNamedWithItsGroup) {
   test::run_loopback_ranks(
       2,
       [](const LaunchInfo& launch) {
-        return std::shared_ptr<Communicator>(Communicator::connect(launch, torch::kCPU, std::chrono::milliseconds(2000)));
+        return std::shared_ptr<Communicator>(
+            Communicator::connect(launch, torch::kCPU, std::chrono::milliseconds(2000)));
       },
       [&](std::shared_ptr<Communicator>& world, int rank) {
         if (rank == 1) return;  // never splits

@@ -5,23 +5,23 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <limits>
 #include <condition_variable>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <mutex>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
-#include "support/step_recorder.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/metrics_writer.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 #include "rocm_conformance_llm/workload/memory_ballast.hpp"
+#include "support/step_recorder.hpp"
 
 namespace rcl {
 namespace {
@@ -91,10 +91,11 @@ TEST(Training, SmokePresetLearnsTheCorpusAndAttentionLearnsTheCopies) {
   ASSERT_TRUE(summary.loss_floor && summary.final_val_loss);
   const double floor = *summary.loss_floor;
   const auto intact = validation_loss_by_kind(trainer, 4);
-  spdlog::info("smoke: {} steps in {:.1f}s, {:.0f} tokens/s; loss {:.3f} -> {:.3f}, val {:.3f}, floor {:.3f}; "
-               "copied-token loss {:.3f}, other {:.3f}",
-               summary.steps_done, train_s, summary.mean_tokens_per_s, summary.losses.front(), summary.losses.back(),
-               *summary.final_val_loss, floor, intact.copied, intact.other);
+  spdlog::info(
+      "smoke: {} steps in {:.1f}s, {:.0f} tokens/s; loss {:.3f} -> {:.3f}, val {:.3f}, floor {:.3f}; "
+      "copied-token loss {:.3f}, other {:.3f}",
+      summary.steps_done, train_s, summary.mean_tokens_per_s, summary.losses.front(), summary.losses.back(),
+      *summary.final_val_loss, floor, intact.copied, intact.other);
   const TrainingConfig& cfg = trainer.model_config();  // vocab_size resolved
   EXPECT_EQ(summary.steps_done, cfg.steps);
   EXPECT_NEAR(summary.losses.front(), std::log(double(cfg.vocab_size)), 0.3);  // uniform at init
@@ -383,8 +384,8 @@ TEST_P(FlatAdamWPaths, StepsMatchLibtorchAdamW) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(twins.ref_decayed, std::make_unique<torch::optim::AdamWOptions>(
                                              torch::optim::AdamWOptions(options).weight_decay(weight_decay)));
-  groups.emplace_back(twins.ref_not_decayed,
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(options).weight_decay(0)));
+  groups.emplace_back(twins.ref_not_decayed, std::make_unique<torch::optim::AdamWOptions>(
+                                                 torch::optim::AdamWOptions(options).weight_decay(0)));
   torch::optim::AdamW reference(std::move(groups), options);
   for (int step = 1; step <= 6; ++step) {
     const double lr = 1e-2 / step;

@@ -23,8 +23,14 @@ using rcl::testing::read_text;
 
 CollectiveSample sample(std::string op, std::string group, std::string kind, std::string reduce_op, std::string dtype,
                         int64_t bytes, double seconds, double gbps) {
-  return {.op = std::move(op), .bytes = bytes, .seconds = seconds, .bus_bandwidth_gbps = gbps, .kind = std::move(kind),
-          .reduce_op = std::move(reduce_op), .dtype = std::move(dtype), .group = std::move(group)};
+  return {.op = std::move(op),
+          .bytes = bytes,
+          .seconds = seconds,
+          .bus_bandwidth_gbps = gbps,
+          .kind = std::move(kind),
+          .reduce_op = std::move(reduce_op),
+          .dtype = std::move(dtype),
+          .group = std::move(group)};
 }
 
 StepRecord step(int64_t n, std::vector<CollectiveSample> collectives) {
@@ -59,11 +65,12 @@ TEST(TrainingCollectives, RowsPerGroupKindOpDtypeAndSizeWithCountsMediansAndP95A
   const std::vector<double> bucket2_s = {9.0, 0.011, 0.031, 0.021, 0.041};
   const std::vector<double> small_s = {5.0, 0.002, 0.001, 0.004, 0.003};
   for (int i = 0; i < 5; ++i) {
-    table.on_step(step(i + 1, {sample("allreduce", "world", "all_reduce", "sum", "Float", 4096, bucket_s[i], 1.0 / bucket_s[i]),
-                               sample("allreduce", "world", "all_reduce", "sum", "Float", 4096, bucket2_s[i], 1.0 / bucket2_s[i]),
-                               sample("allreduce", "world", "all_reduce", "sum", "Float", 100, small_s[i], 0.1 / small_s[i]),
-                               sample("tp:all_reduce.block0.attn.out.fwd", "tp", "all_reduce", "sum", "BFloat16", 512,
-                                      0.001 * (i + 1), 2.0)}));
+    table.on_step(
+        step(i + 1, {sample("allreduce", "world", "all_reduce", "sum", "Float", 4096, bucket_s[i], 1.0 / bucket_s[i]),
+                     sample("allreduce", "world", "all_reduce", "sum", "Float", 4096, bucket2_s[i], 1.0 / bucket2_s[i]),
+                     sample("allreduce", "world", "all_reduce", "sum", "Float", 100, small_s[i], 0.1 / small_s[i]),
+                     sample("tp:all_reduce.block0.attn.out.fwd", "tp", "all_reduce", "sum", "BFloat16", 512,
+                            0.001 * (i + 1), 2.0)}));
   }
   const json rows = table.rows();
   ASSERT_EQ(rows.size(), 3u) << rows.dump(1);
@@ -155,7 +162,8 @@ TEST(TrainingCollectives, ReportKeepsTheBatteryKeysBesideTheTableAndTheHtmlShows
   TrainingCollectives table;
   ReportWriter writer(dir, 0, json::object(), json::object(), log, summary, 0);
   writer.set_training_collectives(table);
-  const json battery = {{"world_size", 2}, {"batteries", 3}, {"seed", 7}, {"cases", json::array({{{"kind", "all_reduce"}}})}};
+  const json battery = {
+      {"world_size", 2}, {"batteries", 3}, {"seed", 7}, {"cases", json::array({{{"kind", "all_reduce"}}})}};
   writer.add_section("collectives", battery);
   table.on_step(step(1, {sample("allgather_params", "world", "all_gather", "", "Float", 2048, 0.002, 1.5)}));
   writer.write(RunOutcome::completed);

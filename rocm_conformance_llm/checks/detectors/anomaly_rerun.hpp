@@ -44,7 +44,7 @@ class AnomalyRerun final : public Detector {
 
   LoopAccess& loop_;
   std::deque<LoopAccess::Snapshot> before_;  // state before each of the last two steps
-  std::vector<Anomaly> pending_;           // of one step, noted when it was published
+  std::vector<Anomaly> pending_;             // of one step, noted when it was published
   size_t findings_seen_ = 0;
   TransientHistory transients_;
 };

@@ -19,8 +19,8 @@ struct ProbeDtype {
   const char* name;
   double unit_roundoff;
 };
-const ProbeDtype kDtypes[] = {{torch::kFloat, "fp32", 0x1p-24}, {torch::kBFloat16, "bf16", 0x1p-8},
-                              {torch::kHalf, "fp16", 0x1p-11}};
+const ProbeDtype kDtypes[] = {
+    {torch::kFloat, "fp32", 0x1p-24}, {torch::kBFloat16, "bf16", 0x1p-8}, {torch::kHalf, "fp16", 0x1p-11}};
 
 // The first kProbeSequences sequences and kProbeHeads heads, tiled along T up to `seq_len`.
 torch::Tensor probe_slice(torch::Tensor t, int64_t seq_len) {
@@ -52,8 +52,7 @@ std::string corrupted_backend(const torch::Device& device, int64_t head_dim) {
     try {
       run_backend(*it, x, x, x, allowed, true);
       return *it;
-    } catch (const c10::Error&) {
-    }
+    } catch (const c10::Error&) {}
   }
   return "math";
 }
@@ -91,8 +90,8 @@ std::vector<std::string> attention_probe_backends() {
 }
 
 nlohmann::json AttentionProbeResult::to_json() const {
-  nlohmann::json j = {{"backend", backend}, {"dtype", dtype}, {"masked", masked}, {"strided_v", strided_v},
-                      {"supported", supported}, {"passed", passed()}};
+  nlohmann::json j = {{"backend", backend},     {"dtype", dtype},         {"masked", masked},
+                      {"strided_v", strided_v}, {"supported", supported}, {"passed", passed()}};
   if (!supported) {
     j["reason"] = reason;
     return j;
@@ -188,8 +187,9 @@ std::string training_kernel_of(LoopAccess& loop, const AttentionInputs& in) {
 
 TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked) {
   const AttentionInputs in = capture_attention_inputs(loop.model(), loop.train_batch(0).inputs);
-  return {.results = probe_attention(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, corrupt_masked)),
-          .training_kernel = training_kernel_of(loop, in)};
+  return {
+      .results = probe_attention(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, corrupt_masked)),
+      .training_kernel = training_kernel_of(loop, in)};
 }
 
 std::string training_attention_kernel(LoopAccess& loop) {
@@ -236,21 +236,25 @@ void AttentionProbeCheck::probe(int64_t step, int rank) {
   const auto [results, training_kernel] = probe_trainer_attention(loop_, corrupt);
   const auto supported = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.supported; });
   const auto outside = std::count_if(results.begin(), results.end(), [](const auto& r) { return !r.passed(); });
-  spdlog::info("attention probe at step {}: {} backend/dtype/mask/layout cases run ({} without a kernel here), {} "
-               "outside their bound; training attention runs on the {} kernel",
-               step, supported, int64_t(results.size()) - supported, outside, training_kernel);
+  spdlog::info(
+      "attention probe at step {}: {} backend/dtype/mask/layout cases run ({} without a kernel here), {} "
+      "outside their bound; training attention runs on the {} kernel",
+      step, supported, int64_t(results.size()) - supported, outside, training_kernel);
   for (const auto& r : results) {
     if (r.passed() || !reported_.insert(r.describe()).second) continue;
     nlohmann::json evidence = r.to_json();
     evidence["device"] = device.str();
     evidence["seq_len"] = seq;
     log().add(Finding{
-        .component = component::attention, .signature = "attention_backend_mismatch", .severity = Severity::fail,
-        .step = step, .rank = rank,
-        .message = fmt::format("attention {} on {}: {} (bound {:.3g}) vs float64 math, seq_len {}", r.describe(),
-                               device.str(),
-                               r.nonfinite ? std::string("non-finite output") : fmt::format("max error {:.3g}", r.max_error),
-                               r.bound, seq),
+        .component = component::attention,
+        .signature = "attention_backend_mismatch",
+        .severity = Severity::fail,
+        .step = step,
+        .rank = rank,
+        .message =
+            fmt::format("attention {} on {}: {} (bound {:.3g}) vs float64 math, seq_len {}", r.describe(), device.str(),
+                        r.nonfinite ? std::string("non-finite output") : fmt::format("max error {:.3g}", r.max_error),
+                        r.bound, seq),
         .evidence = std::move(evidence)});
   }
 }

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/checks/findings/detector.hpp"
 #include "rocm_conformance_llm/checks/findings/finding_log.hpp"
@@ -55,22 +55,22 @@ std::vector<std::string> attention_probe_backends();
 
 struct AttentionProbeResult {
   std::string backend;
-  std::string dtype;         // fp32 | bf16 | fp16
-  bool masked = false;       // padding mask (else causal only)
-  bool strided_v = false;    // V as a strided view
-  bool supported = true;     // false: this device/build has no such kernel (see `reason`)
+  std::string dtype;       // fp32 | bf16 | fp16
+  bool masked = false;     // padding mask (else causal only)
+  bool strided_v = false;  // V as a strided view
+  bool supported = true;   // false: this device/build has no such kernel (see `reason`)
   std::string reason;
   bool nonfinite = false;
-  double max_error = 0.0;    // max |O - R|
-  double bound = 0.0;        // attention_bound(..) * max|V|
-  bool injected = false;     // the attention-mask-corrupt fault struck this output
+  double max_error = 0.0;  // max |O - R|
+  double bound = 0.0;      // attention_bound(..) * max|V|
+  bool injected = false;   // the attention-mask-corrupt fault struck this output
   bool passed() const { return !supported || (!nonfinite && max_error <= bound); }
   nlohmann::json to_json() const;
   std::string describe() const;  // "sdpa_flash fp16 with padding mask, strided V"
 };
 
 struct AttentionProbeOptions {
-  int64_t seq_len = 0;        // the captured sequence is tiled up to this (0: as captured)
+  int64_t seq_len = 0;  // the captured sequence is tiled up to this (0: as captured)
   double pad_fraction = kProbePadFraction;
   // The attention-mask-corrupt fault: the last backend that serves a masked fp32 input gets a
   // wrong masked output (its rows shifted by max|V|), as #147460's kernel did.

@@ -12,8 +12,8 @@
 namespace rcl {
 namespace {
 
-constexpr size_t kHistory = 20;         // latencies kept per case (the report's history too)
-constexpr size_t kMinHistory = 2;       // earlier batteries needed before a case can be slow
+constexpr size_t kHistory = 20;    // latencies kept per case (the report's history too)
+constexpr size_t kMinHistory = 2;  // earlier batteries needed before a case can be slow
 // CPU ranks: Gloo on cores the host shares, where a collective often waits for a peer the host
 // kept off a core for tens of milliseconds (bench/false-alarms.md).
 constexpr double kSharedCoresMinExtraS = 0.2;
@@ -63,7 +63,8 @@ void CollectiveCheck::run_battery_at(int64_t step) {
     if (const FaultSpec* slow = faults_->active(FaultKind::slow_all_to_all, step, rank))
       planted.slow_all_to_all_s = slow->seconds > 0 ? slow->seconds : kDefaultSlowAllToAllS;
   }
-  CollectiveBatteryResult result = sync_->run_collective_battery(cases_, options_.seed + static_cast<uint64_t>(step), planted);
+  CollectiveBatteryResult result =
+      sync_->run_collective_battery(cases_, options_.seed + static_cast<uint64_t>(step), planted);
   ++batteries_;
   for (auto& f : result.findings) {
     f.step = step;  // the battery's step: records are published while the next step runs
@@ -84,9 +85,12 @@ void CollectiveCheck::run_battery_at(int64_t step) {
       if (row.seconds >= options_.slow_ratio * median && row.seconds - median >= options_.slow_min_extra_s) {
         slow.push_back(fmt::format("{} {:.3g} s vs median {:.3g} s ({:.3g} GB/s bus bandwidth)", row.c.name(),
                                    row.seconds, median, row.bus_bandwidth_gbps));
-        slow_evidence.push_back({{"case", row.c.name()}, {"kind", to_string(row.c.kind)},
-                                 {"dtype", c10::toString(row.c.dtype)}, {"bytes", row.c.bytes},
-                                 {"seconds", row.seconds}, {"median_s", median},
+        slow_evidence.push_back({{"case", row.c.name()},
+                                 {"kind", to_string(row.c.kind)},
+                                 {"dtype", c10::toString(row.c.dtype)},
+                                 {"bytes", row.c.bytes},
+                                 {"seconds", row.seconds},
+                                 {"median_s", median},
                                  {"bus_bandwidth_gbps", row.bus_bandwidth_gbps}});
         continue;  // a slow time never becomes the baseline
       }
@@ -95,14 +99,18 @@ void CollectiveCheck::run_battery_at(int64_t step) {
     if (h.seconds.size() > kHistory) h.seconds.pop_front();
   }
   if (!slow.empty()) {
-    report(Finding{.component = component::rccl, .signature = "collective_slow", .severity = Severity::warn,
-                   .step = step, .rank = sync_->rank(),
-                   .message = fmt::format("{} collective case{} slow in the battery at step {} (>= {:g}x their "
-                                          "median, slowest rank's time): {}",
-                                          slow.size(), slow.size() > 1 ? "s" : "", step, options_.slow_ratio,
-                                          fmt::join(slow, "; ")),
-                   .evidence = {{"slow", slow_evidence}, {"ratio", options_.slow_ratio},
-                                {"min_extra_s", options_.slow_min_extra_s}}});
+    report(Finding{
+        .component = component::rccl,
+        .signature = "collective_slow",
+        .severity = Severity::warn,
+        .step = step,
+        .rank = sync_->rank(),
+        .message =
+            fmt::format("{} collective case{} slow in the battery at step {} (>= {:g}x their "
+                        "median, slowest rank's time): {}",
+                        slow.size(), slow.size() > 1 ? "s" : "", step, options_.slow_ratio, fmt::join(slow, "; ")),
+        .evidence = {
+            {"slow", slow_evidence}, {"ratio", options_.slow_ratio}, {"min_extra_s", options_.slow_min_extra_s}}});
   }
 }
 
@@ -113,22 +121,24 @@ nlohmann::json CollectiveCheck::report_sections() const {
     const CaseHistory& h = history_[i];
     if (h.runs == 0) continue;
     const double median = h.seconds.empty() ? h.last_seconds : stats::median({h.seconds.begin(), h.seconds.end()});
-    cases.push_back({{"kind", to_string(c.kind)},
-                     {"reduce_op", is_reduction(c.kind) ? to_string(c.reduce) : ""},
-                     {"dtype", c10::toString(c.dtype)},
-                     {"bytes", c.bytes},
-                     {"route", h.route},
-                     {"runs", h.runs},
-                     {"verified", h.wrong_runs == 0},
-                     {"wrong_runs", h.wrong_runs},
-                     {"latency_s", median},
-                     {"latency_history_s", std::vector<double>(h.seconds.begin(), h.seconds.end())},
-                     {"bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, median, sync_->world_size())},
-                     {"last_bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, h.last_seconds, sync_->world_size())}});
+    cases.push_back(
+        {{"kind", to_string(c.kind)},
+         {"reduce_op", is_reduction(c.kind) ? to_string(c.reduce) : ""},
+         {"dtype", c10::toString(c.dtype)},
+         {"bytes", c.bytes},
+         {"route", h.route},
+         {"runs", h.runs},
+         {"verified", h.wrong_runs == 0},
+         {"wrong_runs", h.wrong_runs},
+         {"latency_s", median},
+         {"latency_history_s", std::vector<double>(h.seconds.begin(), h.seconds.end())},
+         {"bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, median, sync_->world_size())},
+         {"last_bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, h.last_seconds, sync_->world_size())}});
   }
   if (cases.empty()) return nlohmann::json::object();
-  return {{"collectives",
-           {{"world_size", sync_->world_size()}, {"batteries", batteries_}, {"seed", options_.seed}, {"cases", cases}}}};
+  return {
+      {"collectives",
+       {{"world_size", sync_->world_size()}, {"batteries", batteries_}, {"seed", options_.seed}, {"cases", cases}}}};
 }
 
 }  // namespace rcl

@@ -23,9 +23,9 @@
 namespace rcl {
 
 struct CollectiveCheckOptions {
-  int64_t interval = 0;            // steps between batteries (0 = off)
-  int64_t max_bytes = 1 << 20;     // largest message (battery_sizes)
-  uint64_t seed = 0;               // battery seeds: seed + step
+  int64_t interval = 0;         // steps between batteries (0 = off)
+  int64_t max_bytes = 1 << 20;  // largest message (battery_sizes)
+  uint64_t seed = 0;            // battery seeds: seed + step
   double slow_ratio = 4.0;
   double slow_min_extra_s = 0.01;
   double collective_timeout_s = 120.0;  // the collective-hang fault stalls 2.5x this

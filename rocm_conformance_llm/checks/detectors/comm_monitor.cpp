@@ -60,15 +60,23 @@ void CommMonitor::on_step(const StepRecord& record) {
   const RankStepTimes times = sync_->gather_step_times(record.step_time_s, in_collectives);
   if (!in_warmup(record)) {
     if (const auto verdict = stragglers_.add(times.busy_s)) {
-      report(Finding{component::rccl, "straggler_rank", Severity::warn, record.step, sync_->rank(),
+      report(Finding{component::rccl,
+                     "straggler_rank",
+                     Severity::warn,
+                     record.step,
+                     sync_->rank(),
                      fmt::format("rank {} is a straggler: busy {:.4f} s per step vs {:.4f} s on the other ranks "
                                  "(medians), late in {} of the last {} steps; the others wait for it inside "
                                  "every collective",
-                                 verdict->rank, verdict->busy_median_s, verdict->others_median_s,
-                                 verdict->late_steps, verdict->window),
-                     {{"straggler_rank", verdict->rank}, {"busy_median_s", verdict->busy_median_s},
-                      {"others_median_s", verdict->others_median_s}, {"late_steps", verdict->late_steps},
-                      {"window", verdict->window}, {"step_s", times.step_s}, {"busy_s", times.busy_s}}});
+                                 verdict->rank, verdict->busy_median_s, verdict->others_median_s, verdict->late_steps,
+                                 verdict->window),
+                     {{"straggler_rank", verdict->rank},
+                      {"busy_median_s", verdict->busy_median_s},
+                      {"others_median_s", verdict->others_median_s},
+                      {"late_steps", verdict->late_steps},
+                      {"window", verdict->window},
+                      {"step_s", times.step_s},
+                      {"busy_s", times.busy_s}}});
     }
   }
 
@@ -78,10 +86,11 @@ void CommMonitor::on_step(const StepRecord& record) {
     if (options_.log_step_time_spread && sync_->rank() == 0) {
       const StepTimeSpread step = spread(times.step_s);
       const StepTimeSpread busy = spread(times.busy_s);
-      spdlog::info("step {} across {} ranks: step time min/median/max {:.4f}/{:.4f}/{:.4f} s; busy (outside "
-                   "collectives) {:.4f}/{:.4f}/{:.4f} s, slowest rank {}",
-                   record.step, sync_->world_size(), step.min_s, step.median_s, step.max_s, busy.min_s,
-                   busy.median_s, busy.max_s, busy.slowest_rank);
+      spdlog::info(
+          "step {} across {} ranks: step time min/median/max {:.4f}/{:.4f}/{:.4f} s; busy (outside "
+          "collectives) {:.4f}/{:.4f}/{:.4f} s, slowest rank {}",
+          record.step, sync_->world_size(), step.min_s, step.median_s, step.max_s, busy.min_s, busy.median_s,
+          busy.max_s, busy.slowest_rank);
     }
   }
 }

@@ -33,8 +33,12 @@ torch::Tensor product(const CanaryShape& s, const torch::Tensor& a, const torch:
 void drop_last_row(torch::Tensor& out, const CanaryShape& s) { out.narrow(0, s.m - 1, 1).zero_(); }
 
 nlohmann::json shape_json(const CanaryShape& s) {
-  return {{"label", s.label}, {"m", s.m}, {"n", s.n}, {"k", s.k},
-          {"transpose_a", s.transpose_a}, {"transpose_b", s.transpose_b},
+  return {{"label", s.label},
+          {"m", s.m},
+          {"n", s.n},
+          {"k", s.k},
+          {"transpose_a", s.transpose_a},
+          {"transpose_b", s.transpose_b},
           {"dtype", dtype_name(s.dtype)}};
 }
 }  // namespace
@@ -50,8 +54,8 @@ double unit_roundoff(torch::ScalarType dtype) {
 }
 
 std::string CanaryShape::to_string() const {
-  return fmt::format("{} {}x{}x{} {}{} {}", label, m, n, k, transpose_a ? 'T' : 'N',
-                     transpose_b ? 'T' : 'N', dtype_name(dtype));
+  return fmt::format("{} {}x{}x{} {}{} {}", label, m, n, k, transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N',
+                     dtype_name(dtype));
 }
 
 GemmTolerance gemm_tolerance(torch::ScalarType dtype, int64_t k) {
@@ -112,8 +116,7 @@ bool GemmCanaryResult::passed() const {
                         max_elementwise_error <= tolerance.max_elementwise);
 }
 
-GemmCanary::GemmCanary(std::vector<CanaryShape> shapes, const torch::Device& device, uint64_t seed)
-    : device_(device) {
+GemmCanary::GemmCanary(std::vector<CanaryShape> shapes, const torch::Device& device, uint64_t seed) : device_(device) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
@@ -172,13 +175,16 @@ std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog
       const bool reduced = c.shape.dtype == torch::kBFloat16 || c.shape.dtype == torch::kHalf;
       outcome.also_in_fp32 = reduced ? wrong_again(c, device_, torch::kFloat, persistent) : true;
       if (!device_.is_cpu())
-        outcome.also_on_cpu = wrong_again(c, torch::kCPU, c.shape.dtype == torch::kHalf ? torch::kFloat : c.shape.dtype,
-                                          false);
+        outcome.also_on_cpu =
+            wrong_again(c, torch::kCPU, c.shape.dtype == torch::kHalf ? torch::kFloat : c.shape.dtype, false);
       reported_.insert({i, signature});
     }
     Finding f{
-        .component = component::rocblas, .signature = signature, .severity = Severity::fail,
-        .step = step, .rank = rank,
+        .component = component::rocblas,
+        .signature = signature,
+        .severity = Severity::fail,
+        .step = step,
+        .rank = rank,
         .message = r.nonfinite_output
                        ? fmt::format("GEMM {} on {}: finite inputs gave non-finite outputs", c.shape.to_string(),
                                      device_.str())
@@ -186,7 +192,8 @@ std::vector<GemmCanaryResult> GemmCanary::run(int64_t step, int rank, FindingLog
                                      "rms (tolerance {:.3g})",
                                      c.shape.to_string(), device_.str(), r.relative_fro_error, r.tolerance.relative_fro,
                                      r.max_elementwise_error, r.tolerance.max_elementwise),
-        .evidence = {{"shape", shape_json(c.shape)}, {"device", device_.str()},
+        .evidence = {{"shape", shape_json(c.shape)},
+                     {"device", device_.str()},
                      {"relative_fro_error", json_number(r.relative_fro_error)},
                      {"max_elementwise_error_rms", json_number(r.max_elementwise_error)},
                      {"tolerance_relative_fro", r.tolerance.relative_fro},

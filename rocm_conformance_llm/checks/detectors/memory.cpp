@@ -25,8 +25,10 @@ std::optional<TrackedMemory> tracked_memory(const MemorySample& m) {
 }
 
 nlohmann::json memory_to_json(const MemorySample& m) {
-  return {{"allocated_bytes", m.allocated_bytes}, {"reserved_bytes", m.reserved_bytes},
-          {"peak_allocated_bytes", m.peak_allocated_bytes}, {"rss_bytes", m.rss_bytes},
+  return {{"allocated_bytes", m.allocated_bytes},
+          {"reserved_bytes", m.reserved_bytes},
+          {"peak_allocated_bytes", m.peak_allocated_bytes},
+          {"rss_bytes", m.rss_bytes},
           {"source", m.source}};
 }
 
@@ -47,7 +49,8 @@ nlohmann::json MemoryProfile::to_json() const {
   for (const auto& [point, sample] : setup_) out[point] = memory_to_json(sample);
   if (first_step_) out["after_first_step"] = memory_to_json(*first_step_);
   if (peak_)
-    out["peak"] = {{"step", peak_step_}, {"figure", peak_figure_}, {"bytes", peak_bytes_}, {"memory", memory_to_json(*peak_)}};
+    out["peak"] = {
+        {"step", peak_step_}, {"figure", peak_figure_}, {"bytes", peak_bytes_}, {"memory", memory_to_json(*peak_)}};
   return out;
 }
 
@@ -83,21 +86,26 @@ void MemoryDetector::check_growth(const StepRecord& r, const TrackedMemory& m) {
   const double newer_floor = *std::min_element(y.begin() + half, y.end());
   if (newer_floor - older_floor < threshold * static_cast<double>(window)) return;
   const double slope = stats::theil_sen_slope(x, y);
-  report(Finding{
-      .component = component::allocator, .signature = "memory_growth", .severity = Severity::warn,
-      .step = r.step, .rank = r.rank,
-      .message = fmt::format("{} grows {:.2f} MiB per step over steps {}..{} (threshold {:.2f} "
-                             "MiB/step): a leak",
-                             m.figure, slope / kMiB, static_cast<int64_t>(x.front()), r.step,
-                             threshold / kMiB),
-      .evidence = {{"figure", m.figure}, {"source", r.memory.source},
-                   {"slope_bytes_per_step", slope},
-                   {"window_slopes_bytes_per_step", {older, newer}},
-                   {"window_floors_bytes", {older_floor, newer_floor}},
-                   {"first_step", static_cast<int64_t>(x.front())}, {"last_step", r.step},
-                   {"first_bytes", static_cast<int64_t>(y.front())},
-                   {"last_bytes", static_cast<int64_t>(y.back())},
-                   {"threshold_bytes_per_step", threshold}, {"memory", memory_to_json(r.memory)}}});
+  report(
+      Finding{.component = component::allocator,
+              .signature = "memory_growth",
+              .severity = Severity::warn,
+              .step = r.step,
+              .rank = r.rank,
+              .message = fmt::format("{} grows {:.2f} MiB per step over steps {}..{} (threshold {:.2f} "
+                                     "MiB/step): a leak",
+                                     m.figure, slope / kMiB, static_cast<int64_t>(x.front()), r.step, threshold / kMiB),
+              .evidence = {{"figure", m.figure},
+                           {"source", r.memory.source},
+                           {"slope_bytes_per_step", slope},
+                           {"window_slopes_bytes_per_step", {older, newer}},
+                           {"window_floors_bytes", {older_floor, newer_floor}},
+                           {"first_step", static_cast<int64_t>(x.front())},
+                           {"last_step", r.step},
+                           {"first_bytes", static_cast<int64_t>(y.front())},
+                           {"last_bytes", static_cast<int64_t>(y.back())},
+                           {"threshold_bytes_per_step", threshold},
+                           {"memory", memory_to_json(r.memory)}}});
 }
 
 void MemoryDetector::check_fragmentation(const StepRecord& r) {
@@ -106,33 +114,38 @@ void MemoryDetector::check_fragmentation(const StepRecord& r) {
   if (m.reserved_bytes < kMinReservedForFragmentation || used < 0) return;
   const double ratio = static_cast<double>(m.reserved_bytes - used) / static_cast<double>(m.reserved_bytes);
   if (ratio < cfg_.fragmentation_ratio_warn) return;
-  report(Finding{
-      .component = component::allocator, .signature = "allocator_fragmentation",
-      .severity = Severity::warn, .step = r.step, .rank = r.rank,
-      .message = fmt::format("{:.0f}% of the {:.0f} MiB reserved was never in use even at the "
-                             "peak: fragmentation or stranded cached blocks",
-                             100.0 * ratio, static_cast<double>(m.reserved_bytes) / kMiB),
-      .evidence = {{"gap_ratio", ratio}, {"threshold", cfg_.fragmentation_ratio_warn},
-                   {"used_figure", m.peak_allocated_bytes >= 0 ? "peak_allocated_bytes" : "allocated_bytes"},
-                   {"memory", memory_to_json(m)}}});
+  report(Finding{.component = component::allocator,
+                 .signature = "allocator_fragmentation",
+                 .severity = Severity::warn,
+                 .step = r.step,
+                 .rank = r.rank,
+                 .message = fmt::format("{:.0f}% of the {:.0f} MiB reserved was never in use even at the "
+                                        "peak: fragmentation or stranded cached blocks",
+                                        100.0 * ratio, static_cast<double>(m.reserved_bytes) / kMiB),
+                 .evidence = {{"gap_ratio", ratio},
+                              {"threshold", cfg_.fragmentation_ratio_warn},
+                              {"used_figure", m.peak_allocated_bytes >= 0 ? "peak_allocated_bytes" : "allocated_bytes"},
+                              {"memory", memory_to_json(m)}}});
 }
 
-std::optional<Finding> check_memory_after_reload(const MemorySample& before,
-                                                 const MemorySample& after,
-                                                 const DiagnosticsConfig& cfg, int64_t step,
-                                                 int rank) {
+std::optional<Finding> check_memory_after_reload(const MemorySample& before, const MemorySample& after,
+                                                 const DiagnosticsConfig& cfg, int64_t step, int rank) {
   const auto b = tracked_memory(before), a = tracked_memory(after);
   if (!b || !a || b->figure != a->figure || before.source != after.source) return std::nullopt;
   const int64_t growth = a->bytes - b->bytes;
   if (static_cast<double>(growth) <= cfg.reload_memory_growth_warn_bytes) return std::nullopt;
-  return Finding{
-      .component = component::allocator, .signature = "memory_not_recovered_after_reload",
-      .severity = Severity::warn, .step = step, .rank = rank,
-      .message = fmt::format("{} is {:.1f} MiB higher after the checkpoint reload than before it",
-                             a->figure, static_cast<double>(growth) / kMiB),
-      .evidence = {{"figure", a->figure}, {"growth_bytes", growth},
-                   {"tolerance_bytes", cfg.reload_memory_growth_warn_bytes},
-                   {"before", memory_to_json(before)}, {"after", memory_to_json(after)}}};
+  return Finding{.component = component::allocator,
+                 .signature = "memory_not_recovered_after_reload",
+                 .severity = Severity::warn,
+                 .step = step,
+                 .rank = rank,
+                 .message = fmt::format("{} is {:.1f} MiB higher after the checkpoint reload than before it", a->figure,
+                                        static_cast<double>(growth) / kMiB),
+                 .evidence = {{"figure", a->figure},
+                              {"growth_bytes", growth},
+                              {"tolerance_bytes", cfg.reload_memory_growth_warn_bytes},
+                              {"before", memory_to_json(before)},
+                              {"after", memory_to_json(after)}}};
 }
 
 }  // namespace rcl

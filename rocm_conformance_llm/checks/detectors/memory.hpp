@@ -49,10 +49,8 @@ class MemoryDetector final : public Detector {
 // After a checkpoint reload the tracked figure should return to where it was before the save
 // (same source). memory_not_recovered_after_reload (ROCr allocator, warn) when it stays higher
 // by more than cfg.reload_memory_growth_warn_bytes; nullopt when fine or not comparable.
-std::optional<Finding> check_memory_after_reload(const MemorySample& before,
-                                                 const MemorySample& after,
-                                                 const DiagnosticsConfig& cfg, int64_t step,
-                                                 int rank);
+std::optional<Finding> check_memory_after_reload(const MemorySample& before, const MemorySample& after,
+                                                 const DiagnosticsConfig& cfg, int64_t step, int rank);
 
 // The sample as report evidence (same keys as metrics.jsonl).
 nlohmann::json memory_to_json(const MemorySample& m);

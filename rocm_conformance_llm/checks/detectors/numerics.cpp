@@ -24,10 +24,14 @@ constexpr double kTailMargin = 1.5;
 // Gradient norms swing by several x in healthy training: judge them in decades.
 constexpr double kLogGradNormScaleFloor = 0.25;
 
-Finding numerics_finding(const std::string& signature, Severity severity, const StepRecord& r,
-                         std::string message, nlohmann::json evidence) {
-  return Finding{.component = component::rocblas, .signature = signature, .severity = severity,
-                 .step = r.step, .rank = r.rank, .message = std::move(message),
+Finding numerics_finding(const std::string& signature, Severity severity, const StepRecord& r, std::string message,
+                         nlohmann::json evidence) {
+  return Finding{.component = component::rocblas,
+                 .signature = signature,
+                 .severity = severity,
+                 .step = r.step,
+                 .rank = r.rank,
+                 .message = std::move(message),
                  .evidence = std::move(evidence)};
 }
 }  // namespace
@@ -39,21 +43,21 @@ void NumericsDetector::on_step(const StepRecord& r) {
                                  {"loss_scale", r.loss_scale},
                                  {"skipped", r.skipped}};
   if (!std::isfinite(r.loss))
-    report(numerics_finding("nonfinite_loss", Severity::fail, r,
-                            fmt::format("loss is {} at step {}", r.loss, r.step), values));
+    report(numerics_finding("nonfinite_loss", Severity::fail, r, fmt::format("loss is {} at step {}", r.loss, r.step),
+                            values));
 
   consecutive_skips_ = r.skipped ? consecutive_skips_ + 1 : 0;
   if (!std::isfinite(r.grad_norm) && !r.skipped)
-    report(numerics_finding("nonfinite_grad_norm", Severity::fail, r,
-                            fmt::format("gradient norm is {} outside fp16 loss scaling: the step's update was withheld", r.grad_norm),
-                            values));
-  if (consecutive_skips_ >= cfg_.window_steps)
     report(numerics_finding(
-        "persistent_overflow_skips", Severity::warn, r,
-        fmt::format("fp16 loss scaler skipped {} steps in a row (scale {:g}): gradients overflow "
-                    "at every scale",
-                    consecutive_skips_, r.loss_scale),
+        "nonfinite_grad_norm", Severity::fail, r,
+        fmt::format("gradient norm is {} outside fp16 loss scaling: the step's update was withheld", r.grad_norm),
         values));
+  if (consecutive_skips_ >= cfg_.window_steps)
+    report(numerics_finding("persistent_overflow_skips", Severity::warn, r,
+                            fmt::format("fp16 loss scaler skipped {} steps in a row (scale {:g}): gradients overflow "
+                                        "at every scale",
+                                        consecutive_skips_, r.loss_scale),
+                            values));
 
   if (std::isfinite(r.loss) && !in_warmup(r)) check_spike(r);
   if (std::isfinite(r.grad_norm) && r.grad_norm > 0 && !r.skipped && !in_warmup(r)) check_grad_norm(r);
@@ -70,8 +74,10 @@ void NumericsDetector::check_grad_norm(const StepRecord& r) {
       report(numerics_finding("grad_norm_spike", Severity::warn, r,
                               fmt::format("gradient norm {:.4g} is {:.0f}x the recent median {:.4g}", r.grad_norm,
                                           std::pow(10.0, log_norm - median), std::pow(10.0, median)),
-                              {{"grad_norm", r.grad_norm}, {"baseline_median", std::pow(10.0, median)},
-                               {"log10_zscore", z}, {"threshold", run_threshold(cfg_.loss_spike_zscore)}}));
+                              {{"grad_norm", r.grad_norm},
+                               {"baseline_median", std::pow(10.0, median)},
+                               {"log10_zscore", z},
+                               {"threshold", run_threshold(cfg_.loss_spike_zscore)}}));
       return;  // a corrupted norm never enters the baseline
     }
   }
@@ -102,15 +108,20 @@ void NumericsDetector::check_spike(const StepRecord& r) {
     if (!is_spike(r.loss, ref)) {
       pending_.reset();  // recovered: a transient spike, already reported as a warning
     } else if (pending_->steps_after >= cfg_.window_steps) {
-      report(Finding{
-          .component = component::rocblas, .signature = "loss_divergence", .severity = Severity::fail,
-          .step = pending_->step, .rank = r.rank,
-          .message = fmt::format("loss spiked at step {} and has not recovered after {} steps "
-                                 "(now {:.4g}, baseline median {:.4g})",
-                                 pending_->step, pending_->steps_after, r.loss, ref.median),
-          .evidence = {{"spike_step", pending_->step}, {"spike_loss", pending_->loss},
-                       {"checked_until_step", r.step}, {"current_loss", r.loss},
-                       {"current_zscore", z}, {"baseline_median", ref.median}}});
+      report(Finding{.component = component::rocblas,
+                     .signature = "loss_divergence",
+                     .severity = Severity::fail,
+                     .step = pending_->step,
+                     .rank = r.rank,
+                     .message = fmt::format("loss spiked at step {} and has not recovered after {} steps "
+                                            "(now {:.4g}, baseline median {:.4g})",
+                                            pending_->step, pending_->steps_after, r.loss, ref.median),
+                     .evidence = {{"spike_step", pending_->step},
+                                  {"spike_loss", pending_->loss},
+                                  {"checked_until_step", r.step},
+                                  {"current_loss", r.loss},
+                                  {"current_zscore", z},
+                                  {"baseline_median", ref.median}}});
       pending_.reset();
       baseline_.clear();  // the new level is the run's reality now; start afresh
       recent_.clear();
@@ -126,14 +137,17 @@ void NumericsDetector::check_spike(const StepRecord& r) {
       largest_jump_ = std::max(largest_jump_, (r.loss - ref.median) / std::abs(ref.median));
     } else {
       const double z = (r.loss - ref.median) / ref.scale;
-      report(numerics_finding(
-                 "loss_spike", Severity::warn, r,
-                 fmt::format("loss {:.4g} is {:.1f} robust standard deviations ({:.0f}%) above the "
-                             "recent median {:.4g}",
-                             r.loss, z, 100.0 * (r.loss / ref.median - 1.0), ref.median),
-                 {{"loss", r.loss}, {"zscore", z}, {"threshold", run_threshold(cfg_.loss_spike_zscore)},
-                  {"min_jump", ref.min_jump}, {"baseline_median", ref.median},
-                  {"noise_scale", ref.scale}, {"baseline_steps", baseline_.size()}}));
+      report(numerics_finding("loss_spike", Severity::warn, r,
+                              fmt::format("loss {:.4g} is {:.1f} robust standard deviations ({:.0f}%) above the "
+                                          "recent median {:.4g}",
+                                          r.loss, z, 100.0 * (r.loss / ref.median - 1.0), ref.median),
+                              {{"loss", r.loss},
+                               {"zscore", z},
+                               {"threshold", run_threshold(cfg_.loss_spike_zscore)},
+                               {"min_jump", ref.min_jump},
+                               {"baseline_median", ref.median},
+                               {"noise_scale", ref.scale},
+                               {"baseline_steps", baseline_.size()}}));
       pending_ = PendingSpike{.step = r.step, .loss = r.loss, .reference = ref};
       return;
     }
@@ -176,8 +190,7 @@ NonFiniteDiagnosis diagnose_nonfinite(const MicroBatchRun& run, bool reduced_pre
   return d;
 }
 
-Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step,
-                   int rank) {
+Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step, int rank) {
   Finding f;
   f.component = component::rocblas;
   f.step = step;
@@ -186,20 +199,21 @@ Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, in
   if (d.classification == "numerics") {
     f.signature = "nonfinite_reduced_precision_only";
     f.severity = Severity::warn;
-    f.message = fmt::format("non-finite first at '{}' under {}, finite when re-run in fp32", where,
-                            precision);
+    f.message = fmt::format("non-finite first at '{}' under {}, finite when re-run in fp32", where, precision);
   } else if (d.classification == "fault") {
     f.signature = "nonfinite_also_fp32";
     f.severity = Severity::fail;
-    f.message = fmt::format("non-finite first at '{}' under {} and also in fp32 (at '{}'): not a "
-                            "precision effect",
-                            where, precision, d.first_nonfinite_fp32.value_or("?"));
+    f.message = fmt::format(
+        "non-finite first at '{}' under {} and also in fp32 (at '{}'): not a "
+        "precision effect",
+        where, precision, d.first_nonfinite_fp32.value_or("?"));
   } else {
     f.signature = "nonfinite_not_reproducible";
     f.severity = Severity::warn;
-    f.message = fmt::format("re-running the micro-batch under {} gave finite values: the "
-                            "non-finite result was transient",
-                            precision);
+    f.message = fmt::format(
+        "re-running the micro-batch under {} gave finite values: the "
+        "non-finite result was transient",
+        precision);
   }
   // The localiser's re-runs answer the same questions as the anomaly re-run (anomaly_rerun.hpp).
   RerunOutcome outcome{.reproducible = d.classification != "not_reproduced"};

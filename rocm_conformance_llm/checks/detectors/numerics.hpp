@@ -4,8 +4,8 @@
 #pragma once
 
 #include <deque>
-#include <map>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,8 +87,7 @@ NonFiniteDiagnosis diagnose_nonfinite(const MicroBatchRun& run, bool reduced_pre
 
 // nonfinite_reduced_precision_only (warn), nonfinite_also_fp32 (fail),
 // nonfinite_not_reproducible (warn), all rocBLAS/hipBLASLt with the first bad block as evidence.
-Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step,
-                   int rank);
+Finding to_finding(const NonFiniteDiagnosis& d, const std::string& precision, int64_t step, int rank);
 
 // Loop-side, once per run: at the first non-finite loss, before the optimizer step spreads it
 // into every weight (after which no re-run can say where it came from), re-runs the step's

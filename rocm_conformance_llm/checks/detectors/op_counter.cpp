@@ -31,8 +31,7 @@ OpCounter::OpCounter() {
     g_counts.clear();
   }
   // FUNCTION scope only: ATen ops, not autograd node or user scopes.
-  handle_ = at::addGlobalCallback(
-      at::RecordFunctionCallback(&count_op).scopes({at::RecordScope::FUNCTION}));
+  handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&count_op).scopes({at::RecordScope::FUNCTION}));
 }
 
 OpCounter::~OpCounter() {

@@ -42,12 +42,9 @@ uint64_t dropout_mask_hash(const torch::Device& device, int64_t numel, double p)
   return tensor_hash(torch::dropout(ones, p, /*train=*/true).ne(0));
 }
 
-void skew_rng(const torch::Device& device, int rank) {
-  dropout_mask_hash(device, 1 + rank, kMaskCheckDropout);
-}
+void skew_rng(const torch::Device& device, int rank) { dropout_mask_hash(device, 1 + rank, kMaskCheckDropout); }
 
-uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step,
-                               int rank, bool skew) {
+uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step, int rank, bool skew) {
   const RngSnapshot saved = capture_rng(device);
   seed_everything(shared_seed + static_cast<uint64_t>(step), device);
   if (skew) skew_rng(device, rank);
@@ -56,12 +53,11 @@ uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed
   return h;
 }
 
-std::optional<Finding> compare_replay(const std::vector<double>& original,
-                                      const std::vector<double>& replayed, int64_t first_step,
-                                      bool deterministic, double rel_tol, int rank) {
+std::optional<Finding> compare_replay(const std::vector<double>& original, const std::vector<double>& replayed,
+                                      int64_t first_step, bool deterministic, double rel_tol, int rank) {
   if (original.size() != replayed.size())
-    throw std::invalid_argument(fmt::format("compare_replay: {} original vs {} replayed losses",
-                                            original.size(), replayed.size()));
+    throw std::invalid_argument(
+        fmt::format("compare_replay: {} original vs {} replayed losses", original.size(), replayed.size()));
   for (size_t i = 0; i < original.size(); ++i) {
     const double a = original[i], b = replayed[i];
     const double rel = std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-30});
@@ -69,22 +65,26 @@ std::optional<Finding> compare_replay(const std::vector<double>& original,
     if (equal) continue;
     const int64_t step = first_step + static_cast<int64_t>(i);
     return Finding{
-        .component = component::rocrand, .signature = "replay_mismatch", .severity = Severity::fail,
-        .step = step, .rank = rank,
-        .message = fmt::format("replay of step {} gave loss {:.17g}, the original run {:.17g} ({})",
-                               step, b, a,
+        .component = component::rocrand,
+        .signature = "replay_mismatch",
+        .severity = Severity::fail,
+        .step = step,
+        .rank = rank,
+        .message = fmt::format("replay of step {} gave loss {:.17g}, the original run {:.17g} ({})", step, b, a,
                                deterministic ? "deterministic mode: must be bitwise equal"
                                              : fmt::format("relative difference {:.3g} > {:.3g}", rel, rel_tol)),
-        .evidence = {{"first_differing_step", step}, {"original_loss", json_number(a)},
-                     {"replayed_loss", json_number(b)}, {"relative_difference", json_number(rel)},
-                     {"deterministic", deterministic}, {"rel_tolerance", rel_tol},
+        .evidence = {{"first_differing_step", step},
+                     {"original_loss", json_number(a)},
+                     {"replayed_loss", json_number(b)},
+                     {"relative_difference", json_number(rel)},
+                     {"deterministic", deterministic},
+                     {"rel_tolerance", rel_tol},
                      {"steps_compared", original.size()}}};
   }
   return std::nullopt;
 }
 
-std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank,
-                                                      int64_t step) {
+std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank, int64_t step) {
   std::map<uint64_t, int> votes;
   for (uint64_t h : hash_per_rank) ++votes[h];
   if (votes.size() <= 1) return std::nullopt;
@@ -98,17 +98,18 @@ std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t
     if (hash_per_rank[r] != majority) differing.push_back(static_cast<int>(r));
   }
   return Finding{
-      .component = component::rocrand, .signature = "dropout_mask_rank_mismatch",
-      .severity = Severity::fail, .step = step, .rank = differing.front(),
+      .component = component::rocrand,
+      .signature = "dropout_mask_rank_mismatch",
+      .severity = Severity::fail,
+      .step = step,
+      .rank = differing.front(),
       .message = fmt::format("dropout masks drawn from a shared seed differ on rank(s) {} of {}",
                              nlohmann::json(differing).dump(), hash_per_rank.size()),
-      .evidence = {{"hash_per_rank", hashes}, {"differing_ranks", differing},
-                   {"majority_hash", hex(majority)}}};
+      .evidence = {{"hash_per_rank", hashes}, {"differing_ranks", differing}, {"majority_hash", hex(majority)}}};
 }
 
-std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint64_t shared_seed,
-                                               int64_t step, int rank, bool skew,
-                                               const GatherValues& gather) {
+std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint64_t shared_seed, int64_t step,
+                                               int rank, bool skew, const GatherValues& gather) {
   const uint64_t mine = shared_seed_mask_hash(device, shared_seed, step, rank, skew);
   const auto halves = gather({static_cast<double>(mine >> 32), static_cast<double>(mine & 0xffffffffULL)});
   std::vector<uint64_t> per_rank;
@@ -117,17 +118,19 @@ std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint
   return check_mask_hashes_across_ranks(per_rank, step);
 }
 
-std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated,
-                                                const std::string& context, int64_t step, int rank) {
+std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated, const std::string& context,
+                                                int64_t step, int rank) {
   if (first == regenerated) return std::nullopt;
   return Finding{
-      .component = component::rocrand, .signature = "dropout_mask_not_reproducible",
-      .severity = Severity::fail, .step = step, .rank = rank,
+      .component = component::rocrand,
+      .signature = "dropout_mask_not_reproducible",
+      .severity = Severity::fail,
+      .step = step,
+      .rank = rank,
       .message = fmt::format("the dropout mask regenerated from the restored RNG state differs "
                              "({} boundary)",
                              context),
-      .evidence = {{"context", context}, {"first_hash", hex(first)},
-                   {"regenerated_hash", hex(regenerated)}}};
+      .evidence = {{"context", context}, {"first_hash", hex(first)}, {"regenerated_hash", hex(regenerated)}}};
 }
 
 std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank, bool skew) {

@@ -39,20 +39,18 @@ void skew_rng(const torch::Device& device, int rank);
 // The RNG state is saved and restored around it, so training is unaffected. `skew` (the
 // rng-skew fault) consumes 1 + rank extra draws first, as a rank whose generator drifted would.
 // Gather the hashes of all ranks and pass them to check_mask_hashes_across_ranks.
-uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step,
-                               int rank, bool skew = false);
+uint64_t shared_seed_mask_hash(const torch::Device& device, uint64_t shared_seed, int64_t step, int rank,
+                               bool skew = false);
 
 // replay_mismatch (rocRAND, fail): the replayed losses of steps first_step.. must equal the
 // original ones bitwise when `deterministic`, else within relative tolerance `rel_tol`.
 // Reported at the first differing step. Throws std::invalid_argument if the lengths differ.
-std::optional<Finding> compare_replay(const std::vector<double>& original,
-                                      const std::vector<double>& replayed, int64_t first_step,
-                                      bool deterministic, double rel_tol, int rank);
+std::optional<Finding> compare_replay(const std::vector<double>& original, const std::vector<double>& replayed,
+                                      int64_t first_step, bool deterministic, double rel_tol, int rank);
 
 // dropout_mask_rank_mismatch (rocRAND, fail): masks drawn from one shared seed, hashed per rank
 // (index = rank), must all agree. Lists the ranks that differ from the majority hash.
-std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank,
-                                                      int64_t step);
+std::optional<Finding> check_mask_hashes_across_ranks(const std::vector<uint64_t>& hash_per_rank, int64_t step);
 
 // Every rank's `values` ([rank][i], exact in float64): an all-gather over the process group.
 using GatherValues = std::function<std::vector<std::vector<double>>(const std::vector<double>&)>;
@@ -60,21 +58,19 @@ using GatherValues = std::function<std::vector<std::vector<double>>(const std::v
 // The whole cross-rank check: this rank's shared-seed mask hash, gathered from every rank (as
 // two 32-bit halves: a double holds 53 bits exactly), then check_mask_hashes_across_ranks.
 // Every rank must call it at the same step; every rank gets the same verdict.
-std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint64_t shared_seed,
-                                               int64_t step, int rank, bool skew,
-                                               const GatherValues& gather);
+std::optional<Finding> check_shared_seed_masks(const torch::Device& device, uint64_t shared_seed, int64_t step,
+                                               int rank, bool skew, const GatherValues& gather);
 
 // dropout_mask_not_reproducible (rocRAND, fail): a mask drawn twice from the same restored RNG
 // state (`context`: "grad_accumulation", "activation_checkpoint", "checkpoint_reload", ...)
 // must hash the same.
-std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated,
-                                                const std::string& context, int64_t step, int rank);
+std::optional<Finding> compare_mask_generations(uint64_t first, uint64_t regenerated, const std::string& context,
+                                                int64_t step, int rank);
 
 // Active check: captures the RNG state, draws a dropout mask, restores the state, draws again
 // and compares; the RNG state is left exactly as it was, so training is unaffected. `skew`
 // (the rng-skew fault) offsets the restored state the way a lost or stale restore would.
-std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank,
-                                         bool skew = false);
+std::optional<Finding> check_rng_restore(const torch::Device& device, int64_t step, int rank, bool skew = false);
 
 // Loop-side (rng mode): rewind-and-replay. After step S the state is saved (a private
 // checkpoint), steps S+1..S+k run unpublished, the state is reloaded (the resume loader) and the

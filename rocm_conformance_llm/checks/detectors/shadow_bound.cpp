@@ -20,7 +20,8 @@ double largest_finite(c10::ScalarType dtype) {
 double bound_floor(c10::ScalarType dtype) { return dtype == c10::kDouble ? 1e-300 : 1e-12; }
 
 GemmBound gemm_bound(c10::ScalarType dtype, int64_t k) {
-  return {.u = unit_roundoff(dtype), .u_acc = accumulation_roundoff(dtype), .sqrt_k = std::sqrt(static_cast<double>(k))};
+  return {
+      .u = unit_roundoff(dtype), .u_acc = accumulation_roundoff(dtype), .sqrt_k = std::sqrt(static_cast<double>(k))};
 }
 
 LayerNormBound layer_norm_bound(c10::ScalarType dtype, int64_t d) {

@@ -124,13 +124,19 @@ void ShadowCheck::read_verdict() {
     if (!device.is_cpu())
       outcome.also_on_cpu = wrong_again(variant(op, torch::kCPU, dtype == torch::kHalf ? torch::kFloat : dtype));
   }
-  Finding f{.component = component::rocblas, .signature = "gemm_shadow_mismatch", .severity = Severity::fail,
-            .step = p.step, .rank = loop_.rank(),
+  Finding f{.component = component::rocblas,
+            .signature = "gemm_shadow_mismatch",
+            .severity = Severity::fail,
+            .step = p.step,
+            .rank = loop_.rank(),
             .message = fmt::format("{} (occurrence {} of {} in the forward) at step {}: error {:.3g}x its float64 "
                                    "bound (relative error {:.3g})",
                                    p.name, p.occurrence, p.occurrences, p.step, worst, relative),
-            .evidence = {{"op", p.name}, {"occurrence", p.occurrence}, {"worst_error_over_bound", json_number(worst)},
-                         {"relative_error", json_number(relative)}, {"bound_factor", kShadowBoundFactor},
+            .evidence = {{"op", p.name},
+                         {"occurrence", p.occurrence},
+                         {"worst_error_over_bound", json_number(worst)},
+                         {"relative_error", json_number(relative)},
+                         {"bound_factor", kShadowBoundFactor},
                          {"reproducible", outcome.reproducible}}};
   transients_.apply(f, outcome);
   report(std::move(f));

@@ -63,23 +63,23 @@ class ShadowCheck final : public Detector, private OpObserver {
   struct Pending {
     int64_t step = 0;
     OpKey key;
-    std::string name;  // TappedOp::describe
-    int64_t occurrence = 0, occurrences = 0;  // which call of `key` in the forward, of how many
-    std::optional<TappedOp> op{};              // inputs copied for a re-run: the optimizer updates weights in place
+    std::string name;                            // TappedOp::describe
+    int64_t occurrence = 0, occurrences = 0;     // which call of `key` in the forward, of how many
+    std::optional<TappedOp> op{};                // inputs copied for a re-run: the optimizer updates weights in place
     std::optional<DeferredScalars> on_device{};  // a GPU op's verdict, read one step late
-    std::vector<double> verdict{};             // a CPU op's, decided at once
+    std::vector<double> verdict{};               // a CPU op's, decided at once
   };
 
   LoopAccess& loop_;
   std::optional<ObservedOps> armed_;
   int64_t armed_step_ = -1;
   int64_t round_ = 0;
-  std::vector<OpKey> keys_;  // distinct ops in the order the forward first ran them
+  std::vector<OpKey> keys_;               // distinct ops in the order the forward first ran them
   std::map<OpKey, int64_t> occurrences_;  // calls of each key in one forward
   std::map<OpKey, int64_t> seen_;         // calls of each key so far in this forward
   std::pair<OpKey, int64_t> target_;      // this step's (key, occurrence)
   std::optional<OpKey> retry_;            // a key to judge at occurrence 0 next (see the top)
-  std::optional<Pending> checked_;          // this step's, until the forward ends
+  std::optional<Pending> checked_;        // this step's, until the forward ends
   std::optional<Pending> pending_;
   TransientHistory transients_;
 };

@@ -30,9 +30,7 @@ torch::Tensor signs(int64_t n, torch::ScalarType dtype, const torch::Device& dev
 }
 
 // The same vector's element j, for the host pass.
-double sign_of(int64_t j) {
-  return ((static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ULL) >> 40) & 1 ? -1.0 : 1.0;
-}
+double sign_of(int64_t j) { return ((static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ULL) >> 40) & 1 ? -1.0 : 1.0; }
 
 // Norms for the bound (it needs ~1% accuracy, not 16 digits): fp32 sums, or fp64 for fp64 data,
 // returned in fp64.
@@ -66,9 +64,10 @@ torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const
   const auto device = c.device();
   const int64_t n = c.size(-1);
   const auto x = signs(n, torch::kDouble, device).unsqueeze(-1);
-  const auto projected = reduced_precision(c.scalar_type())
-                             ? c.mul(signs(n, c.scalar_type(), device)).sum(-1, /*keepdim=*/true, torch::kFloat).to(torch::kDouble)
-                             : torch::matmul(c.to(torch::kDouble), x);
+  const auto projected =
+      reduced_precision(c.scalar_type())
+          ? c.mul(signs(n, c.scalar_type(), device)).sum(-1, /*keepdim=*/true, torch::kFloat).to(torch::kDouble)
+          : torch::matmul(c.to(torch::kDouble), x);
   auto reference = torch::matmul(a.to(torch::kDouble), torch::matmul(b.to(torch::kDouble), x));
   if (bias.defined()) reference = reference + torch::matmul(bias.to(torch::kDouble), x);
   const GemmBound row_bound = gemm_bound(dtype, a.size(-1));
@@ -175,8 +174,8 @@ RCL_X86_64_V3_CLONE void contiguous_row_sums(const double* p, int64_t rows, int6
 }
 
 template <typename T>
-void row_sums(const T* p, int64_t rows, int64_t row_stride, int64_t col_stride, const double* w, int64_t n,
-              double* dot, double* square) {
+void row_sums(const T* p, int64_t rows, int64_t row_stride, int64_t col_stride, const double* w, int64_t n, double* dot,
+              double* square) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
     if (col_stride == 1) return contiguous_row_sums(p, rows, row_stride, w, n, dot, square);
   if (col_stride == 1) return strided_row_sums<T, true>(p, rows, row_stride, 1, w, n, dot, square);
@@ -312,8 +311,8 @@ std::array<double, 3> host_layer_norm_rows(const TappedOp& op, const torch::Tens
 template <typename T>
 std::array<double, 3> host_layer_norm_verdict(const TappedOp& op, const torch::Tensor& y) {
   const auto &x = op.inputs[0], &weight = op.inputs[1], &bias = op.inputs[2];
-  const bool unit = x.stride(-1) == 1 && y.stride(-1) == 1 && weight.stride(0) == 1 &&
-                    (!bias.defined() || bias.stride(0) == 1);
+  const bool unit =
+      x.stride(-1) == 1 && y.stride(-1) == 1 && weight.stride(0) == 1 && (!bias.defined() || bias.stride(0) == 1);
   return unit ? host_layer_norm_rows<T, true>(op, y) : host_layer_norm_rows<T, false>(op, y);
 }
 

@@ -48,7 +48,8 @@ nlohmann::json host_figures(std::vector<HostLoadSample>::const_iterator begin,
     wait_known &= h->run_queue_wait_s >= 0;
     busy += contended(*h);
   }
-  return {{"contended_steps", busy}, {"steps", end - begin},
+  return {{"contended_steps", busy},
+          {"steps", end - begin},
           {"run_queue_wait_share", wait_known && wall > 0 ? json_number(wait / wall) : nlohmann::json(nullptr)},
           {"others_cpu_share", wall > 0 ? others / wall : 0.0}};
 }
@@ -66,9 +67,7 @@ void StepTimeDetector::explained_by_host(const std::string& signature, int64_t s
   explained_by_host_.push_back(std::move(figures));
 }
 
-int64_t StepTimeDetector::cliff_run_length() const {
-  return std::max<int64_t>(3, cfg_.window_steps / 2);
-}
+int64_t StepTimeDetector::cliff_run_length() const { return std::max<int64_t>(3, cfg_.window_steps / 2); }
 
 void StepTimeDetector::on_step(const StepRecord& r) {
   rank_ = r.rank;
@@ -116,18 +115,22 @@ void StepTimeDetector::on_step(const StepRecord& r) {
     explained_by_host("step_time_cliff", slow_run_start_, std::move(figures));
     return;
   }
-  report(Finding{
-      .component = component::rocblas, .signature = "step_time_cliff", .severity = Severity::warn,
-      .step = slow_run_start_, .rank = r.rank,
-      .message = fmt::format("step time jumped {:.2f}x at step {} and stayed there (reference "
-                             "median {:.4g} s): a GEMM solution / autotuning change",
-                             ratio, slow_run_start_, *reference_median_),
-      .evidence = {{"cliff_step", slow_run_start_}, {"ratio", ratio},
-                   {"reference_median_s", *reference_median_},
-                   {"reference_steps", {steady_steps_.front(), steady_steps_[window - 1]}},
-                   {"jump_vs_preceding_window", jump},
-                   {"slow_steps_seen", slow_run_length_}, {"slow_median_s", stats::median(run)},
-                   {"threshold_ratio", slowdown_ratio(cfg_, run_)}}});
+  report(Finding{.component = component::rocblas,
+                 .signature = "step_time_cliff",
+                 .severity = Severity::warn,
+                 .step = slow_run_start_,
+                 .rank = r.rank,
+                 .message = fmt::format("step time jumped {:.2f}x at step {} and stayed there (reference "
+                                        "median {:.4g} s): a GEMM solution / autotuning change",
+                                        ratio, slow_run_start_, *reference_median_),
+                 .evidence = {{"cliff_step", slow_run_start_},
+                              {"ratio", ratio},
+                              {"reference_median_s", *reference_median_},
+                              {"reference_steps", {steady_steps_.front(), steady_steps_[window - 1]}},
+                              {"jump_vs_preceding_window", jump},
+                              {"slow_steps_seen", slow_run_length_},
+                              {"slow_median_s", stats::median(run)},
+                              {"threshold_ratio", slowdown_ratio(cfg_, run_)}}});
 }
 
 void StepTimeDetector::finish() {
@@ -144,16 +147,19 @@ void StepTimeDetector::finish() {
       figures["ratio"] = ratio;
       explained_by_host("late_slowdown", steady_steps_[steady_s_.size() - window], std::move(figures));
     } else if (ratio >= slowdown_ratio(cfg_, run_))
-      report(Finding{
-          .component = component::miopen, .signature = "late_slowdown", .severity = Severity::warn,
-          .step = steady_steps_[steady_s_.size() - window], .rank = rank_,
-          .message = fmt::format("the last {} steps are {:.2f}x slower than the post-warm-up "
-                                 "window: performance regressed during the run",
-                                 window, ratio),
-          .evidence = {{"ratio", ratio}, {"late_median_s", stats::median(late)},
-                       {"reference_median_s", reference},
-                       {"late_steps", {steady_steps_[steady_s_.size() - window], last_step_}},
-                       {"threshold_ratio", slowdown_ratio(cfg_, run_)}}});
+      report(Finding{.component = component::miopen,
+                     .signature = "late_slowdown",
+                     .severity = Severity::warn,
+                     .step = steady_steps_[steady_s_.size() - window],
+                     .rank = rank_,
+                     .message = fmt::format("the last {} steps are {:.2f}x slower than the post-warm-up "
+                                            "window: performance regressed during the run",
+                                            window, ratio),
+                     .evidence = {{"ratio", ratio},
+                                  {"late_median_s", stats::median(late)},
+                                  {"reference_median_s", reference},
+                                  {"late_steps", {steady_steps_[steady_s_.size() - window], last_step_}},
+                                  {"threshold_ratio", slowdown_ratio(cfg_, run_)}}});
   }
 
   // Judged on the steps the host left alone, when there are a window of them; with fewer, a
@@ -171,18 +177,21 @@ void StepTimeDetector::finish() {
     explained_by_host("step_time_variance", last_step_, std::move(figures));
   }
   if (cv >= cv_threshold(cfg_, run_))
-    report(Finding{
-        .component = component::miopen, .signature = "step_time_variance", .severity = Severity::warn,
-        .step = last_step_, .rank = rank_,
-        .message = fmt::format("steady-state step time varies with a coefficient of variation of "
-                               "{:.2f} (p95 {:.4g} s vs median {:.4g} s)",
-                               cv, stats::percentile(steady_s_, 0.95), stats::median(steady_s_)),
-        .evidence = {{"cv", cv}, {"threshold", cv_threshold(cfg_, run_)},
-                     {"host_contended_steps_left_out", steady_s_.size() - quiet.size()},
-                     {"median_s", stats::median(steady_s_)},
-                     {"p95_s", stats::percentile(steady_s_, 0.95)},
-                     {"max_s", *std::max_element(steady_s_.begin(), steady_s_.end())},
-                     {"steps", steady_s_.size()}}});
+    report(Finding{.component = component::miopen,
+                   .signature = "step_time_variance",
+                   .severity = Severity::warn,
+                   .step = last_step_,
+                   .rank = rank_,
+                   .message = fmt::format("steady-state step time varies with a coefficient of variation of "
+                                          "{:.2f} (p95 {:.4g} s vs median {:.4g} s)",
+                                          cv, stats::percentile(steady_s_, 0.95), stats::median(steady_s_)),
+                   .evidence = {{"cv", cv},
+                                {"threshold", cv_threshold(cfg_, run_)},
+                                {"host_contended_steps_left_out", steady_s_.size() - quiet.size()},
+                                {"median_s", stats::median(steady_s_)},
+                                {"p95_s", stats::percentile(steady_s_, 0.95)},
+                                {"max_s", *std::max_element(steady_s_.begin(), steady_s_.end())},
+                                {"steps", steady_s_.size()}}});
 
   const double steady_median = stats::median(steady_s_);
   const double first_ratio = *first_step_s_ / steady_median;
@@ -193,23 +202,29 @@ void StepTimeDetector::finish() {
   const double first_excess_s = *first_step_s_ - steady_median;
   const bool warn = first_ratio >= cfg_.first_step_ratio_warn && first_excess_s >= cfg_.first_step_excess_warn_s;
   if (first_ratio >= info_ratio)
-    report(Finding{
-        .component = component::miopen, .signature = "slow_first_step",
-        .severity = warn ? Severity::warn : Severity::info,
-        .step = first_step_, .rank = rank_,
-        .message = fmt::format("the first step took {:.1f}x the steady-state median: kernel "
-                               "search / compilation (MIOpen Find without a perf database?)",
-                               first_ratio),
-        .evidence = {{"ratio", first_ratio}, {"first_step_s", *first_step_s_},
-                     {"steady_median_s", steady_median},
-                     {"warn_ratio", cfg_.first_step_ratio_warn}, {"info_ratio", info_ratio},
-                     {"warn_excess_s", cfg_.first_step_excess_warn_s}}});
+    report(Finding{.component = component::miopen,
+                   .signature = "slow_first_step",
+                   .severity = warn ? Severity::warn : Severity::info,
+                   .step = first_step_,
+                   .rank = rank_,
+                   .message = fmt::format("the first step took {:.1f}x the steady-state median: kernel "
+                                          "search / compilation (MIOpen Find without a perf database?)",
+                                          first_ratio),
+                   .evidence = {{"ratio", first_ratio},
+                                {"first_step_s", *first_step_s_},
+                                {"steady_median_s", steady_median},
+                                {"warn_ratio", cfg_.first_step_ratio_warn},
+                                {"info_ratio", info_ratio},
+                                {"warn_excess_s", cfg_.first_step_excess_warn_s}}});
 
   if (explained_by_host_.empty()) return;
   const auto& first = explained_by_host_.front();
   report(Finding{
-      .component = component::host, .signature = "host_contention", .severity = Severity::info,
-      .step = first["step"].get<int64_t>(), .rank = rank_,
+      .component = component::host,
+      .signature = "host_contention",
+      .severity = Severity::info,
+      .step = first["step"].get<int64_t>(),
+      .rank = rank_,
       .message = fmt::format("other processes took this host's cores: {} step(s) of {} waited for a core, which "
                              "explains the {} (not a ROCm fault); run again on a quiet host to judge step times",
                              std::count_if(steady_host_.begin(), steady_host_.end(), contended), steady_host_.size(),

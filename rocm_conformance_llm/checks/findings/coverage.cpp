@@ -22,7 +22,8 @@ void append(std::string& text, const std::string& part) {
 std::string why_unchecked(const RunCoverage& run, const std::string& component) {
   std::string idle;
   for (const auto& c : run.checks)
-    if (!c.ran && targets(c.components, component)) idle += fmt::format("{}{}: {}", idle.empty() ? "" : ", ", c.check, c.reason);
+    if (!c.ran && targets(c.components, component))
+      idle += fmt::format("{}{}: {}", idle.empty() ? "" : ", ", c.check, c.reason);
   return idle.empty() ? "no check targeting it was registered" : "no check targeting it ran (" + idle + ")";
 }
 
@@ -50,7 +51,8 @@ std::string why_not_reached(const RunCoverage& run, const std::string& component
 
 void RunCoverage::record(const DetectorSpec& spec, bool ran, std::string reason) {
   CheckCoverage entry{spec.name, components_of(spec), ran, ran ? std::string() : std::move(reason)};
-  const auto same = std::find_if(checks.begin(), checks.end(), [&](const CheckCoverage& c) { return c.check == spec.name; });
+  const auto same =
+      std::find_if(checks.begin(), checks.end(), [&](const CheckCoverage& c) { return c.check == spec.name; });
   if (same != checks.end()) *same = std::move(entry);
   else checks.push_back(std::move(entry));
 }
@@ -85,17 +87,22 @@ std::vector<ComponentCoverage> component_coverage(const RunCoverage& run, int64_
 }
 
 nlohmann::json to_json(const RunCoverage& run, const std::vector<ComponentCoverage>& components, int64_t steps) {
-  nlohmann::json checks = nlohmann::json::array(), modes = nlohmann::json::array(), per_component = nlohmann::json::array();
+  nlohmann::json checks = nlohmann::json::array(), modes = nlohmann::json::array(),
+                 per_component = nlohmann::json::array();
   for (const auto& c : run.checks) {
-    nlohmann::json entry = {{"check", c.check}, {"components", c.components}, {"ran", c.ran},
-                            {"steps", c.ran ? steps : 0}, {"device", run.device}};
+    nlohmann::json entry = {{"check", c.check},
+                            {"components", c.components},
+                            {"ran", c.ran},
+                            {"steps", c.ran ? steps : 0},
+                            {"device", run.device}};
     if (!c.ran) entry["reason"] = c.reason;
     checks.push_back(std::move(entry));
   }
   for (const auto& m : run.skipped_modes)
     modes.push_back({{"mode", m.mode}, {"components", m.components}, {"reason", m.reason}});
   for (const auto& c : components)
-    per_component.push_back({{"component", c.component}, {"exercised", c.exercised}, {"reason", c.reason}, {"checks", c.checks}});
+    per_component.push_back(
+        {{"component", c.component}, {"exercised", c.exercised}, {"reason", c.reason}, {"checks", c.checks}});
   return {{"device", run.device},
           {"gpu", run.gpu},
           {"world_size", run.world_size},

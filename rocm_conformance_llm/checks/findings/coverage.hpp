@@ -19,7 +19,7 @@ struct CheckCoverage {
   std::string check;                    // the registry entry's name
   std::vector<std::string> components;  // those its signatures name
   bool ran = false;
-  std::string reason;                   // why it did not run; empty when it ran
+  std::string reason;  // why it did not run; empty when it ran
 };
 
 struct SkippedModeCoverage {
@@ -29,7 +29,7 @@ struct SkippedModeCoverage {
 };
 
 struct RunCoverage {
-  std::string device = "cpu";      // libtorch's device type ("cuda" for ROCm's HIP devices)
+  std::string device = "cpu";  // libtorch's device type ("cuda" for ROCm's HIP devices)
   bool gpu = false;
   int world_size = 1;
   std::string collective_backend;  // "gloo" | "rccl" | "nccl" (c10d's NCCL group on a CUDA build); empty on one rank

@@ -18,7 +18,7 @@ namespace rcl {
 // What the run does that shapes its healthy noise: the statistical detectors calibrate their
 // thresholds to it (catalog.cpp fills it from the trainer; defaults where a test has none).
 struct RunProfile {
-  int64_t steps = 1000;     // steps judged: a per-step threshold must keep the whole run's false-alarm odds small
+  int64_t steps = 1000;       // steps judged: a per-step threshold must keep the whole run's false-alarm odds small
   bool shared_cores = false;  // a CPU run: its steps and collectives run on cores the host shares with everything else
 };
 

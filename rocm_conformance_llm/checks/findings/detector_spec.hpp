@@ -24,14 +24,15 @@ class LoopAccess;
 struct DetectorContext {
   const DiagnosticsConfig& diag;
   FindingLog& log;
-  LoopAccess* loop = nullptr;                // loop-side checks (re-runs, snapshots, replays)
-  const FaultPlan* faults = nullptr;         // faults that strike inside a check (gemm-corrupt, rng-skew)
-  std::shared_ptr<GradientSync> sync = {};   // cross-rank checks: a process group of several ranks
+  LoopAccess* loop = nullptr;               // loop-side checks (re-runs, snapshots, replays)
+  const FaultPlan* faults = nullptr;        // faults that strike inside a check (gemm-corrupt, rng-skew)
+  std::shared_ptr<GradientSync> sync = {};  // cross-rank checks: a process group of several ranks
 };
 
 struct DetectorSpec {
   std::string name;
-  std::string kind;  // "step" (reads StepRecords), "loop" (acts inside the step), "cross-rank", "run" (built by the runner)
+  std::string
+      kind;  // "step" (reads StepRecords), "loop" (acts inside the step), "cross-rank", "run" (built by the runner)
   std::vector<SignatureSpec> signatures;
   std::vector<std::string> thresholds;  // config keys it reads
   // Builds it for one run; returns nullptr where it does not apply (one process, interval 0).

@@ -24,9 +24,12 @@ Action action_of(const Finding& f, const SignatureSpec* registered) {
 }
 
 nlohmann::json to_json(const Finding& f, Action action) {
-  return {{"component", f.component}, {"signature", f.signature},
-          {"severity", to_string(f.severity)}, {"step", f.step},
-          {"rank", f.rank}, {"message", f.message},
+  return {{"component", f.component},
+          {"signature", f.signature},
+          {"severity", to_string(f.severity)},
+          {"step", f.step},
+          {"rank", f.rank},
+          {"message", f.message},
           {"evidence", f.evidence},
           {"action", to_string(action)},
           {"classification", f.classification ? nlohmann::json(to_string(*f.classification)) : nlohmann::json()},
@@ -46,8 +49,8 @@ bool FindingLog::add(Finding f) {
   const auto level = f.severity == Severity::fail   ? spdlog::level::err
                      : f.severity == Severity::warn ? spdlog::level::warn
                                                     : spdlog::level::info;
-  spdlog::log(level, "finding {} [{}] {} at step {} (rank {}): {}", to_string(f.severity),
-              f.component, f.signature, f.step, f.rank, f.message);
+  spdlog::log(level, "finding {} [{}] {} at step {} (rank {}): {}", to_string(f.severity), f.component, f.signature,
+              f.step, f.rank, f.message);
   std::lock_guard<std::mutex> lock(mutex_);
   findings_.push_back(std::move(f));
   return true;

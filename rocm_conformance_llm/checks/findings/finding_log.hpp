@@ -18,11 +18,11 @@
 namespace rcl {
 
 struct SignatureSpec {
-  std::string id;           // stable: report.json, junit.xml
-  std::string component;    // one of component::all; empty: that of the finding it names
+  std::string id;                      // stable: report.json, junit.xml
+  std::string component;               // one of component::all; empty: that of the finding it names
   Severity severity = Severity::fail;  // the usual one (a few signatures choose per finding)
-  int max_findings = 1;     // per rank and run: a persisting fault is reported a few times, not every step
-  std::string proved_by;    // the --inject fault(s) that make it fire ('|' between two), or "test:Suite.Name"
+  int max_findings = 1;                // per rank and run: a persisting fault is reported a few times, not every step
+  std::string proved_by;  // the --inject fault(s) that make it fire ('|' between two), or "test:Suite.Name"
   // What a person does next when it was not re-run and classified (finding.hpp action_of).
   Action action = Action::report_upstream;
 };

@@ -7,8 +7,8 @@ namespace {
 
 std::string describe(const RerunOutcome& o) {
   const auto yes_no = [](const std::optional<bool>& b) { return b ? (*b ? "yes" : "no") : "not run"; };
-  return fmt::format("reproduced {}, in float32 {}, on CPU {}", o.reproducible ? "yes" : "no",
-                     yes_no(o.also_in_fp32), yes_no(o.also_on_cpu));
+  return fmt::format("reproduced {}, in float32 {}, on CPU {}", o.reproducible ? "yes" : "no", yes_no(o.also_in_fp32),
+                     yes_no(o.also_on_cpu));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace rcl {
 
 // What the re-runs of one anomalous step saw. Unset: that re-run was not made.
 struct RerunOutcome {
-  bool reproducible = false;         // again when re-run on the same device, same precision
+  bool reproducible = false;                        // again when re-run on the same device, same precision
   std::optional<bool> also_in_fp32 = std::nullopt;  // again with autocast off (float32 compute)
   std::optional<bool> also_on_cpu = std::nullopt;   // again on the CPU (never on a CPU run: the device is the CPU)
 };

@@ -7,8 +7,8 @@
 
 namespace rcl::stats {
 
-double median(std::vector<double> values);                   // NaN when empty
-double percentile(std::vector<double> values, double q);     // q in [0,1], linear interpolation
+double median(std::vector<double> values);                // NaN when empty
+double percentile(std::vector<double> values, double q);  // q in [0,1], linear interpolation
 double mean(const std::vector<double>& values);
 double coefficient_of_variation(const std::vector<double>& values);  // stddev / mean
 

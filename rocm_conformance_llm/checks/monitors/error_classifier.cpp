@@ -20,32 +20,39 @@ struct Pattern {
 
 // Most specific first: an OOM or a collective timeout also mentions "HIP error" / "NCCL".
 const std::array<Pattern, 11> kPatterns = {{
-    {component::allocator, "out_of_memory",
-     {"out of memory", "hiperroroutofmemory", "outofmemoryerror", "can't allocate memory",
-      "cannot allocate memory", "std::bad_alloc", "not enough memory"}},  // the last: c10 CPU allocator
-    {component::rccl, "collective_timeout",
-     {"collective operation timeout", "timed out waiting", "watchdog got stuck",
-      "timeout at nccl work", "nccl communicator was aborted"}},
-    {component::rccl, "collective_error",
-     {"connection closed by peer", "connection reset by peer", "ncclsystemerror",
-      "ncclinternalerror", "ncclremoteerror", "ncclunhandledcudaerror", "nccl error",
-      "rccl error"}},
-    {component::hip_runtime, "illegal_memory_access",
+    {component::allocator,
+     "out_of_memory",
+     {"out of memory", "hiperroroutofmemory", "outofmemoryerror", "can't allocate memory", "cannot allocate memory",
+      "std::bad_alloc", "not enough memory"}},  // the last: c10 CPU allocator
+    {component::rccl,
+     "collective_timeout",
+     {"collective operation timeout", "timed out waiting", "watchdog got stuck", "timeout at nccl work",
+      "nccl communicator was aborted"}},
+    {component::rccl,
+     "collective_error",
+     {"connection closed by peer", "connection reset by peer", "ncclsystemerror", "ncclinternalerror",
+      "ncclremoteerror", "ncclunhandledcudaerror", "nccl error", "rccl error"}},
+    {component::hip_runtime,
+     "illegal_memory_access",
      {"illegal memory access", "hiperrorillegaladdress", "memory access fault by gpu",
       "page not present or supervisor privilege", "illegal address"}},
-    {component::hip_runtime, "gpu_hang",
-     {"gpu hang", "hw exception by gpu", "the launch timed out", "hiperrorlaunchtimeout",
-      "gpu reset"}},
-    {component::hip_runtime, "kernel_launch_failure",
-     {"launch failure", "hiperrorlaunchfailure", "invalid device function",
-      "hiperrorinvaliddevicefunction", "no kernel image is available", "hiperrornobinaryforgpu",
-      "unable to find code object", "too many resources requested for launch"}},
-    {component::hip_runtime, "no_device",
-     {"no hip gpus are available", "hiperrornodevice", "invalid device ordinal",
-      "hiperrorinvaliddevice", "no cuda gpus are available", "no rocm-capable device"}},
-    {component::rocblas, "blas_error",
+    {component::hip_runtime,
+     "gpu_hang",
+     {"gpu hang", "hw exception by gpu", "the launch timed out", "hiperrorlaunchtimeout", "gpu reset"}},
+    {component::hip_runtime,
+     "kernel_launch_failure",
+     {"launch failure", "hiperrorlaunchfailure", "invalid device function", "hiperrorinvaliddevicefunction",
+      "no kernel image is available", "hiperrornobinaryforgpu", "unable to find code object",
+      "too many resources requested for launch"}},
+    {component::hip_runtime,
+     "no_device",
+     {"no hip gpus are available", "hiperrornodevice", "invalid device ordinal", "hiperrorinvaliddevice",
+      "no cuda gpus are available", "no rocm-capable device"}},
+    {component::rocblas,
+     "blas_error",
      {"hipblas_status", "cublas_status", "rocblas_status", "hipblaslt", "rocblas error"}},
-    {component::miopen, "miopen_error",
+    {component::miopen,
+     "miopen_error",
      {"miopenstatus", "miopen error", "miopen(hip)", "database disk image is malformed"}},
     {component::rocrand, "rng_error", {"hiprand_status", "rocrand_status", "curand_status"}},
     {component::hip_runtime, "hip_error", {"hip error", "hiperror", "hip runtime error"}},
@@ -57,7 +64,7 @@ std::optional<double> size_after(const std::string& text, const std::regex& re) 
   if (!std::regex_search(text, m, re)) return std::nullopt;
   const double value = std::stod(m[1].str());
   const std::string unit = m[2].str();
-  const double scale = unit == "GiB" ? 1024.0 * 1024 * 1024
+  const double scale = unit == "GiB"   ? 1024.0 * 1024 * 1024
                        : unit == "MiB" ? 1024.0 * 1024
                        : unit == "KiB" ? 1024.0
                                        : 1.0;
@@ -110,16 +117,20 @@ Finding crash_finding(std::string_view message, int64_t step, int rank, const st
   // First line only in the message: PyTorch appends pages of hints and C++ frames.
   const std::string full(message);
   const std::string first_line = full.substr(0, full.find('\n'));
-  Finding f{.component = c.component, .signature = c.signature, .severity = Severity::fail,
-            .step = step, .rank = rank,
+  Finding f{.component = c.component,
+            .signature = c.signature,
+            .severity = Severity::fail,
+            .step = step,
+            .rank = rank,
             .message = "run died in '" + phase + "': " + first_line,
             .evidence = {{"phase", phase}, {"exception", full.substr(0, 4000)}}};
   if (c.signature == "out_of_memory") {
     f.evidence["allocator_message"] = oom_evidence(full);
     if (f.evidence["allocator_message"].value("own_tensors_fill_device", false)) {
       f.classification = Classification::configuration;
-      f.message += " [the run's own tensors fill the device: the configuration does not fit; lower batch_size, "
-                   "seq_len or the model's size]";
+      f.message +=
+          " [the run's own tensors fill the device: the configuration does not fit; lower batch_size, "
+          "seq_len or the model's size]";
     }
   }
   if (last_memory) f.evidence["last_memory"] = memory_to_json(*last_memory);

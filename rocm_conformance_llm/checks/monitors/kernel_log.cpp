@@ -71,7 +71,7 @@ class KmsgSource final : public KernelLogSource {
         continue;
       }
       if (n < 0 && errno == EPIPE) continue;  // records overwritten before we read them: go on
-      break;                                   // EAGAIN: nothing new
+      break;                                  // EAGAIN: nothing new
     }
     return lines;
   }
@@ -137,7 +137,8 @@ std::optional<KernelLogMatch> classify_kernel_line(std::string_view raw) {
     if (!std::regex_search(text, rules[i])) continue;
     KernelLogMatch match{.signature = kRules[i].signature, .severity = Severity::fail, .line = text};
     // A corrected error is the RAS machinery working; an uncorrectable one or poison is data lost.
-    if (match.signature == "kernel_ras_event" && !contains_nocase(line, "uncorrect") && !contains_nocase(line, "poison"))
+    if (match.signature == "kernel_ras_event" && !contains_nocase(line, "uncorrect") &&
+        !contains_nocase(line, "poison"))
       match.severity = Severity::warn;
     return match;
   }
@@ -164,8 +165,11 @@ Finding kernel_log_finding(const KernelLogMatch& match, const std::string& sourc
   std::string what = "an amdgpu event";
   for (const auto& rule : kRules)
     if (match.signature == rule.signature) what = rule.what;
-  return Finding{.component = component::hip_runtime, .signature = match.signature, .severity = match.severity,
-                 .step = step, .rank = rank,
+  return Finding{.component = component::hip_runtime,
+                 .signature = match.signature,
+                 .severity = match.severity,
+                 .step = step,
+                 .rank = rank,
                  .message = fmt::format("kernel log (amdgpu driver): {} around step {}", what, step),
                  .evidence = {{"line", match.line}, {"source", source}}};
 }

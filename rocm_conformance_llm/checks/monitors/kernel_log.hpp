@@ -18,9 +18,10 @@ namespace rcl {
 
 // One kernel log line recognised as an amdgpu failure signature.
 struct KernelLogMatch {
-  std::string signature;  // kernel_gpu_reset | kernel_ring_timeout | kernel_page_fault | kernel_ras_event | kernel_xgmi_error
+  std::string
+      signature;  // kernel_gpu_reset | kernel_ring_timeout | kernel_page_fault | kernel_ras_event | kernel_xgmi_error
   Severity severity = Severity::fail;
-  std::string line;       // the message, without the /dev/kmsg record prefix
+  std::string line;  // the message, without the /dev/kmsg record prefix
 };
 
 // nullopt for lines that are not from amdgpu or match no signature.

@@ -20,7 +20,7 @@ nlohmann::json to_json(const TelemetrySample& s) {
 namespace {
 
 // The keys of a sample that explain a slow or failed step; the counters stay in telemetry.jsonl.
-constexpr const char* kBriefKeys[] = {"index",  "temperature_edge_c", "temperature_junction_c", "temperature_memory_c",
+constexpr const char* kBriefKeys[] = {"index",   "temperature_edge_c", "temperature_junction_c", "temperature_memory_c",
                                       "power_w", "gfx_clock_mhz",      "mem_clock_mhz",          "throttle_status"};
 
 nlohmann::json brief(const TelemetrySample& s) {
@@ -43,23 +43,35 @@ void TelemetryTracker::check_counter(const nlohmann::json& gpu, GpuState& state,
   if (now <= before) return;
   const auto index = gpu.at("index").get<uint32_t>();
   log_.add(Finding{
-      .component = component::hip_runtime, .signature = signature, .severity = severity, .step = s.step,
+      .component = component::hip_runtime,
+      .signature = signature,
+      .severity = severity,
+      .step = s.step,
       .rank = rank_,
       .message = fmt::format("GPU {}: {} went from {} to {} (seen after step {})", index, key, before, now, s.step),
-      .evidence = {{"gpu", index}, {"counter", key}, {"previous", before}, {"now", now},
-                   {"at_start", state.first.value(key, nlohmann::json(nullptr))}, {"t_s", s.t_s}}});
+      .evidence = {{"gpu", index},
+                   {"counter", key},
+                   {"previous", before},
+                   {"now", now},
+                   {"at_start", state.first.value(key, nlohmann::json(nullptr))},
+                   {"t_s", s.t_s}}});
 }
 
 void TelemetryTracker::gone(uint32_t index, GpuState& state, const TelemetrySample& s, const std::string& why) {
   if (state.reported_gone) return;
   state.reported_gone = true;
-  log_.add(Finding{.component = component::hip_runtime, .signature = "gpu_disappeared", .severity = Severity::fail,
-                   .step = s.step, .rank = rank_,
+  log_.add(Finding{.component = component::hip_runtime,
+                   .signature = "gpu_disappeared",
+                   .severity = Severity::fail,
+                   .step = s.step,
+                   .rank = rank_,
                    .message = fmt::format("GPU {} {} (seen after step {})", index, why, s.step),
-                   .evidence = {{"gpu", index}, {"device_count_before", count_before_.value_or(0)},
-                                {"device_count_now", s.device_count ? nlohmann::json(*s.device_count)
-                                                                    : nlohmann::json("query failed")},
-                                {"last_answer", state.last}, {"t_s", s.t_s}}});
+                   .evidence = {{"gpu", index},
+                                {"device_count_before", count_before_.value_or(0)},
+                                {"device_count_now",
+                                 s.device_count ? nlohmann::json(*s.device_count) : nlohmann::json("query failed")},
+                                {"last_answer", state.last},
+                                {"t_s", s.t_s}}});
 }
 
 void TelemetryTracker::add(const TelemetrySample& s) {
@@ -70,7 +82,9 @@ void TelemetryTracker::add(const TelemetrySample& s) {
   const uint32_t listed = s.device_count.value_or(0);
   for (auto& [index, state] : gpus_)
     if (index >= listed)
-      gone(index, state, s, s.device_count ? "is no longer listed by the SMI library" : "vanished: the SMI library cannot count devices");
+      gone(
+          index, state, s,
+          s.device_count ? "is no longer listed by the SMI library" : "vanished: the SMI library cannot count devices");
 
   for (const auto& gpu : s.gpus) {
     const auto index = gpu.at("index").get<uint32_t>();
@@ -124,13 +138,19 @@ void TelemetryTracker::finish(int64_t last_step) {
       e.first_step = std::clamp<int64_t>(e.first_step, 1, std::max<int64_t>(1, last_step));
       e.last_step = std::clamp<int64_t>(e.last_step, e.first_step, std::max(e.first_step, last_step));
       bits |= e.status_bits;
-      episodes.push_back({{"first_step", e.first_step}, {"last_step", e.last_step}, {"first_t_s", e.first_t_s},
-                          {"last_t_s", e.last_t_s}, {"throttle_status", e.status_bits}});
+      episodes.push_back({{"first_step", e.first_step},
+                          {"last_step", e.last_step},
+                          {"first_t_s", e.first_t_s},
+                          {"last_t_s", e.last_t_s},
+                          {"throttle_status", e.status_bits}});
       ranges += fmt::format("{}{}..{}", ranges.empty() ? "" : ", ", e.first_step, e.last_step);
     }
     log_.add(Finding{
-        .component = component::hip_runtime, .signature = "gpu_throttled", .severity = Severity::warn,
-        .step = state.episodes.front().first_step, .rank = rank_,
+        .component = component::hip_runtime,
+        .signature = "gpu_throttled",
+        .severity = Severity::warn,
+        .step = state.episodes.front().first_step,
+        .rank = rank_,
         .message = fmt::format("GPU {} was throttled (thermal or power; throttle_status 0x{:x}) during steps {}: step "
                                "times there are not the device's",
                                index, bits, ranges),
@@ -150,11 +170,15 @@ nlohmann::json TelemetryTracker::report() const {
     if (!list.empty()) episodes[std::to_string(index)] = list;
   }
   for (const auto& [index, keys] : extremes_)
-    for (const auto& [key, range] : keys) extremes[std::to_string(index)][key] = {{"min", range.first}, {"max", range.second}};
+    for (const auto& [key, range] : keys)
+      extremes[std::to_string(index)][key] = {{"min", range.first}, {"max", range.second}};
   const auto count = [](const std::optional<uint32_t>& c) { return c ? nlohmann::json(*c) : nlohmann::json(nullptr); };
-  return {{"samples", samples_},         {"device_count_before", count(count_before_)},
-          {"device_count_after", count(count_after_)}, {"before", before},
-          {"after", after},              {"extremes", extremes},
+  return {{"samples", samples_},
+          {"device_count_before", count(count_before_)},
+          {"device_count_after", count(count_after_)},
+          {"before", before},
+          {"after", after},
+          {"extremes", extremes},
           {"throttle_episodes", episodes}};
 }
 

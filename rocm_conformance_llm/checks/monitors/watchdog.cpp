@@ -5,8 +5,12 @@
 namespace rcl {
 
 Watchdog::Watchdog(double timeout_s, int rank, FindingLog& log, OnHang on_hang)
-    : timeout_(timeout_s), rank_(rank), log_(log), on_hang_(std::move(on_hang)),
-      last_progress_(std::chrono::steady_clock::now()), phase_since_(last_progress_),
+    : timeout_(timeout_s),
+      rank_(rank),
+      log_(log),
+      on_hang_(std::move(on_hang)),
+      last_progress_(std::chrono::steady_clock::now()),
+      phase_since_(last_progress_),
       thread_([this] { run(); }) {}
 
 Watchdog::~Watchdog() { stop(); }
@@ -66,30 +70,28 @@ Finding Watchdog::hang_finding(std::chrono::steady_clock::time_point now) const 
   const bool collective = phase::is_collective(phase_);
   const double stalled_s = std::chrono::duration<double>(now - last_progress_).count();
   const int64_t step = phase_step_ > 0 ? phase_step_ : last_completed_step_ + 1;
-  return Finding{
-      .component = collective ? component::rccl : component::hip_runtime,
-      .signature = collective ? "collective_hang" : "hang",
-      .severity = Severity::fail,
-      .step = step,
-      .rank = rank_,
-      .message = fmt::format("no step finished for {:.1f} s (timeout {:.1f} s) while in '{}' of "
-                             "step {}{}",
-                             stalled_s, timeout_.count(), phase_, step,
-                             last_collective_.empty() ? "" : "; last collective: " + last_collective_),
-      .evidence = {{"phase", phase_},
-                   {"phase_step", phase_step_},
-                   {"seconds_in_phase", std::chrono::duration<double>(now - phase_since_).count()},
-                   {"last_completed_step", last_completed_step_},
-                   {"last_collective", last_collective_},
-                   {"seconds_since_progress", stalled_s},
-                   {"timeout_s", timeout_.count()}}};
+  return Finding{.component = collective ? component::rccl : component::hip_runtime,
+                 .signature = collective ? "collective_hang" : "hang",
+                 .severity = Severity::fail,
+                 .step = step,
+                 .rank = rank_,
+                 .message = fmt::format("no step finished for {:.1f} s (timeout {:.1f} s) while in '{}' of "
+                                        "step {}{}",
+                                        stalled_s, timeout_.count(), phase_, step,
+                                        last_collective_.empty() ? "" : "; last collective: " + last_collective_),
+                 .evidence = {{"phase", phase_},
+                              {"phase_step", phase_step_},
+                              {"seconds_in_phase", std::chrono::duration<double>(now - phase_since_).count()},
+                              {"last_completed_step", last_completed_step_},
+                              {"last_collective", last_collective_},
+                              {"seconds_since_progress", stalled_s},
+                              {"timeout_s", timeout_.count()}}};
 }
 
 void Watchdog::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    const auto deadline =
-        last_progress_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+    const auto deadline = last_progress_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
     if (wake_.wait_until(lock, deadline, [this] { return stopping_; })) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_progress_ < timeout_) continue;  // a heartbeat arrived meanwhile
