@@ -24,6 +24,8 @@ endforeach()
 set(_rcl_nccl_source ${CMAKE_CURRENT_SOURCE_DIR}/rocm_conformance_llm/transport/process_group_nccl.cpp)
 if(RCL_HAVE_C10D_NCCL)
   target_sources(rcl_core PRIVATE ${_rcl_nccl_source})
+  # Alone: the only file that includes c10d's NCCL group (and, on ROCm, HIP's headers).
+  set_source_files_properties(${_rcl_nccl_source} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
   # PUBLIC: the tests check which backend a GPU device gets.
   target_compile_definitions(rcl_core PUBLIC RCL_HAVE_C10D_NCCL=1)
   if(RCL_TORCH_BUILD STREQUAL "rocm")

@@ -18,7 +18,6 @@ namespace rcl {
 namespace F = torch::nn::functional;
 namespace {
 
-constexpr double kInitStd = 0.02;  // GPT-2
 constexpr double kNormEps = 1e-5;
 
 // float64 stays float64 (gradient checks); bf16/fp16 compute in float32.

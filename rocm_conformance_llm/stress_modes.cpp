@@ -130,7 +130,7 @@ std::vector<StressMode> builtin_modes() {
   };
 }
 
-Registry<StressMode>& registry() {
+Registry<StressMode>& stress_mode_table() {
   static Registry<StressMode> modes(builtin_modes());
   return modes;
 }
@@ -247,7 +247,7 @@ std::vector<std::string> StressMode::reads() const {
   return fields;
 }
 
-const std::vector<StressMode>& stress_mode_registry() { return registry().entries(); }
+const std::vector<StressMode>& stress_mode_registry() { return stress_mode_table().entries(); }
 
 std::vector<std::string> stress_mode_names() {
   std::vector<std::string> names;
@@ -259,7 +259,7 @@ StressModeRegistration register_stress_mode(StressMode mode) {
   const auto names = stress_mode_names();
   if (mode.name.empty() || mode.name == "all" || std::find(names.begin(), names.end(), mode.name) != names.end())
     throw ConfigError("cannot register stress mode '" + mode.name + "': the name is empty, 'all' or taken");
-  return StressModeRegistration(registry(), std::move(mode));
+  return StressModeRegistration(stress_mode_table(), std::move(mode));
 }
 
 void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities, nlohmann::json& config) {

@@ -9,7 +9,7 @@
 namespace rcl {
 namespace {
 std::atomic<int64_t> g_reads{0};
-std::atomic<bool> g_active{false};
+std::atomic<bool> g_host_reads_counting{false};
 at::CallbackHandle g_handle = 0;
 
 // ATen's fused AdamW reads each tensor's step count with .item() in its CPU kernel, where its
@@ -32,7 +32,7 @@ void leave(const at::RecordFunction& fn, at::ObserverContext*) {
 }  // namespace
 
 HostReadCounter::HostReadCounter() {
-  if (g_active.exchange(true)) throw std::logic_error("HostReadCounter: another counter is already active");
+  if (g_host_reads_counting.exchange(true)) throw std::logic_error("HostReadCounter: another counter is already active");
   g_reads = 0;
   g_handle =
       at::addGlobalCallback(at::RecordFunctionCallback(&count_scalar_read, &leave).scopes({at::RecordScope::FUNCTION}));
@@ -41,13 +41,13 @@ HostReadCounter::HostReadCounter() {
 HostReadCounter::~HostReadCounter() {
   at::removeCallback(g_handle);
   g_handle = 0;
-  g_active = false;
+  g_host_reads_counting = false;
 }
 
 int64_t HostReadCounter::count() const { return g_reads.load(); }
 
 void note_device_wait() {
-  if (g_active) ++g_reads;
+  if (g_host_reads_counting) ++g_reads;
 }
 
 }  // namespace rcl

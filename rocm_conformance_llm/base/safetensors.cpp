@@ -15,14 +15,14 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 
 // The spec's dtype names for what a checkpoint holds.
-constexpr std::pair<const char*, c10::ScalarType> kDtypes[] = {
+constexpr std::pair<const char*, c10::ScalarType> kSafetensorsDtypes[] = {
     {"F64", c10::ScalarType::Double},    {"F32", c10::ScalarType::Float}, {"F16", c10::ScalarType::Half},
     {"BF16", c10::ScalarType::BFloat16}, {"I64", c10::ScalarType::Long},  {"I32", c10::ScalarType::Int},
     {"I16", c10::ScalarType::Short},     {"I8", c10::ScalarType::Char},   {"U8", c10::ScalarType::Byte},
     {"BOOL", c10::ScalarType::Bool}};
 
-const char* dtype_name(c10::ScalarType type) {
-  for (const auto& [name, t] : kDtypes)
+const char* safetensors_dtype_name(c10::ScalarType type) {
+  for (const auto& [name, t] : kSafetensorsDtypes)
     if (t == type) return name;
   throw std::runtime_error(fmt::format("safetensors: no dtype name for {}", c10::toString(type)));
 }
@@ -42,7 +42,7 @@ void write_safetensors(const std::filesystem::path& path,
   for (const auto& [name, tensor] : tensors) {
     auto cpu = tensor.detach().to(torch::kCPU).contiguous();
     const uint64_t bytes = cpu.numel() * cpu.element_size();
-    header[name] = {{"dtype", dtype_name(cpu.scalar_type())},
+    header[name] = {{"dtype", safetensors_dtype_name(cpu.scalar_type())},
                     {"shape", cpu.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -107,8 +107,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
       throw bad("tensor '" + name + "' lacks dtype, shape or data_offsets [begin, end]");
     const auto dtype_text = info["dtype"].get<std::string>();
     const auto* known =
-        std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const auto& d) { return dtype_text == d.first; });
-    if (known == std::end(kDtypes)) throw bad("tensor '" + name + "' has unsupported dtype '" + dtype_text + "'");
+        std::find_if(std::begin(kSafetensorsDtypes), std::end(kSafetensorsDtypes), [&](const auto& d) { return dtype_text == d.first; });
+    if (known == std::end(kSafetensorsDtypes)) throw bad("tensor '" + name + "' has unsupported dtype '" + dtype_text + "'");
     Entry e{name, known->second, {}, 0};
     uint64_t numel = 1;
     for (const auto& dim : info["shape"]) {

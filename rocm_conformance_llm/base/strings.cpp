@@ -1,5 +1,7 @@
 #include "rocm_conformance_llm/base/strings.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -72,6 +74,21 @@ int64_t parse_byte_size(std::string_view flag, std::string_view text) {
                     "(KB/MB/GB/TB are powers of 10, KiB/MiB/GiB/TiB powers of 2; a bare number is bytes)",
                     flag, text));
   return static_cast<int64_t>(bytes);
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string binary_size_text(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:g} MiB", bytes / 1048576.0);
+  return fmt::format("{:g} KiB", bytes / 1024.0);
+}
+
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buffer[256] = {};
+    return ::gethostname(buffer, sizeof(buffer) - 1) == 0 ? std::string(buffer) : std::string("unknown");
+  }();
+  return name;
 }
 
 }  // namespace rcl

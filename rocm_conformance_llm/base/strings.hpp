@@ -22,6 +22,12 @@ std::string trim(std::string_view s);
 std::string to_lower(std::string_view s);
 // "a, b, c"
 std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
+// Up to the first line break: an exception's message without the backtrace libtorch appends.
+std::string first_line(const std::string& text);
+// "1.5 MiB" from 1 MiB up, "32 KiB" below (collective and bucket sizes in messages).
+std::string binary_size_text(int64_t bytes);
+// This machine's name (gethostname), read once; "unknown" if it cannot be read.
+const std::string& host_name();
 
 // The one number parser: the whole of `text` as a T (an integer, or a floating type), within T's
 // range. nullopt for empty text, a leading '+' or space, anything after the number, or a value

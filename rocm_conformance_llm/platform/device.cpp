@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
@@ -187,8 +188,6 @@ nlohmann::json environment_report(const torch::Device& device) {
   for (const char* name : kRocmEnvironment)
     if (const char* value = std::getenv(name)) env[name] = value;
 
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
   nlohmann::json report = {
       {"libtorch_version", TORCH_VERSION},
       {"libtorch_build", RCL_TORCH_BUILD},
@@ -199,7 +198,7 @@ nlohmann::json environment_report(const torch::Device& device) {
       {"blas_threads", blas_threads()},
       {"intra_op_threads", at::get_num_threads()},
       {"hardware_threads", std::thread::hardware_concurrency()},
-      {"hostname", host},
+      {"hostname", host_name()},
       {"env", env},
       {"hip_runtime", hip_runtime_report()},
       {"rocm_smi", smi_report(kRocmSmi)},

@@ -30,11 +30,11 @@ const std::string* get(const Env& env, const std::string& name) {
   return it == env.end() ? nullptr : &it->second;
 }
 
-DoctorCheck pass(std::string name, std::string value) { return {std::move(name), "pass", std::move(value), ""}; }
-DoctorCheck warn(std::string name, std::string value, std::string suggestion) {
+DoctorCheck passed(std::string name, std::string value) { return {std::move(name), "pass", std::move(value), ""}; }
+DoctorCheck warned(std::string name, std::string value, std::string suggestion) {
   return {std::move(name), "warn", std::move(value), std::move(suggestion)};
 }
-DoctorCheck fail(std::string name, std::string value, std::string suggestion) {
+DoctorCheck failed(std::string name, std::string value, std::string suggestion) {
   return {std::move(name), "fail", std::move(value), std::move(suggestion)};
 }
 
@@ -46,7 +46,7 @@ std::string listed(const Env& env, const std::vector<std::string>& names) {
 }
 
 DoctorCheck check_libtorch(const DoctorInputs&) {
-  return pass("libtorch", fmt::format("{} ({} build)", TORCH_VERSION, RCL_TORCH_BUILD));
+  return passed("libtorch", fmt::format("{} ({} build)", TORCH_VERSION, RCL_TORCH_BUILD));
 }
 
 DoctorCheck check_hip_runtime(const DoctorInputs&) {
@@ -55,12 +55,12 @@ DoctorCheck check_hip_runtime(const DoctorInputs&) {
                                 ? fmt::format("runtime {}, driver {}, {} device(s)", hip.value("runtime_version", 0),
                                               hip.value("driver_version", 0), hip.value("device_count", 0))
                                 : hip.value("reason", std::string("unavailable"));
-  if (hip.value("available", false)) return pass("hip_runtime", value);
+  if (hip.value("available", false)) return passed("hip_runtime", value);
   if (std::string(RCL_TORCH_BUILD) == "rocm")
-    return fail("hip_runtime", value,
+    return failed("hip_runtime", value,
                 "a ROCm libtorch without a working HIP runtime: check the amdgpu driver (dkms), "
                 "/dev/kfd permissions (render/video groups) and the visible-devices variables");
-  return warn("hip_runtime", value, "no HIP device here: only the CPU checks can run");
+  return warned("hip_runtime", value, "no HIP device here: only the CPU checks can run");
 }
 
 DoctorCheck check_visible_devices(const DoctorInputs& in) {
@@ -68,47 +68,47 @@ DoctorCheck check_visible_devices(const DoctorInputs& in) {
   const std::string value = listed(in.env, names);
   for (const auto& n : names)
     if (const auto* v = get(in.env, n); v && (v->empty() || *v == "-1"))
-      return warn("visible_devices", value, n + " hides every GPU: unset it, or list the devices to use");
+      return warned("visible_devices", value, n + " hides every GPU: unset it, or list the devices to use");
   const auto* hip = get(in.env, "HIP_VISIBLE_DEVICES");
   const auto* cuda = get(in.env, "CUDA_VISIBLE_DEVICES");
   if (hip && cuda && *hip != *cuda)
-    return warn("visible_devices", value,
+    return warned("visible_devices", value,
                 "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree; HIP uses the first, "
                 "launchers and scripts often set the second: set one");
   if (hip && get(in.env, "ROCR_VISIBLE_DEVICES"))
-    return warn("visible_devices", value,
+    return warned("visible_devices", value,
                 "with ROCR_VISIBLE_DEVICES set, HIP_VISIBLE_DEVICES indexes the devices ROCr "
                 "left, not the node's: prefer one of them");
-  return pass("visible_devices", value);
+  return passed("visible_devices", value);
 }
 
 DoctorCheck check_gpu_arch(const DoctorInputs& in) {
   const auto archs = kfd_gpu_archs(in.kfd_topology);
   if (archs.empty())
-    return warn("gpu_arch", "no GPU in the KFD topology (" + in.kfd_topology + ")",
+    return warned("gpu_arch", "no GPU in the KFD topology (" + in.kfd_topology + ")",
                 "no amdgpu device: the amdgpu driver is not loaded or this is not a ROCm node");
   const std::set<std::string> distinct(archs.begin(), archs.end());
   const std::string value = fmt::format("{} GPU(s): {}", archs.size(), join({distinct.begin(), distinct.end()}));
   if (const auto* override_version = get(in.env, "HSA_OVERRIDE_GFX_VERSION"))
-    return warn("gpu_arch", value + ", HSA_OVERRIDE_GFX_VERSION=" + *override_version,
+    return warned("gpu_arch", value + ", HSA_OVERRIDE_GFX_VERSION=" + *override_version,
                 "kernels built for another ISA run on this one: unsupported on data-centre GPUs and a known source of "
                 "wrong results; unset it where the GPU is supported");
   if (distinct.size() > 1)
-    return warn("gpu_arch", value, "mixed GPU architectures on one node: a multi-GPU run mixes kernels and speeds");
-  return pass("gpu_arch", value);
+    return warned("gpu_arch", value, "mixed GPU architectures on one node: a multi-GPU run mixes kernels and speeds");
+  return passed("gpu_arch", value);
 }
 
 DoctorCheck check_pytorch_rocm_arch(const DoctorInputs& in) {
   const auto* arch = get(in.env, "PYTORCH_ROCM_ARCH");
-  if (!arch) return pass("pytorch_rocm_arch", "not set");
+  if (!arch) return passed("pytorch_rocm_arch", "not set");
   const auto archs = kfd_gpu_archs(in.kfd_topology);
   for (const auto& a : archs)
     if (arch->find(a) == std::string::npos)
-      return warn("pytorch_rocm_arch", *arch,
+      return warned("pytorch_rocm_arch", *arch,
                   "PYTORCH_ROCM_ARCH only matters when building PyTorch or extensions, and "
                   "it lacks this node's " +
                       a + ": a build made with it has no kernels here");
-  return pass("pytorch_rocm_arch", *arch + " (build-time only)");
+  return passed("pytorch_rocm_arch", *arch + " (build-time only)");
 }
 
 // A matmul in `dtype` against the same in float64: the GEMM path of that precision works.
@@ -123,16 +123,16 @@ DoctorCheck probe(const DoctorInputs& in, const char* name, torch::ScalarType dt
     // 64-term dot products: bf16's 8-bit mantissa gives ~1e-2 relative error, fp16 ~1e-3.
     const double tolerance = dtype == torch::kBFloat16 ? 5e-2 : 1e-2;
     const std::string value = fmt::format("matmul on {}: max relative error {:.2g}", in.device.str(), rel);
-    if (std::isfinite(rel) && rel <= tolerance) return pass(name, value);
-    return fail(name, value,
+    if (std::isfinite(rel) && rel <= tolerance) return passed(name, value);
+    return failed(name, value,
                 fmt::format("above {:.0e}: this precision's GEMM is wrong here; run with "
                             "--stress gemm to see which shapes",
                             tolerance));
   } catch (const std::exception& e) {
     const std::string what = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     if (!in.device.is_cuda())
-      return warn(name, "unsupported on " + in.device.str() + ": " + what, "use another precision on the CPU");
-    return fail(name, what, "this GPU or libtorch build lacks the precision: use fp32 or another build");
+      return warned(name, "unsupported on " + in.device.str() + ": " + what, "use another precision on the CPU");
+    return failed(name, what, "this GPU or libtorch build lacks the precision: use fp32 or another build");
   }
 }
 
@@ -162,71 +162,71 @@ DoctorCheck check_alloc_conf(const DoctorInputs& in) {
     for (std::string item; std::getline(items, item, ',');) {
       const std::string key = item.substr(0, item.find(':'));
       if (!key.empty() && !known.count(key))
-        return fail("allocator_conf", value,
+        return failed("allocator_conf", value,
                     "unknown allocator option '" + key + "': libtorch refuses it at the first device allocation");
     }
   }
   if (hip && cuda && *hip != *cuda)
-    return warn("allocator_conf", value,
+    return warned("allocator_conf", value,
                 "both set and different: libtorch 2.x on ROCm reads PYTORCH_HIP_ALLOC_CONF, "
                 "1.13 the CUDA one; set one (or rocm.* allocator keys)");
-  return pass("allocator_conf", value);
+  return passed("allocator_conf", value);
 }
 
 DoctorCheck check_blas(const DoctorInputs& in) {
   const auto* v = get(in.env, "TORCH_BLAS_PREFER_HIPBLASLT");
-  if (!v) return pass("blas_backend", "TORCH_BLAS_PREFER_HIPBLASLT not set (libtorch's default)");
-  if (*v == "0" || *v == "1") return pass("blas_backend", "TORCH_BLAS_PREFER_HIPBLASLT=" + *v);
-  return warn("blas_backend", "TORCH_BLAS_PREFER_HIPBLASLT=" + *v, "use 0 (rocBLAS) or 1 (hipBLASLt)");
+  if (!v) return passed("blas_backend", "TORCH_BLAS_PREFER_HIPBLASLT not set (libtorch's default)");
+  if (*v == "0" || *v == "1") return passed("blas_backend", "TORCH_BLAS_PREFER_HIPBLASLT=" + *v);
+  return warned("blas_backend", "TORCH_BLAS_PREFER_HIPBLASLT=" + *v, "use 0 (rocBLAS) or 1 (hipBLASLt)");
 }
 
 DoctorCheck check_tunableop(const DoctorInputs& in) {
   const std::string value = listed(in.env, {"PYTORCH_TUNABLEOP_ENABLED", "PYTORCH_TUNABLEOP_TUNING",
                                             "PYTORCH_TUNABLEOP_FILENAME", "PYTORCH_TUNABLEOP_NUMERICAL_CHECK"});
   const auto* enabled = get(in.env, "PYTORCH_TUNABLEOP_ENABLED");
-  if (!enabled || *enabled != "1") return pass("tunableop", value);
+  if (!enabled || *enabled != "1") return passed("tunableop", value);
   const auto* tuning = get(in.env, "PYTORCH_TUNABLEOP_TUNING");
   if ((!tuning || *tuning != "0") && !get(in.env, "PYTORCH_TUNABLEOP_FILENAME"))
-    return warn("tunableop", value,
+    return warned("tunableop", value,
                 "tuning without PYTORCH_TUNABLEOP_FILENAME writes tunableop_results<N>.csv into "
                 "the working directory and re-tunes in every new one: set rocm.tunableop_results_file");
-  return pass("tunableop", value);
+  return passed("tunableop", value);
 }
 
 DoctorCheck check_miopen(const DoctorInputs& in) {
   const std::string value = listed(in.env, {"MIOPEN_FIND_MODE", "MIOPEN_USER_DB_PATH"});
   static const std::set<std::string> modes = {"NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID", "1", "2", "3", "5"};
   if (const auto* mode = get(in.env, "MIOPEN_FIND_MODE"); mode && !modes.count(*mode))
-    return warn("miopen", value,
+    return warned("miopen", value,
                 "MIOPEN_FIND_MODE=" + *mode + " is not a find mode (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID)");
   const auto* db = get(in.env, "MIOPEN_USER_DB_PATH");
   if (!db)
-    return warn("miopen", value,
+    return warned("miopen", value,
                 "every job of this user shares ~/.config/miopen, and concurrent jobs corrupt it "
                 "(MIOpen#1878, #2214): set rocm.miopen_user_db=per-run or a per-node MIOPEN_USER_DB_PATH");
   std::error_code ec;
   if (fs::exists(*db, ec) && ::access(db->c_str(), W_OK) != 0)
-    return fail("miopen", value, "MIOPEN_USER_DB_PATH is not writable: MIOpen cannot keep what it finds");
-  return pass("miopen", value);
+    return failed("miopen", value, "MIOPEN_USER_DB_PATH is not writable: MIOpen cannot keep what it finds");
+  return passed("miopen", value);
 }
 
 DoctorCheck check_sdma(const DoctorInputs& in) {
   const auto* v = get(in.env, "HSA_ENABLE_SDMA");
-  if (!v) return pass("hsa_enable_sdma", "not set (SDMA engines on)");
-  if (*v == "0") return pass("hsa_enable_sdma", "0 (blit kernels copy; the rocm-systems#7896 workaround)");
-  if (*v == "1") return pass("hsa_enable_sdma", "1");
-  return warn("hsa_enable_sdma", *v, "use 0 or 1");
+  if (!v) return passed("hsa_enable_sdma", "not set (SDMA engines on)");
+  if (*v == "0") return passed("hsa_enable_sdma", "0 (blit kernels copy; the rocm-systems#7896 workaround)");
+  if (*v == "1") return passed("hsa_enable_sdma", "1");
+  return warned("hsa_enable_sdma", *v, "use 0 or 1");
 }
 
 DoctorCheck check_serialization(const DoctorInputs& in) {
   const std::string value = listed(in.env, {"AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING", "AMD_LOG_LEVEL"});
   for (const char* name : {"AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING"})
     if (const auto* v = get(in.env, name); v && *v != "0")
-      return warn("debug_serialization", value,
+      return warned("debug_serialization", value,
                   std::string(name) +
                       " serialises kernels: right for debugging, but "
                       "step times and hangs then are not the production ones");
-  return pass("debug_serialization", value);
+  return passed("debug_serialization", value);
 }
 
 DoctorCheck check_collectives_env(const DoctorInputs& in) {
@@ -236,19 +236,19 @@ DoctorCheck check_collectives_env(const DoctorInputs& in) {
       names.push_back(name);
   const std::string value = listed(in.env, names);
   if (const auto* v = get(in.env, "RCCL_MSCCLPP_ENABLE"); v && *v == "1")
-    return warn("rccl_env", value,
+    return warned("rccl_env", value,
                 "MSCCL++ gave wrong all-reduce results with the LL protocol (TheRock#7871): "
                 "RCCL_MSCCLPP_ENABLE=0 unless it is the thing under test");
   if (const auto* v = get(in.env, "NCCL_P2P_DISABLE"); v && *v == "1")
-    return warn("rccl_env", value, "NCCL_P2P_DISABLE=1 routes through host memory: slower, and it hides P2P faults");
-  return pass("rccl_env", value);
+    return warned("rccl_env", value, "NCCL_P2P_DISABLE=1 routes through host memory: slower, and it hides P2P faults");
+  return passed("rccl_env", value);
 }
 
 DoctorCheck check_kernel_cmdline(const DoctorInputs& in) {
   std::ifstream file(in.cmdline_path);
   std::string cmdline;
   if (!file || !std::getline(file, cmdline))
-    return warn("kernel_cmdline", "cannot read " + in.cmdline_path, "the IOMMU setting could not be checked");
+    return warned("kernel_cmdline", "cannot read " + in.cmdline_path, "the IOMMU setting could not be checked");
   const auto gpus = kfd_gpu_archs(in.kfd_topology).size();
   std::set<std::string> words;
   std::stringstream ss(cmdline);
@@ -256,10 +256,10 @@ DoctorCheck check_kernel_cmdline(const DoctorInputs& in) {
   const bool passthrough = words.count("iommu=pt") || words.count("amd_iommu=off") || words.count("iommu=off");
   const std::string value = fmt::format("{} GPU(s); {}", gpus, passthrough ? "IOMMU pass-through/off" : "no iommu=pt");
   if (gpus > 1 && !passthrough)
-    return warn("kernel_cmdline", value,
+    return warned("kernel_cmdline", value,
                 "multi-GPU runs hang in RCCL without iommu=pt (ROCm/rccl#1129, "
                 "ROCm/vllm#390): add iommu=pt to the kernel command line");
-  return pass("kernel_cmdline", value);
+  return passed("kernel_cmdline", value);
 }
 
 }  // namespace
@@ -306,7 +306,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorInputs& in) {
   const auto device_probe = [allocator_refused](const char* name, torch::ScalarType dtype) -> Check {
     return [=](const DoctorInputs& i) {
       if (allocator_refused)
-        return warn(name, "not run: libtorch would refuse the allocator configuration at this probe's first allocation",
+        return warned(name, "not run: libtorch would refuse the allocator configuration at this probe's first allocation",
                     "fix allocator_conf, then run doctor again");
       return probe(i, name, dtype);
     };

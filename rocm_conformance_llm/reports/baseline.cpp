@@ -38,7 +38,6 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
   return it == j.end() || !it->is_number() ? std::numeric_limits<double>::quiet_NaN() : it->get<double>();
 }
 
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 std::vector<std::string> differing_training_keys(const nlohmann::json& a, const nlohmann::json& b) {
   std::vector<std::string> keys;
@@ -99,7 +98,7 @@ class Comparer {
     for (const auto& [a, b] : common_) {
       const double rel = std::abs(a->loss - b->loss) / std::max({std::abs(a->loss), std::abs(b->loss), 1e-30});
       const bool both_nan = std::isnan(a->loss) && std::isnan(b->loss);
-      if (bitwise ? same_bits(a->loss, b->loss) : (both_nan || rel <= tol)) continue;
+      if (bitwise ? stats::same_bits(a->loss, b->loss) : (both_nan || rel <= tol)) continue;
       s["first_differing_step"] = a->step;
       add(component::rocblas, "loss_mismatch_vs_baseline", bitwise ? Severity::fail : Severity::warn, a->step,
           fmt::format("loss at step {} is {:.17g}, the baseline had {:.17g} ({})", a->step, a->loss, b->loss,

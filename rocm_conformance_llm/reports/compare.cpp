@@ -27,7 +27,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using stats::kNaN;
 constexpr const char* kBaselineKind = "rocm-conformance-llm compare baseline";
 
 // The figures compare reads from a run's report.json summary (outputs.md), and their columns.

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/base/files.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 
 namespace rcl {
 
@@ -38,14 +39,6 @@ std::optional<Beat> read_beat(const std::filesystem::path& path) {
               pid.is_number_integer() ? pid.get<int64_t>() : 0, beat.value("host", "")};
 }
 
-// Read once: every heartbeat carries it, and it does not change under a running process.
-const std::string& host_name() {
-  static const std::string name = [] {
-    char buffer[256] = {};
-    return ::gethostname(buffer, sizeof(buffer) - 1) == 0 ? std::string(buffer) : std::string();
-  }();
-  return name;
-}
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 }  // namespace

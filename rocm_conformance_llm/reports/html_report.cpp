@@ -10,13 +10,14 @@
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 
 namespace rcl {
 
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using stats::kNaN;
 // Plot geometry in SVG user units (the page scales them to its width).
 constexpr double kWidth = 960, kHeight = 230, kLeft = 72, kRight = 944, kTop = 28, kBottom = 200;
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"};

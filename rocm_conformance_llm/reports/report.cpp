@@ -16,6 +16,7 @@
 
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/files.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/checks/monitors/error_classifier.hpp"
 #include "rocm_conformance_llm/reports/html_report.hpp"
@@ -236,10 +237,6 @@ std::string utc_iso8601(std::chrono::system_clock::time_point t) {
   return text;
 }
 
-std::string host_name() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
-}
 }  // namespace
 
 int ReportWriter::write(RunOutcome outcome, const std::string& note) {

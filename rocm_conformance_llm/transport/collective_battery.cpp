@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/base/strings.hpp"
+
 namespace rcl {
 namespace {
 
@@ -35,10 +37,6 @@ const std::vector<CaseFamily>& case_families() {
 
 constexpr int64_t kCandidateSizes[] = {int64_t{32} << 10, int64_t{1} << 20, int64_t{3} << 20, int64_t{12} << 20};
 
-std::string human_bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:g} MiB", bytes / 1048576.0);
-  return fmt::format("{:g} KiB", bytes / 1024.0);
-}
 
 int64_t element_size(torch::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
 
@@ -72,7 +70,7 @@ void compare(const torch::Tensor& got, const torch::Tensor& expected, bool round
 
 std::string BatteryCase::name() const {
   return fmt::format("{}{}/{}/{}", to_string(kind), is_reduction(kind) ? "/" + to_string(reduce) : "",
-                     c10::toString(dtype), human_bytes(bytes));
+                     c10::toString(dtype), binary_size_text(bytes));
 }
 
 std::vector<int64_t> battery_sizes(int64_t max_bytes) {

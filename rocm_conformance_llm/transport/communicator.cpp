@@ -48,7 +48,6 @@ bool mentions_timeout(const std::string& error) {
   return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // libtorch 2.x's TCPStoreOptions has `useLibUV`, true by default, but a libtorch built without
 // libuv (Debian's) refuses it ("use_libuv was requested but PyTorch was built without libuv

@@ -11,6 +11,8 @@
 #include <spdlog/spdlog.h>
 #if __has_include(<fmt/ranges.h>)
 #include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+
+#include "rocm_conformance_llm/base/strings.hpp"
 #endif
 
 namespace rcl {
@@ -86,10 +88,6 @@ int first_rank_not_in(const std::vector<int>& odd) {
   return rank;
 }
 
-std::string human_bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.0f} MiB", bytes / 1048576.0);
-  return fmt::format("{:.0f} KiB", bytes / 1024.0);
-}
 
 }  // namespace
 
@@ -256,7 +254,7 @@ std::vector<Finding> ProcessGroupSync::run_canary() {
     }
     if (bad_ranks.empty()) continue;
     const int64_t bytes = kCanaryElements[i] * 4;
-    std::string message = fmt::format("exact all-reduce canary ({} float32) wrong on rank{} {}", human_bytes(bytes),
+    std::string message = fmt::format("exact all-reduce canary ({} float32) wrong on rank{} {}", binary_size_text(bytes),
                                       bad_ranks.size() > 1 ? "s" : "", fmt::join(bad_ranks, ","));
     nlohmann::json evidence = {{"bytes", bytes},
                                {"elements", kCanaryElements[i]},

@@ -8,7 +8,6 @@
 namespace rcl {
 namespace {
 
-constexpr double kInitStd = 0.02;  // the dense MLP's (GPT-2)
 // Each expert's rows padded with zeros to a multiple of this (dropped again after): as block-sparse
 // MoE kernels pad to their block (MegaBlocks: 128 rows). Without it every step brings new GEMM
 // shapes, and the BLAS libraries' per-shape caches (oneDNN's primitives on CPU, the GEMM

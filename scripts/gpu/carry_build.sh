@@ -23,7 +23,7 @@ trap 'rm -f "$list"' EXIT
   echo "$build/rocm-conformance-llm"
   find "$build" -path "$build/CMakeFiles" -prune -o -path "$build/tests/CMakeFiles" -prune -o \
     \( -name 'CTestTestfile.cmake' -o -name '*_tests.cmake' -o -name '*_include.cmake' -o -name '*.so' \
-       -o \( -type f -perm -u+x -name 'test_*' \) \) -print
+       -o \( -type f -perm -u+x \( -name 'test_*' -o -name '*_tests' \) \) \) -print
 } | sort -u >"$list"
 tar -C . -cf - -T "$list" | xz -6 -T1 >"$archive"
 echo "carry: $(wc -l <"$list") files from $build (torch $(cat "$build/libtorch-version.txt")) -> $archive ($(du -h "$archive" | cut -f1))"

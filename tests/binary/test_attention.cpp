@@ -16,6 +16,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using rcl::testing::read_text;
@@ -158,5 +159,6 @@ TEST(AttentionKernelRecord, ARunCallingSdpaRecordsItsTrainingKernelFromTheStart)
   EXPECT_FALSE(config.contains("attention_kernel")) << config.dump();
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -27,6 +27,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -534,5 +535,6 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TransformersLoads,
                          [](const auto& info) { return std::string(info.param.first); });
 #endif
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -28,6 +28,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using rcl::testing::read_text;
@@ -194,5 +195,6 @@ INSTANTIATE_TEST_SUITE_P(ModesAndSeeds, HostContention,
                                   std::to_string(info.param.seed);
                          });
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -12,7 +12,10 @@
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "support/cli_runner.hpp"
 
-using namespace rcl;
+namespace rcl {
+namespace {
+namespace RCL_UNITY_ID {
+
 using rcl::testing::read_text;
 using rcl::testing::run_cli;
 
@@ -147,3 +150,7 @@ TEST(Docs, GeneratedBlocksMatchWhatTheBinaryPrintsNow) {
     EXPECT_GE(blocks, 1) << page << " has no generated block";
   }
 }
+
+}  // namespace RCL_UNITY_ID
+}  // namespace
+}  // namespace rcl

@@ -36,6 +36,7 @@ extern char** environ;
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -1166,5 +1167,6 @@ INSTANTIATE_TEST_SUITE_P(
             "eval", 2, 1, "rank-stop@phase=eval", {"--set", "eval_interval=2", "--set", "checksum_interval=0"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

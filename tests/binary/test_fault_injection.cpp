@@ -19,6 +19,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using rcl::testing::read_text;
@@ -368,5 +369,6 @@ TEST(ProcessSettings, CpuRunKeepsOpenBlasSingleThreadedUnlessTheUserSetsIt) {
   EXPECT_EQ(user.report.at("environment").at("blas_threads"), 2);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -14,6 +14,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 
@@ -40,5 +41,6 @@ TEST(Fp16Training, GemmStressInFp16RunsCleanThroughTheBinary) {
   EXPECT_LT(steps.back().at("loss").get<double>(), steps.front().at("loss").get<double>());
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -21,6 +21,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using nlohmann::json;
 using rcl::testing::fresh_dir;
@@ -94,5 +95,6 @@ TEST(GpuCanary, DeviceGemmsPassCleanAndTheInjectedCorruptionIsCaught) {
   EXPECT_TRUE(caught) << findings.dump(1) << "\n" << broken.err;
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

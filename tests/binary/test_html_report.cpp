@@ -19,6 +19,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -119,5 +120,6 @@ TEST_P(RenderedReport, ShowsTheVerdictThePlotsAndEveryFindingAtItsStep) {
   fs::remove_all(dir);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -28,6 +28,7 @@ extern char** environ;
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -387,5 +388,6 @@ TEST_F(LauncherTest, SlurmTemplateLetsTheUsersFlagsWin) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

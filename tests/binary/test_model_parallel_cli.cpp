@@ -12,6 +12,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using testing::fresh_dir;
@@ -66,5 +67,6 @@ TEST(ModelParallelCli, TheCommModeOnOneRankKeepsItsModel) {
   fs::remove_all(out);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

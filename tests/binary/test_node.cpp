@@ -26,6 +26,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using namespace rcl::testing;  // run_cli, read_text
 namespace fs = std::filesystem;
@@ -250,5 +251,6 @@ TEST(RocmKnobs, KnobReachesTheEnvironmentBeforeLibtorchStartsAndIsRecorded) {
             profile.at("after_first_step").at("rss_bytes").get<int64_t>());
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

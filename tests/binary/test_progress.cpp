@@ -17,6 +17,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using rcl::testing::count_of;
@@ -112,5 +113,6 @@ TEST(Progress, SoakSummaryLinesShowThroughputFindingsEtaAndTheMemoryTrend) {
   fs::remove_all(dir);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -11,6 +11,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using rcl::testing::find;
@@ -37,5 +38,6 @@ TEST(MetricsProm, ARunEndsWithItsVerdictAndFindingsByComponent) {
   fs::remove_all(dir);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -26,6 +26,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -303,5 +304,6 @@ TEST(StrictInput, OutOfRangeNumericFlagsAreRefusedNotClamped) {
   }
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

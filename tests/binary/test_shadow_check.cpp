@@ -14,6 +14,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using rcl::testing::fresh_dir;
 using rcl::testing::kSmokeCpu;
@@ -125,5 +126,6 @@ TEST(ShadowCheckRun, CleanRunsReportNothing) {
   }
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -19,6 +19,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 #define RCL_REQUIRE_SDPA() \
   if (!sdpa_available()) GTEST_SKIP() << "needs at::scaled_dot_product_attention (libtorch >= 2.0)"
@@ -251,5 +252,6 @@ TEST(AttentionStressMode, AppliesWithSdpaAndIsARecordedNoOpWithout) {
             AttentionBackend::sdpa_flash);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

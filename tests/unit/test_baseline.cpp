@@ -16,6 +16,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 namespace fs = std::filesystem;
 
 // A small training-like step: two linear layers, a nonlinearity, backward.
@@ -271,5 +272,6 @@ TEST(Baseline, MissingOrBrokenBaselineDirectoriesAreConfigErrors) {
   EXPECT_THROW(load_run_record(dir), ConfigError);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -17,6 +17,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -127,5 +128,6 @@ TEST(Durations, UnitsAndRefusals) {
   EXPECT_THROW(parse_checkpoint_policy("10", 0), ConfigError);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

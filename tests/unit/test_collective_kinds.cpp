@@ -21,6 +21,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using std::chrono::milliseconds;
 
@@ -488,5 +489,6 @@ TEST(CollectiveCheckTest, CorruptShardThroughTheFaultPlanFailsTheTable) {
   }
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -19,6 +19,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using Clock = SteadyClock;
 using std::chrono::milliseconds;
@@ -587,5 +588,6 @@ TEST(GpuCollectivesTest, RankWithoutItsPeerGetsANamedRendezvousTimeout) {
   }
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -10,6 +10,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 const auto kFloat = torch::TensorOptions().dtype(torch::kFloat);
 
@@ -160,5 +161,6 @@ TEST(BusBandwidthTest, NcclTestsFormulas) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_gbps(CollectiveKind::all_reduce, 100, 0.0, 2), 0.0);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

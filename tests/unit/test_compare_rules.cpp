@@ -9,6 +9,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 RunRow row(const std::string& name, const std::string& config, const std::string& loss, double tokens_per_s) {
   RunRow r;
@@ -50,5 +51,6 @@ TEST(CompareRules, NeedsBothTheRatioAndTheRobustZ) {
   EXPECT_TRUE(rows[0].flags.empty() && rows[1].flags.empty() && rows[2].flags.empty());
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

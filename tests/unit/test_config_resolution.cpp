@@ -12,9 +12,9 @@
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 
-using namespace rcl;
-
+namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 template <typename Check>
 void expect_refused(Check check, const std::string& needle) {
   try {
@@ -39,7 +39,6 @@ void expect_invalid_key(const std::string& key, const std::string& text, const s
 }
 
 using rcl::testing::resolve_args;
-}  // namespace
 
 TEST(Validate, PresetsAreValid) {
   for (const auto& p : presets()) {
@@ -191,3 +190,7 @@ TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
     EXPECT_THROW(resolve_args({"--config", (dir / name).string()}), ConfigError) << name;
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace RCL_UNITY_ID
+}  // namespace
+}  // namespace rcl

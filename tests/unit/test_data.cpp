@@ -13,6 +13,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 namespace fs = std::filesystem;
 
 const torch::Device cpu(torch::kCPU);
@@ -139,7 +140,7 @@ TEST(SyntheticCorpus, BadSpecsAreConfigErrors) {
 
 // --- files ---
 
-class TokenFileTest : public testing::Test {
+class TokenFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("rcl_test_data_" + std::to_string(::getpid()));
@@ -234,5 +235,6 @@ TEST_F(TokenFileTest, FactoryPicksTheSourceAndChecksVocab) {
   EXPECT_EQ(make_data_source(cfg, 0, 1, cpu)->vocab_size(), 259);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -18,6 +18,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 std::vector<std::string> all_fault_names() {
   std::vector<std::string> names;
@@ -187,5 +188,6 @@ TEST(ExtendingWalkThrough, ThrowawayDetectorIsBuiltFedAndProvenByItsFault) {
   EXPECT_EQ(find_signature("throwaway_loss_jump"), nullptr);  // the guard took it out again
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

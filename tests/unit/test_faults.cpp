@@ -10,6 +10,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 TEST(FaultPlan, EmptyTextIsAnEmptyPlan) {
   const auto plan = FaultPlan::parse("");
@@ -183,5 +184,6 @@ TEST(FaultPlan, ConflictingValuesForTheSameStepAreRejected) {
   EXPECT_THROW(FaultPlan::parse("slow-step=1@step=5,slow-step=2@step=5"), ConfigError);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

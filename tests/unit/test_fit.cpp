@@ -20,6 +20,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 constexpr int64_t GB = 1'000'000'000;
 
@@ -176,5 +177,6 @@ TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
   EXPECT_GT(changed, 0) << "no composition made the fit act: the check above proved nothing";
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

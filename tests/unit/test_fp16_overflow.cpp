@@ -10,6 +10,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using Recorder = test::StepRecorder;
 
@@ -53,5 +54,6 @@ TEST(Fp16Training, RealOverflowSkipsBacksOffAndRegrowsOnTheModel) {
   EXPECT_LT(r.back().loss, r[first_clean].loss) << "fp16 training after the back-off still learns";
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -17,6 +17,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 // One rank: gathering and reduce-scattering copy. Notes, at each all-gather, the full parameters
 // resident just before it.
@@ -140,5 +141,6 @@ TEST(FsdpUnitTest, EvaluationLeavesNoFullParametersResident) {
   EXPECT_EQ(model->fsdp()->resident_parameter_bytes(), 0);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

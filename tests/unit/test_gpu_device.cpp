@@ -21,6 +21,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using nlohmann::json;
 using rcl::testing::kGpu;
@@ -70,5 +71,6 @@ TEST(GpuDeferredRead, QueuingIsNoBlockingReadAndTheValuesLand) {
   EXPECT_DOUBLE_EQ(values[1], 999.0);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

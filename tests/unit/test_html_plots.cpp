@@ -16,6 +16,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -74,5 +75,6 @@ TEST(HtmlReport, AHundredThousandStepRunStaysSmallAndKeepsEveryFinding) {
   fs::remove_all(dir);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

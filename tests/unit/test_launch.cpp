@@ -9,6 +9,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using Env = std::map<std::string, std::string>;
 
@@ -197,5 +198,6 @@ TEST(LaunchTest, BadValuesNameTheVariable) {
   }
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -15,6 +15,7 @@
 #include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
 #include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/checks/detectors/rng_checks.hpp"
+#include "rocm_conformance_llm/checks/detectors/shadow_bound.hpp"
 #include "rocm_conformance_llm/checks/monitors/error_classifier.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
@@ -22,6 +23,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 const torch::Device kCpu(torch::kCPU);
 
@@ -69,6 +71,13 @@ class GemmCanaryDtypes : public ::testing::TestWithParam<torch::ScalarType> {};
 TEST_P(GemmCanaryDtypes, CleanDeviceIsSilentAndCorruptionFires) {
   GemmCanary canary(canary_shapes(GetParam()), kCpu);
   FindingLog log(find_signature);
+  if (!gemm_sums_in_float32(GetParam(), kCpu)) {
+    // A CPU whose kernel sums in the dtype (libtorch 1.13's bf16 without AVX512): no shape is
+    // judged against the fp32-sum tolerance, so none passes and none fails, fault or not.
+    for (const auto& r : canary.run(25, 0, log, CanaryFault::persistent)) EXPECT_FALSE(r.supported);
+    EXPECT_EQ(log.size(), 0u);
+    return;
+  }
   for (const auto& r : canary.run(25, 0, log)) {
     EXPECT_TRUE(r.supported) << r.shape.to_string();
     EXPECT_TRUE(r.passed()) << r.shape.to_string() << " rel " << r.relative_fro_error << " max "
@@ -551,5 +560,6 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_DOUBLE_EQ(cpu.evidence["allocator_message"]["requested_bytes"].get<double>(), 1099511627776.0);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

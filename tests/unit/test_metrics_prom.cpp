@@ -15,6 +15,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using rcl::testing::find;
@@ -91,5 +92,6 @@ TEST(MetricsProm, RewrittenEveryIntervalStepsWithTheFindingsSoFar) {
   fs::remove_all(dir);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -15,6 +15,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 TrainingConfig tiny_config() {
   TrainingConfig cfg;
@@ -61,7 +62,7 @@ struct Variant {
   const char* position;
 };
 
-std::string variant_name(const testing::TestParamInfo<Variant>& info) {
+std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
   const auto& v = info.param;
   return std::string(v.norm) + "_" + v.activation + "_" + v.layout + (v.qk_norm ? "_qknorm" : "") +
          (v.conv ? "_conv" : "") + "_" + v.position;
@@ -337,7 +338,7 @@ TEST(Model, SelfOnlyAttentionMakesEachPositionBlindToItsPrefix) {
 
 // --- gradients ---
 
-class BlockVariantGradient : public testing::TestWithParam<Variant> {};
+class BlockVariantGradient : public ::testing::TestWithParam<Variant> {};
 
 // float64 central differences along a random direction in each parameter tensor, in training
 // mode with dropout and stochastic depth on (masks fixed by re-seeding before each forward).
@@ -383,7 +384,7 @@ TEST_P(BlockVariantGradient, MatchesFiniteDifferencesInFloat64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKnobs, BlockVariantGradient, testing::ValuesIn(all_variants()), variant_name);
+INSTANTIATE_TEST_SUITE_P(AllKnobs, BlockVariantGradient, ::testing::ValuesIn(all_variants()), variant_name);
 
 // --- activation checkpointing ---
 
@@ -497,5 +498,6 @@ TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
   EXPECT_EQ(grad.k, cfg.batch_size * cfg.seq_len);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -15,6 +15,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 TrainingConfig moe_config(const std::string& activation, int64_t experts, int64_t top_k) {
   TrainingConfig cfg;
@@ -169,5 +170,6 @@ TEST(Moe, TheModelCountsAndTrainsItsExperts) {
   EXPECT_GT(model->blocks()[0]->moe->w_down.grad().abs().sum().item<double>(), 0.0);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

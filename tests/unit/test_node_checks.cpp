@@ -27,6 +27,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using namespace rcl::testing;  // run_cli, read_text
 namespace fs = std::filesystem;
@@ -318,5 +319,6 @@ TEST(RocmKnobs, DefaultLeavesTheEnvironmentAndASetKnobWins) {
   EXPECT_EQ(apply_rocm_knobs(rocm, "/tmp/run-x"), record);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -11,6 +11,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 TEST(Autocast, MixedPrecisionNamesMapToStates) {
   EXPECT_FALSE(autocast_for(Precision::fp32).enabled);
@@ -111,5 +112,6 @@ TEST(LossScaler, RecoversFromRealFp16OverflowAndKeepsTraining) {
   EXPECT_GT(scaler.current_scale(), 16384.0);  // grew back after clean streaks
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -6,6 +6,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 
@@ -30,5 +31,6 @@ TEST(Progress, TextSaysWhereTheRunIsTheRateTheEtaAndTheFindings) {
   EXPECT_NE(limited.find("ETA 1:00"), std::string::npos) << limited;
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -16,6 +16,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
@@ -398,5 +399,6 @@ TEST(Coverage, ACheckThatDidNotRunOrASkippedModeIsTheReason) {
     EXPECT_EQ(c.reason.rfind("diagnostics disabled", 0), 0u) << c.reason;
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -17,6 +17,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 // [worst ratio, relative error, all judged] as host values.
 struct Judged {
@@ -239,5 +240,6 @@ TEST(OpTap, TheModelReportsItsGemmsAndNormsOnlyWhileObserved) {
   EXPECT_FALSE(shadow_mismatch(host_verdict(*computed)[0]));
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -24,6 +24,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 constexpr int64_t kSteps = 20;
 constexpr int kGlobalBatch = 8;
@@ -318,5 +319,6 @@ TEST(ShardedCollectives, OneRankZeroIsDdp) {
   EXPECT_EQ(zero_losses, ddp.run().losses);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

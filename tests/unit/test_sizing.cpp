@@ -21,6 +21,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 const DeviceDescription kHost{.name = "host", .capacity_bytes = int64_t{1} << 40, .accelerator = false};
 
@@ -200,5 +201,6 @@ TEST(Sizing, VocabularyAndGroupedQueryAttentionAreCounted) {
   EXPECT_EQ(p.activation_bytes_per_layer - m.activation_bytes_per_layer, tokens * 2 * (2 * 2048 - 3 * 1536));
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -14,6 +14,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
@@ -459,5 +460,6 @@ TEST(CollectiveDetector, SizesAreJudgedSeparately) {
   EXPECT_TRUE(run_detectors(stream).empty());
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -16,9 +16,9 @@
 
 #include <torch/version.h>
 
-using namespace rcl;
-
+namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 const Capabilities kCpu = Capabilities::of_this_build(/*gpu=*/false);
 
@@ -229,7 +229,6 @@ StressMode canary_mode(CapabilityRequirement requirement) {
           .requires_capability = requirement};
 }
 
-}  // namespace
 
 TEST(StressRegistry, HasTheSpecsModesAndEveryRuleCommutesAndIsIdempotent) {
   const auto names = stress_mode_names();
@@ -487,3 +486,7 @@ TEST(StressExplain, ReportsEachModesFieldChanges) {
   EXPECT_TRUE(changes.at("comm").contains("batch_size"));
   EXPECT_FALSE(changes.contains("gemm"));
 }
+
+}  // namespace RCL_UNITY_ID
+}  // namespace
+}  // namespace rcl

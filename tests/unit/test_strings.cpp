@@ -10,6 +10,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 TEST(ParseNumber, WholeDecimalIntegersInRange) {
   EXPECT_EQ(parse_number<int>("42"), 42);
@@ -56,5 +57,6 @@ TEST(ParseInteger, AFlagsValueOrOneLineNamingTheFlagAndTheRange) {
             "invalid --steps '': must be a decimal integer in [-9223372036854775808, 9223372036854775807]");
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

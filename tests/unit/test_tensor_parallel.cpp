@@ -18,6 +18,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 constexpr int kSteps = 4;
 constexpr int64_t kBatchPerReplica = 2;
@@ -365,5 +366,6 @@ TEST(ParallelLayout, FsdpKeepsTheModelWholeAndSaysWhy) {
   EXPECT_EQ(zero.moe_experts, 4);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

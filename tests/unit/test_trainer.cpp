@@ -25,6 +25,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 // A few-second model for the loop's mechanics.
 RunContext tiny_run(int64_t steps = 6) {
@@ -644,5 +645,6 @@ TEST(MemoryBallast, HoldsItsBytesUntilDestroyed) {
   EXPECT_LT(process_rss_bytes() - before, bytes / 10);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

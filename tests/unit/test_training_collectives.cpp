@@ -15,6 +15,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -194,5 +195,6 @@ TEST(TrainingCollectives, ReportWithoutTrainingCollectivesHasNoTableNorKey) {
   EXPECT_EQ(html.find("training-collectives"), std::string::npos);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

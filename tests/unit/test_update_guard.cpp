@@ -9,6 +9,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -108,5 +109,6 @@ TEST_F(UpdateGuardTest, LoadedStateRestoresTheFlagAndTheBookkeeping) {
   EXPECT_TRUE(withheld());
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -11,6 +11,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -121,5 +122,6 @@ TEST(Watchdog, CollectivePhaseNames) {
   EXPECT_FALSE(phase::is_collective(phase::checkpoint));
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

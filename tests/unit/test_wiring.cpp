@@ -13,6 +13,7 @@
 
 namespace rcl {
 namespace {
+namespace RCL_UNITY_ID {
 
 size_t position(std::string_view name) {
   const auto slots = run_wiring();
@@ -95,5 +96,6 @@ TEST(RunWiring, RefusesAnUnknownSlotOrAPartItCannotAttach) {
   EXPECT_EQ(wiring.in_order()[0].hooks, nullptr);
 }
 
+}  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -21,7 +21,7 @@ struct RerunRule {
   Metric metric;
   Test test;
 };
-constexpr RerunRule kRules[] = {
+constexpr RerunRule kRerunRules[] = {
     {"nonfinite_loss", Metric::loss, Test::nonfinite},
     {"nonfinite_grad_norm", Metric::grad_norm, Test::nonfinite},
     {"loss_spike", Metric::loss, Test::spike},
@@ -29,7 +29,7 @@ constexpr RerunRule kRules[] = {
 };
 
 const RerunRule* rule_for(const std::string& signature) {
-  for (const auto& rule : kRules)
+  for (const auto& rule : kRerunRules)
     if (signature == rule.signature) return &rule;
   return nullptr;
 }

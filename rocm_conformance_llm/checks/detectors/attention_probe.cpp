@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
@@ -19,7 +20,7 @@ struct ProbeDtype {
   const char* name;
   double unit_roundoff;
 };
-const ProbeDtype kDtypes[] = {
+const ProbeDtype kProbeDtypes[] = {
     {torch::kFloat, "fp32", 0x1p-24}, {torch::kBFloat16, "bf16", 0x1p-8}, {torch::kHalf, "fp16", 0x1p-11}};
 
 // The first kProbeSequences sequences and kProbeHeads heads, tiled along T up to `seq_len`.
@@ -31,7 +32,6 @@ torch::Tensor probe_slice(torch::Tensor t, int64_t seq_len) {
   return t.to(torch::kFloat).contiguous();
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // One backend's output; throws c10::Error where the build or device has no such kernel.
 torch::Tensor run_backend(const std::string& backend, const torch::Tensor& q, const torch::Tensor& k,
@@ -79,7 +79,7 @@ AttentionInputs capture_attention_inputs(GPT& model, const torch::Tensor& tokens
 
 double attention_bound(torch::ScalarType dtype, double max_abs_score, int64_t keys) {
   double u = 0x1p-53;
-  for (const auto& d : kDtypes)
+  for (const auto& d : kProbeDtypes)
     if (d.type == dtype) u = d.unit_roundoff;
   return 8.0 * u * (1.0 + max_abs_score) + 8.0 * std::sqrt(double(std::max<int64_t>(keys, 1))) * 0x1p-24;
 }
@@ -124,7 +124,7 @@ std::vector<AttentionProbeResult> probe_attention(const AttentionInputs& inputs,
   const std::string corrupt = options.corrupt_masked ? corrupted_backend(device, q32.size(3)) : "";
 
   std::vector<AttentionProbeResult> results;
-  for (const auto& dtype : kDtypes) {
+  for (const auto& dtype : kProbeDtypes) {
     const auto q = q32.to(device, dtype.type), k = k32.to(device, dtype.type), v = v32.to(device, dtype.type);
     // The reference sees the rounded inputs: only the kernel's own error is measured.
     const auto qd = q.to(torch::kCPU, torch::kDouble), kd = k.to(torch::kCPU, torch::kDouble);

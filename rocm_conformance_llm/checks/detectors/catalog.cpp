@@ -289,36 +289,36 @@ std::vector<DetectorSpec> builtin_detectors() {
   };
 }
 
-Registry<DetectorSpec>& registry() {
+Registry<DetectorSpec>& detector_table() {
   static Registry<DetectorSpec> detectors(builtin_detectors());
   return detectors;
 }
 
 }  // namespace
 
-const std::vector<DetectorSpec>& detector_registry() { return registry().entries(); }
+const std::vector<DetectorSpec>& detector_registry() { return detector_table().entries(); }
 
-DetectorRegistration register_detector(DetectorSpec spec) { return DetectorRegistration(registry(), std::move(spec)); }
+DetectorRegistration register_detector(DetectorSpec spec) { return DetectorRegistration(detector_table(), std::move(spec)); }
 
 const SignatureSpec* find_signature(std::string_view id) {
-  const auto held = registry().lock();
-  for (const auto& detector : registry().entries())
+  const auto held = detector_table().lock();
+  for (const auto& detector : detector_table().entries())
     for (const auto& signature : detector.signatures)
       if (signature.id == id) return &signature;
   return nullptr;
 }
 
 std::string detector_of_signature(std::string_view id) {
-  const auto held = registry().lock();
-  for (const auto& detector : registry().entries())
+  const auto held = detector_table().lock();
+  for (const auto& detector : detector_table().entries())
     for (const auto& signature : detector.signatures)
       if (signature.id == id) return detector.name;
   return {};
 }
 
 const DetectorSpec& registered_detector(std::string_view name) {
-  const auto held = registry().lock();
-  for (const auto& detector : registry().entries())
+  const auto held = detector_table().lock();
+  for (const auto& detector : detector_table().entries())
     if (detector.name == name) return detector;
   throw std::out_of_range(fmt::format("no detector '{}' is registered", name));
 }

@@ -65,7 +65,9 @@ std::vector<CanaryShape> known_issue_gemm_shapes();
 
 struct GemmCanaryResult {
   CanaryShape shape;
-  bool supported = true;  // false: the device has no kernel for this dtype (fp16 GEMM on CPU)
+  // false: the device has no kernel for this dtype (fp16 GEMM on libtorch 1.13's CPU), or sums
+  // it in the dtype itself (gemm_sums_in_float32, checks/detectors/shadow_bound.hpp)
+  bool supported = true;
   bool nonfinite_output = false;
   double relative_fro_error = 0.0;
   double max_elementwise_error = 0.0;

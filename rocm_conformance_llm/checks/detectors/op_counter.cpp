@@ -15,7 +15,7 @@ namespace {
 // counter.
 std::mutex g_mutex;
 OpCounts g_counts;
-std::atomic<bool> g_active{false};
+std::atomic<bool> g_ops_counting{false};
 
 std::unique_ptr<at::ObserverContext> count_op(const at::RecordFunction& fn) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -25,7 +25,7 @@ std::unique_ptr<at::ObserverContext> count_op(const at::RecordFunction& fn) {
 }  // namespace
 
 OpCounter::OpCounter() {
-  if (g_active.exchange(true)) throw std::logic_error("OpCounter: another counter is already active");
+  if (g_ops_counting.exchange(true)) throw std::logic_error("OpCounter: another counter is already active");
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_counts.clear();
@@ -36,7 +36,7 @@ OpCounter::OpCounter() {
 
 OpCounter::~OpCounter() {
   stop();
-  g_active = false;
+  g_ops_counting = false;
 }
 
 void OpCounter::stop() {

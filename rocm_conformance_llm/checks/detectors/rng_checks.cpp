@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "rocm_conformance_llm/checks/detectors/memory.hpp"
+#include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
@@ -23,7 +24,6 @@ namespace {
 constexpr int64_t kMaskCheckElements = 1 << 16;
 constexpr double kMaskCheckDropout = 0.1;
 
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
 }  // namespace
@@ -61,7 +61,7 @@ std::optional<Finding> compare_replay(const std::vector<double>& original, const
   for (size_t i = 0; i < original.size(); ++i) {
     const double a = original[i], b = replayed[i];
     const double rel = std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-30});
-    const bool equal = deterministic ? same_bits(a, b) : rel <= rel_tol;
+    const bool equal = deterministic ? stats::same_bits(a, b) : rel <= rel_tol;
     if (equal) continue;
     const int64_t step = first_step + static_cast<int64_t>(i);
     return Finding{

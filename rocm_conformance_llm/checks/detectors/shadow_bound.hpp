@@ -4,7 +4,8 @@
 // (LayerNorm), on tensors or in host loops.
 //
 // The GEMM bound (C = A B (+ bias), A: M x K, B: K x N, output dtype with unit roundoff u,
-// fp32 accumulation u_acc = 2^-24; projected on a fixed +-1 vector x, so the float64 work is
+// accumulation roundoff u_acc (2^-24: fp32, unless the device is seen to sum in the dtype itself,
+// gemm_sums_in_float32 below); projected on a fixed +-1 vector x, so the float64 work is
 // O(MK + KN + MN), not O(MNK)):
 //   for every row i:  |(C x)_i - (A (B x))_i - bias . x|  <=  8 (u ||c_i|| + u_acc sqrt(K) ||a_i|| ||B||_F)
 // Derivation: an honest element error is at most u|c_ij| (rounding the output) plus the
@@ -23,15 +24,27 @@
 #include <cmath>
 #include <cstdint>
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 namespace rcl {
 
 inline constexpr double kShadowBoundFactor = 8.0;  // Hoeffding: P(|e . x| > 8 ||e||) < 2 exp(-32)
 
-// The unit roundoff of the sums inside a GEMM or a norm in `dtype`: PyTorch asks every GEMM for
-// fp32 accumulation (TF32/xf32 off by default); float64 data is summed in float64.
+// The unit roundoff of the sums inside a norm in `dtype`: fp32 (float64 data: float64).
 double accumulation_roundoff(c10::ScalarType dtype);
+
+// Whether `device` sums the products of a bf16/fp16 GEMM in fp32, as PyTorch asks of every
+// backend (TF32/xf32 off by default), or in the dtype itself: a known-answer GEMM, 1 followed by
+// 1/u - 1 terms of u, is ~2 when summed in fp32 and stays 1 when summed in the dtype (each term
+// is half an ulp of 1). Asked once per device and dtype. libtorch 1.13's bf16 CPU GEMM sums in
+// bf16 on CPUs without AVX512 (its fallback kernel accumulates into the bf16 output); a GPU BLAS
+// library that did so would fail the shadow check's and the canary's fp32 bounds on every run.
+// fp32/fp64, and a dtype the device has no GEMM for: true.
+bool gemm_sums_in_float32(c10::ScalarType dtype, const c10::Device& device);
+// The unit roundoff of a GEMM's sums on `device`: accumulation_roundoff(dtype), or the dtype's
+// own where the device sums in it.
+double gemm_accumulation_roundoff(c10::ScalarType dtype, const c10::Device& device);
 
 // The largest finite value of `dtype`: a row whose true result may exceed it may honestly
 // overflow (an fp16 forward), which is the non-finite detectors' business.
@@ -56,7 +69,8 @@ struct GemmBound {
   double per_output_norm() const { return u * kShadowBoundFactor; }
   double per_input_norms() const { return u_acc * sqrt_k * kShadowBoundFactor; }
 };
-GemmBound gemm_bound(c10::ScalarType dtype, int64_t k);
+// u_acc: the roundoff of the GEMM's sums, gemm_accumulation_roundoff(dtype, device).
+GemmBound gemm_bound(c10::ScalarType dtype, int64_t k, double u_acc);
 
 // One element of LayerNorm over D values, output in `dtype`.
 struct LayerNormBound {

@@ -70,7 +70,7 @@ torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const
           : torch::matmul(c.to(torch::kDouble), x);
   auto reference = torch::matmul(a.to(torch::kDouble), torch::matmul(b.to(torch::kDouble), x));
   if (bias.defined()) reference = reference + torch::matmul(bias.to(torch::kDouble), x);
-  const GemmBound row_bound = gemm_bound(dtype, a.size(-1));
+  const GemmBound row_bound = gemm_bound(dtype, a.size(-1), gemm_accumulation_roundoff(dtype, device));
   const auto b_cols = norms(b, -2);  // [.., 1, N]
   const auto b_fro = b_cols.norm(2, {-2, -1}, /*keepdim=*/true);
   const auto a_rows = norms(a, -1);
@@ -211,7 +211,7 @@ std::array<double, 3> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, in
       bias_finite = bias_finite && std::isfinite(v);
     }
   }
-  const GemmBound row_bound = gemm_bound(dtype, k);
+  const GemmBound row_bound = gemm_bound(dtype, k, gemm_accumulation_roundoff(dtype, c.device()));
   const double largest = largest_finite(dtype), floor = bound_floor(a.scalar_type());
   double worst = 0.0, diff2 = 0.0, ref2 = 0.0;
   bool all_judged = true;

@@ -9,7 +9,6 @@
 namespace rcl::stats {
 
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 }  // namespace
 
 double median(std::vector<double> values) { return percentile(std::move(values), 0.5); }

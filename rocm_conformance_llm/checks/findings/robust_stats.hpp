@@ -3,9 +3,16 @@
 // instead of means, standard deviations and least squares.
 #pragma once
 
+#include <cstring>
+#include <limits>
 #include <vector>
 
 namespace rcl::stats {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Bit for bit the same double (NaN equal to the same NaN; -0 unlike +0): what a deterministic
+// re-run must reproduce.
+inline bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 double median(std::vector<double> values);                // NaN when empty
 double percentile(std::vector<double> values, double q);  // q in [0,1], linear interpolation

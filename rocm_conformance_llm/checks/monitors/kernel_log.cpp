@@ -22,7 +22,7 @@ struct SignatureRule {
   const char* pattern;  // ECMAScript, case-insensitive
   const char* what;
 };
-const SignatureRule kRules[] = {
+const SignatureRule kKernelLogRules[] = {
     {"kernel_ring_timeout", R"(ring \S+ timeout|amdgpu_job_timedout)", "a ring (queue) timed out"},
     {"kernel_gpu_reset", R"(gpu reset|gpu_recover|gpu recovery|mode[12] reset|asic reset)", "the GPU was reset"},
     {"kernel_page_fault", R"(page fault|protection_fault|vm_l2_protection)", "a GPU VM page fault"},
@@ -33,7 +33,7 @@ const SignatureRule kRules[] = {
 const std::vector<std::regex>& compiled_rules() {
   static const std::vector<std::regex> compiled = [] {
     std::vector<std::regex> out;
-    for (const auto& rule : kRules) out.emplace_back(rule.pattern, std::regex::ECMAScript | std::regex::icase);
+    for (const auto& rule : kKernelLogRules) out.emplace_back(rule.pattern, std::regex::ECMAScript | std::regex::icase);
     return out;
   }();
   return compiled;
@@ -135,7 +135,7 @@ std::optional<KernelLogMatch> classify_kernel_line(std::string_view raw) {
   const auto& rules = compiled_rules();
   for (size_t i = 0; i < rules.size(); ++i) {
     if (!std::regex_search(text, rules[i])) continue;
-    KernelLogMatch match{.signature = kRules[i].signature, .severity = Severity::fail, .line = text};
+    KernelLogMatch match{.signature = kKernelLogRules[i].signature, .severity = Severity::fail, .line = text};
     // A corrected error is the RAS machinery working; an uncorrectable one or poison is data lost.
     if (match.signature == "kernel_ras_event" && !contains_nocase(line, "uncorrect") &&
         !contains_nocase(line, "poison"))
@@ -163,7 +163,7 @@ OpenedKernelLog open_kernel_log(const std::string& setting) {
 
 Finding kernel_log_finding(const KernelLogMatch& match, const std::string& source, int64_t step, int rank) {
   std::string what = "an amdgpu event";
-  for (const auto& rule : kRules)
+  for (const auto& rule : kKernelLogRules)
     if (match.signature == rule.signature) what = rule.what;
   return Finding{.component = component::hip_runtime,
                  .signature = match.signature,
