@@ -32,7 +32,8 @@ void leave(const at::RecordFunction& fn, at::ObserverContext*) {
 }  // namespace
 
 HostReadCounter::HostReadCounter() {
-  if (g_host_reads_counting.exchange(true)) throw std::logic_error("HostReadCounter: another counter is already active");
+  if (g_host_reads_counting.exchange(true))
+    throw std::logic_error("HostReadCounter: another counter is already active");
   g_reads = 0;
   g_handle =
       at::addGlobalCallback(at::RecordFunctionCallback(&count_scalar_read, &leave).scopes({at::RecordScope::FUNCTION}));

@@ -106,9 +106,10 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
         info["data_offsets"].size() != 2)
       throw bad("tensor '" + name + "' lacks dtype, shape or data_offsets [begin, end]");
     const auto dtype_text = info["dtype"].get<std::string>();
-    const auto* known =
-        std::find_if(std::begin(kSafetensorsDtypes), std::end(kSafetensorsDtypes), [&](const auto& d) { return dtype_text == d.first; });
-    if (known == std::end(kSafetensorsDtypes)) throw bad("tensor '" + name + "' has unsupported dtype '" + dtype_text + "'");
+    const auto* known = std::find_if(std::begin(kSafetensorsDtypes), std::end(kSafetensorsDtypes),
+                                     [&](const auto& d) { return dtype_text == d.first; });
+    if (known == std::end(kSafetensorsDtypes))
+      throw bad("tensor '" + name + "' has unsupported dtype '" + dtype_text + "'");
     Entry e{name, known->second, {}, 0};
     uint64_t numel = 1;
     for (const auto& dim : info["shape"]) {

@@ -58,8 +58,8 @@ DoctorCheck check_hip_runtime(const DoctorInputs&) {
   if (hip.value("available", false)) return passed("hip_runtime", value);
   if (std::string(RCL_TORCH_BUILD) == "rocm")
     return failed("hip_runtime", value,
-                "a ROCm libtorch without a working HIP runtime: check the amdgpu driver (dkms), "
-                "/dev/kfd permissions (render/video groups) and the visible-devices variables");
+                  "a ROCm libtorch without a working HIP runtime: check the amdgpu driver (dkms), "
+                  "/dev/kfd permissions (render/video groups) and the visible-devices variables");
   return warned("hip_runtime", value, "no HIP device here: only the CPU checks can run");
 }
 
@@ -73,12 +73,12 @@ DoctorCheck check_visible_devices(const DoctorInputs& in) {
   const auto* cuda = get(in.env, "CUDA_VISIBLE_DEVICES");
   if (hip && cuda && *hip != *cuda)
     return warned("visible_devices", value,
-                "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree; HIP uses the first, "
-                "launchers and scripts often set the second: set one");
+                  "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree; HIP uses the first, "
+                  "launchers and scripts often set the second: set one");
   if (hip && get(in.env, "ROCR_VISIBLE_DEVICES"))
     return warned("visible_devices", value,
-                "with ROCR_VISIBLE_DEVICES set, HIP_VISIBLE_DEVICES indexes the devices ROCr "
-                "left, not the node's: prefer one of them");
+                  "with ROCR_VISIBLE_DEVICES set, HIP_VISIBLE_DEVICES indexes the devices ROCr "
+                  "left, not the node's: prefer one of them");
   return passed("visible_devices", value);
 }
 
@@ -86,13 +86,14 @@ DoctorCheck check_gpu_arch(const DoctorInputs& in) {
   const auto archs = kfd_gpu_archs(in.kfd_topology);
   if (archs.empty())
     return warned("gpu_arch", "no GPU in the KFD topology (" + in.kfd_topology + ")",
-                "no amdgpu device: the amdgpu driver is not loaded or this is not a ROCm node");
+                  "no amdgpu device: the amdgpu driver is not loaded or this is not a ROCm node");
   const std::set<std::string> distinct(archs.begin(), archs.end());
   const std::string value = fmt::format("{} GPU(s): {}", archs.size(), join({distinct.begin(), distinct.end()}));
   if (const auto* override_version = get(in.env, "HSA_OVERRIDE_GFX_VERSION"))
-    return warned("gpu_arch", value + ", HSA_OVERRIDE_GFX_VERSION=" + *override_version,
-                "kernels built for another ISA run on this one: unsupported on data-centre GPUs and a known source of "
-                "wrong results; unset it where the GPU is supported");
+    return warned(
+        "gpu_arch", value + ", HSA_OVERRIDE_GFX_VERSION=" + *override_version,
+        "kernels built for another ISA run on this one: unsupported on data-centre GPUs and a known source of "
+        "wrong results; unset it where the GPU is supported");
   if (distinct.size() > 1)
     return warned("gpu_arch", value, "mixed GPU architectures on one node: a multi-GPU run mixes kernels and speeds");
   return passed("gpu_arch", value);
@@ -105,9 +106,9 @@ DoctorCheck check_pytorch_rocm_arch(const DoctorInputs& in) {
   for (const auto& a : archs)
     if (arch->find(a) == std::string::npos)
       return warned("pytorch_rocm_arch", *arch,
-                  "PYTORCH_ROCM_ARCH only matters when building PyTorch or extensions, and "
-                  "it lacks this node's " +
-                      a + ": a build made with it has no kernels here");
+                    "PYTORCH_ROCM_ARCH only matters when building PyTorch or extensions, and "
+                    "it lacks this node's " +
+                        a + ": a build made with it has no kernels here");
   return passed("pytorch_rocm_arch", *arch + " (build-time only)");
 }
 
@@ -125,9 +126,9 @@ DoctorCheck probe(const DoctorInputs& in, const char* name, torch::ScalarType dt
     const std::string value = fmt::format("matmul on {}: max relative error {:.2g}", in.device.str(), rel);
     if (std::isfinite(rel) && rel <= tolerance) return passed(name, value);
     return failed(name, value,
-                fmt::format("above {:.0e}: this precision's GEMM is wrong here; run with "
-                            "--stress gemm to see which shapes",
-                            tolerance));
+                  fmt::format("above {:.0e}: this precision's GEMM is wrong here; run with "
+                              "--stress gemm to see which shapes",
+                              tolerance));
   } catch (const std::exception& e) {
     const std::string what = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     if (!in.device.is_cuda())
@@ -163,13 +164,13 @@ DoctorCheck check_alloc_conf(const DoctorInputs& in) {
       const std::string key = item.substr(0, item.find(':'));
       if (!key.empty() && !known.count(key))
         return failed("allocator_conf", value,
-                    "unknown allocator option '" + key + "': libtorch refuses it at the first device allocation");
+                      "unknown allocator option '" + key + "': libtorch refuses it at the first device allocation");
     }
   }
   if (hip && cuda && *hip != *cuda)
     return warned("allocator_conf", value,
-                "both set and different: libtorch 2.x on ROCm reads PYTORCH_HIP_ALLOC_CONF, "
-                "1.13 the CUDA one; set one (or rocm.* allocator keys)");
+                  "both set and different: libtorch 2.x on ROCm reads PYTORCH_HIP_ALLOC_CONF, "
+                  "1.13 the CUDA one; set one (or rocm.* allocator keys)");
   return passed("allocator_conf", value);
 }
 
@@ -188,8 +189,8 @@ DoctorCheck check_tunableop(const DoctorInputs& in) {
   const auto* tuning = get(in.env, "PYTORCH_TUNABLEOP_TUNING");
   if ((!tuning || *tuning != "0") && !get(in.env, "PYTORCH_TUNABLEOP_FILENAME"))
     return warned("tunableop", value,
-                "tuning without PYTORCH_TUNABLEOP_FILENAME writes tunableop_results<N>.csv into "
-                "the working directory and re-tunes in every new one: set rocm.tunableop_results_file");
+                  "tuning without PYTORCH_TUNABLEOP_FILENAME writes tunableop_results<N>.csv into "
+                  "the working directory and re-tunes in every new one: set rocm.tunableop_results_file");
   return passed("tunableop", value);
 }
 
@@ -198,12 +199,12 @@ DoctorCheck check_miopen(const DoctorInputs& in) {
   static const std::set<std::string> modes = {"NORMAL", "FAST", "HYBRID", "DYNAMIC_HYBRID", "1", "2", "3", "5"};
   if (const auto* mode = get(in.env, "MIOPEN_FIND_MODE"); mode && !modes.count(*mode))
     return warned("miopen", value,
-                "MIOPEN_FIND_MODE=" + *mode + " is not a find mode (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID)");
+                  "MIOPEN_FIND_MODE=" + *mode + " is not a find mode (NORMAL, FAST, HYBRID, DYNAMIC_HYBRID)");
   const auto* db = get(in.env, "MIOPEN_USER_DB_PATH");
   if (!db)
     return warned("miopen", value,
-                "every job of this user shares ~/.config/miopen, and concurrent jobs corrupt it "
-                "(MIOpen#1878, #2214): set rocm.miopen_user_db=per-run or a per-node MIOPEN_USER_DB_PATH");
+                  "every job of this user shares ~/.config/miopen, and concurrent jobs corrupt it "
+                  "(MIOpen#1878, #2214): set rocm.miopen_user_db=per-run or a per-node MIOPEN_USER_DB_PATH");
   std::error_code ec;
   if (fs::exists(*db, ec) && ::access(db->c_str(), W_OK) != 0)
     return failed("miopen", value, "MIOPEN_USER_DB_PATH is not writable: MIOpen cannot keep what it finds");
@@ -223,9 +224,9 @@ DoctorCheck check_serialization(const DoctorInputs& in) {
   for (const char* name : {"AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING"})
     if (const auto* v = get(in.env, name); v && *v != "0")
       return warned("debug_serialization", value,
-                  std::string(name) +
-                      " serialises kernels: right for debugging, but "
-                      "step times and hangs then are not the production ones");
+                    std::string(name) +
+                        " serialises kernels: right for debugging, but "
+                        "step times and hangs then are not the production ones");
   return passed("debug_serialization", value);
 }
 
@@ -237,8 +238,8 @@ DoctorCheck check_collectives_env(const DoctorInputs& in) {
   const std::string value = listed(in.env, names);
   if (const auto* v = get(in.env, "RCCL_MSCCLPP_ENABLE"); v && *v == "1")
     return warned("rccl_env", value,
-                "MSCCL++ gave wrong all-reduce results with the LL protocol (TheRock#7871): "
-                "RCCL_MSCCLPP_ENABLE=0 unless it is the thing under test");
+                  "MSCCL++ gave wrong all-reduce results with the LL protocol (TheRock#7871): "
+                  "RCCL_MSCCLPP_ENABLE=0 unless it is the thing under test");
   if (const auto* v = get(in.env, "NCCL_P2P_DISABLE"); v && *v == "1")
     return warned("rccl_env", value, "NCCL_P2P_DISABLE=1 routes through host memory: slower, and it hides P2P faults");
   return passed("rccl_env", value);
@@ -257,8 +258,8 @@ DoctorCheck check_kernel_cmdline(const DoctorInputs& in) {
   const std::string value = fmt::format("{} GPU(s); {}", gpus, passthrough ? "IOMMU pass-through/off" : "no iommu=pt");
   if (gpus > 1 && !passthrough)
     return warned("kernel_cmdline", value,
-                "multi-GPU runs hang in RCCL without iommu=pt (ROCm/rccl#1129, "
-                "ROCm/vllm#390): add iommu=pt to the kernel command line");
+                  "multi-GPU runs hang in RCCL without iommu=pt (ROCm/rccl#1129, "
+                  "ROCm/vllm#390): add iommu=pt to the kernel command line");
   return passed("kernel_cmdline", value);
 }
 
@@ -306,8 +307,9 @@ std::vector<DoctorCheck> run_doctor(const DoctorInputs& in) {
   const auto device_probe = [allocator_refused](const char* name, torch::ScalarType dtype) -> Check {
     return [=](const DoctorInputs& i) {
       if (allocator_refused)
-        return warned(name, "not run: libtorch would refuse the allocator configuration at this probe's first allocation",
-                    "fix allocator_conf, then run doctor again");
+        return warned(name,
+                      "not run: libtorch would refuse the allocator configuration at this probe's first allocation",
+                      "fix allocator_conf, then run doctor again");
       return probe(i, name, dtype);
     };
   };

@@ -38,7 +38,6 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
   return it == j.end() || !it->is_number() ? std::numeric_limits<double>::quiet_NaN() : it->get<double>();
 }
 
-
 std::vector<std::string> differing_training_keys(const nlohmann::json& a, const nlohmann::json& b) {
   std::vector<std::string> keys;
   const auto ta = a.value("training", nlohmann::json::object());

@@ -39,7 +39,6 @@ std::optional<Beat> read_beat(const std::filesystem::path& path) {
               pid.is_number_integer() ? pid.get<int64_t>() : 0, beat.value("host", "")};
 }
 
-
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 }  // namespace
 

@@ -37,7 +37,6 @@ const std::vector<CaseFamily>& case_families() {
 
 constexpr int64_t kCandidateSizes[] = {int64_t{32} << 10, int64_t{1} << 20, int64_t{3} << 20, int64_t{12} << 20};
 
-
 int64_t element_size(torch::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
 
 // Elements of rank `from`'s all-to-all input that precede its part for rank `to`.

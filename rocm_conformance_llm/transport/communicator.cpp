@@ -48,7 +48,6 @@ bool mentions_timeout(const std::string& error) {
   return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 
-
 // libtorch 2.x's TCPStoreOptions has `useLibUV`, true by default, but a libtorch built without
 // libuv (Debian's) refuses it ("use_libuv was requested but PyTorch was built without libuv
 // support"), and the query for it (c10d::detail::is_libuv_tcpstore_backend_available) is not

@@ -88,7 +88,6 @@ int first_rank_not_in(const std::vector<int>& odd) {
   return rank;
 }
 
-
 }  // namespace
 
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, DataParallel data_parallel)
@@ -254,8 +253,9 @@ std::vector<Finding> ProcessGroupSync::run_canary() {
     }
     if (bad_ranks.empty()) continue;
     const int64_t bytes = kCanaryElements[i] * 4;
-    std::string message = fmt::format("exact all-reduce canary ({} float32) wrong on rank{} {}", binary_size_text(bytes),
-                                      bad_ranks.size() > 1 ? "s" : "", fmt::join(bad_ranks, ","));
+    std::string message =
+        fmt::format("exact all-reduce canary ({} float32) wrong on rank{} {}", binary_size_text(bytes),
+                    bad_ranks.size() > 1 ? "s" : "", fmt::join(bad_ranks, ","));
     nlohmann::json evidence = {{"bytes", bytes},
                                {"elements", kCanaryElements[i]},
                                {"wrong_ranks", bad_ranks},

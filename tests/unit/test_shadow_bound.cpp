@@ -39,7 +39,8 @@ TEST(ShadowBound, GemmCoefficientsByHand) {
   const GemmBound fp64 = gemm_bound(torch::kDouble, 4, accumulation_roundoff(torch::kDouble));
   EXPECT_EQ(fp64.per_output_norm(), two_to(-50));
   EXPECT_EQ(fp64.per_input_norms(), two_to(-49));
-  EXPECT_THROW(gemm_bound(torch::kInt, 4, accumulation_roundoff(torch::kInt)), std::invalid_argument);  // no roundoff for integers
+  EXPECT_THROW(gemm_bound(torch::kInt, 4, accumulation_roundoff(torch::kInt)),
+               std::invalid_argument);  // no roundoff for integers
   // A device that sums bf16 in bf16, K = 256: 8 2^-8 16 = 2^-1; the output's term is unchanged.
   const GemmBound bf16_sums = gemm_bound(torch::kBFloat16, 256, unit_roundoff(torch::kBFloat16));
   EXPECT_EQ(bf16_sums.per_output_norm(), two_to(-5));
@@ -73,7 +74,8 @@ TEST(ShadowBound, GrowsWithKAndScalesWithTheOutputsRoundoff) {
     EXPECT_DOUBLE_EQ(gemm_bound(torch::kFloat, 4 * k, accumulation_roundoff(torch::kFloat)).per_input_norms(),
                      2 * gemm_bound(torch::kFloat, k, accumulation_roundoff(torch::kFloat)).per_input_norms());
     // The output's term is the dtype's u alone; the accumulation's is fp32's for every reduced dtype.
-    const GemmBound fp32 = gemm_bound(torch::kFloat, k, accumulation_roundoff(torch::kFloat)), bf16 = gemm_bound(torch::kBFloat16, k, accumulation_roundoff(torch::kBFloat16)),
+    const GemmBound fp32 = gemm_bound(torch::kFloat, k, accumulation_roundoff(torch::kFloat)),
+                    bf16 = gemm_bound(torch::kBFloat16, k, accumulation_roundoff(torch::kBFloat16)),
                     fp16 = gemm_bound(torch::kHalf, k, accumulation_roundoff(torch::kHalf));
     EXPECT_EQ(bf16.per_output_norm() / fp32.per_output_norm(), two_to(16));
     EXPECT_EQ(fp16.per_output_norm() / fp32.per_output_norm(), two_to(13));

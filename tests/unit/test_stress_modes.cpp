@@ -229,7 +229,6 @@ StressMode canary_mode(CapabilityRequirement requirement) {
           .requires_capability = requirement};
 }
 
-
 TEST(StressRegistry, HasTheSpecsModesAndEveryRuleCommutesAndIsIdempotent) {
   const auto names = stress_mode_names();
   for (const char* spec : {"gemm", "rng", "comm", "memory", "fusion"})

@@ -32,7 +32,6 @@ torch::Tensor probe_slice(torch::Tensor t, int64_t seq_len) {
   return t.to(torch::kFloat).contiguous();
 }
 
-
 // One backend's output; throws c10::Error where the build or device has no such kernel.
 torch::Tensor run_backend(const std::string& backend, const torch::Tensor& q, const torch::Tensor& k,
                           const torch::Tensor& v, const torch::Tensor& allowed, bool masked) {

@@ -298,7 +298,9 @@ Registry<DetectorSpec>& detector_table() {
 
 const std::vector<DetectorSpec>& detector_registry() { return detector_table().entries(); }
 
-DetectorRegistration register_detector(DetectorSpec spec) { return DetectorRegistration(detector_table(), std::move(spec)); }
+DetectorRegistration register_detector(DetectorSpec spec) {
+  return DetectorRegistration(detector_table(), std::move(spec));
+}
 
 const SignatureSpec* find_signature(std::string_view id) {
   const auto held = detector_table().lock();

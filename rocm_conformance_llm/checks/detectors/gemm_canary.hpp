@@ -12,7 +12,9 @@
 //   worst element             max |C - R| / rms(R)          <= 16 u + 64 u_acc sqrt(K)
 // Honest rounding gives about u/sqrt(3) and u*max|R|/rms(R) (~5u for a million outputs), so
 // these leave a 3-10x margin, while one wrong row of a 256-row output already costs 1/16
-// relative error. "Finite in, non-finite out" is checked separately and always fails.
+// relative error. "Finite in, non-finite out" is checked separately and always fails. A device
+// seen to sum a dtype in the dtype itself (gemm_sums_in_float32) has that dtype's shapes
+// reported unsupported: its honest error would be outside these tolerances.
 #pragma once
 
 #include <cstdint>

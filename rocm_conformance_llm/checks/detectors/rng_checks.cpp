@@ -24,7 +24,6 @@ namespace {
 constexpr int64_t kMaskCheckElements = 1 << 16;
 constexpr double kMaskCheckDropout = 0.1;
 
-
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
 }  // namespace
 

@@ -8,9 +8,6 @@
 
 namespace rcl::stats {
 
-namespace {
-}  // namespace
-
 double median(std::vector<double> values) { return percentile(std::move(values), 0.5); }
 
 double percentile(std::vector<double> values, double q) {
