@@ -3,7 +3,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <utility>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -19,9 +19,10 @@ double accumulation_roundoff(c10::ScalarType dtype) {
 bool gemm_sums_in_float32(c10::ScalarType dtype, const c10::Device& device) {
   if (dtype != c10::kBFloat16 && dtype != c10::kHalf) return true;
   static std::mutex mutex;
-  static std::map<std::pair<std::string, c10::ScalarType>, bool> answers;
+  // Asked at every shadow verdict: a key built without allocating.
+  static std::map<std::tuple<c10::DeviceType, c10::DeviceIndex, c10::ScalarType>, bool> answers;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(device.str(), dtype);
+  const auto key = std::make_tuple(device.type(), device.index(), dtype);
   if (const auto it = answers.find(key); it != answers.end()) return it->second;
   torch::NoGradGuard no_grad;
   AutocastGuard no_autocast(device.type(), AutocastState{.enabled = false});
