@@ -37,6 +37,10 @@ RCL_ENUM_NAMES(AttentionBackend, {AttentionBackend::math, "math"}, {AttentionBac
 // Deterministic algorithms, ordered off < replay < all.
 enum class Determinism { off, replay, all };
 RCL_ENUM_NAMES(Determinism, {Determinism::off, "off"}, {Determinism::replay, "replay"}, {Determinism::all, "all"})
+// Which of the step's GEMMs the checksum check judges.
+enum class GemmChecksums { all, rotating, off };
+RCL_ENUM_NAMES(GemmChecksums, {GemmChecksums::all, "all"}, {GemmChecksums::rotating, "rotating"},
+               {GemmChecksums::off, "off"})
 // Data parallelism, ordered by what it shards.
 enum class DataParallel { ddp, zero, fsdp };
 RCL_ENUM_NAMES(DataParallel, {DataParallel::ddp, "ddp"}, {DataParallel::zero, "zero"}, {DataParallel::fsdp, "fsdp"})
@@ -211,6 +215,10 @@ struct ConfigField {
   X(int64_t, gemm_canary_interval, 100, at_least(0), "steps between GEMM shape canaries (0 = off)")                  \
   X(int64_t, shadow_check_interval, 1, at_least(0),                                                                  \
     "steps between shadow checks of one of the step's own GEMMs in float64 (0 = off)")                               \
+  X(GemmChecksums, gemm_checksums, GemmChecksums::rotating, one_of_names<GemmChecksums>(),                           \
+    "row and column checksums of the step's GEMMs, forward and backward: all (each call in its step), rotating "      \
+    "(gemm_checksums_per_step distinct GEMMs a step, in turn), off")                                                 \
+  X(int64_t, gemm_checksums_per_step, 4, at_least(1), "distinct GEMMs checked a step when gemm_checksums is rotating") \
   X(double, collective_latency_zscore, 8.0, above(0), "robust z of a collective's latency")                          \
   X(double, collective_latency_min_step_fraction, 0.25, above(0),                                                    \
     "a latency spike's extra time, as a share of the median step time")                                              \

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/workload/checkpointing.hpp"
+#include "rocm_conformance_llm/workload/gemm_checks.hpp"
 #include "rocm_conformance_llm/workload/op_tap.hpp"
 
 // at::scaled_dot_product_attention and its backend switches are public from libtorch 2.0;
@@ -292,7 +293,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   const auto x = tp_.enter(input);  // tensor parallel: the whole sequence, on every rank of the group
   const int64_t batch = x.size(0), seq = x.size(1);
-  auto qkv_out = tapped_linear(qkv, x);  // [B, T, C + 2 KV] (tensor parallel: this rank's heads' share)
+  auto qkv_out = tapped_linear(qkv, x, "attn.qkv");  // [B, T, C + 2 KV] (tensor parallel: this rank's heads' share)
   const int64_t width = num_heads_ * head_dim_;
   if (conv_kernel_ > 0) {
     // Left padding only: position t sees t-k+1..t, never the future. Back to channels-last in
@@ -328,7 +329,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   }
   if (strided_v_) v = strided_view_of(v);
   const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
-  return tp_.row_parallel_linear(y, proj->weight, proj->bias);
+  return tp_.row_parallel_linear(y, proj->weight, proj->bias, "attn.proj");
 }
 
 void CausalSelfAttentionImpl::use_tensor_parallel(TensorParallelLink link, int degree) {
@@ -369,16 +370,16 @@ MlpImpl::MlpImpl(const TrainingConfig& cfg) : swiglu_(cfg.activation == Activati
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const auto h = tapped_linear(up, tp_.enter(x));
-  if (!swiglu_) return tp_.row_parallel_linear(torch::gelu(h), down->weight, down->bias);
+  const auto h = tapped_linear(up, tp_.enter(x), "mlp.up");
+  if (!swiglu_) return tp_.row_parallel_linear(torch::gelu(h), down->weight, down->bias, "mlp.down");
   const auto gate_value = h.chunk(2, -1);
-  return tp_.row_parallel_linear(torch::silu(gate_value[0]) * gate_value[1], down->weight, down->bias);
+  return tp_.row_parallel_linear(torch::silu(gate_value[0]) * gate_value[1], down->weight, down->bias, "mlp.down");
 }
 
 // --- block ---
 
 BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOptions& options)
-    : dropout_(cfg.dropout), drop_path_(cfg.drop_path * double(index + 1) / double(cfg.num_layers)) {
+    : index_(index), dropout_(cfg.dropout), drop_path_(cfg.drop_path * double(index + 1) / double(cfg.num_layers)) {
   norm_attn_ = register_module("norm_attn", Norm(cfg.norm, cfg.hidden_size));
   attn = register_module("attn", CausalSelfAttention(cfg, options));
   norm_mlp_ = register_module("norm_mlp", Norm(cfg.norm, cfg.hidden_size));
@@ -391,6 +392,7 @@ BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOption
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  const GemmLayerScope layer(index_);  // names this block's GEMMs, recomputed ones too
   auto a = attn(norm_attn_(x));
   if (!post_norm_attn_.is_empty()) a = post_norm_attn_(a);
   const auto h = x + residual_branch(a);
@@ -459,7 +461,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   }
   x = final_norm_(x);
   if (parallel_.sequence_parallel) x = gather_sequence_for_replicated(x, *parallel_.tensor, "lm_head.in");
-  auto logits = tapped_linear(x, wte_->weight);  // LM head tied to the token embedding
+  auto logits = tapped_linear(x, wte_->weight, {}, "lm_head");  // LM head tied to the token embedding
   if (fsdp_) fsdp_->end_forward();
   return logits;
 }

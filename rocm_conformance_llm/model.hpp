@@ -193,6 +193,7 @@ class BlockImpl : public torch::nn::Module {
   Norm norm_mlp_{nullptr};
   Norm post_norm_attn_{nullptr};  // sandwich layout only
   Norm post_norm_mlp_{nullptr};
+  int64_t index_;
   double dropout_;
   double drop_path_;
 };

@@ -47,6 +47,7 @@ constexpr std::array kFaults = {
     FaultTraits{FaultKind::collective_corrupt, "collective-corrupt", false, FaultValue::none},
     FaultTraits{FaultKind::collective_hang, "collective-hang", true, FaultValue::none},
     FaultTraits{FaultKind::slow_all_to_all, "slow-all-to-all", false, FaultValue::seconds},
+    FaultTraits{FaultKind::gemm_output_corrupt, "gemm-output-corrupt", true, FaultValue::none},
 };
 // Indexed by FaultKind: every kind has its row, in enum order (checked when compiling).
 constexpr bool table_follows_enum() {
@@ -186,7 +187,7 @@ std::string fault_syntax_help() {
          "rng-skew@rank=1, hang@step=40, gemm-corrupt, gemm-corrupt-once@step=5, attention-mask-corrupt, "
          "rank-stop@phase=grad_sync@rank=1, logits-nan-once@step=12, logits-nan@step=12, "
          "slow-collective=3@step=30, collective-corrupt@rank=1, collective-hang@step=10@rank=1, "
-         "slow-all-to-all=0.5@rank=1 (" +
+         "slow-all-to-all=0.5@rank=1, gemm-output-corrupt@step=5 (" +
          with_step + " need @step; rank-stop needs @phase)";
 }
 

@@ -82,6 +82,7 @@ enum class FaultKind : uint8_t {
   collective_corrupt,
   collective_hang,
   slow_all_to_all,
+  gemm_output_corrupt,
   count,  // not a fault: the number of kinds (faults/fault_plan.cpp checks its table against it)
 };
 

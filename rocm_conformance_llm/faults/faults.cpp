@@ -5,6 +5,8 @@
 #include <thread>
 #include <utility>
 
+#include "rocm_conformance_llm/workload/gemm_checks.hpp"
+
 namespace rcl {
 
 namespace {
@@ -63,6 +65,9 @@ void FaultInjector::on_phase(const char* phase, int64_t step, const std::vector<
 void FaultInjector::before_forward(int64_t step, bool first) {
   if (!first) return;
   if (active(FaultKind::hang, step)) hang_forever();
+  // gemm-output-corrupt: the step's first model GEMM (block 0's Q/K/V projection) stores one
+  // wrong element, silent data corruption inside a rocBLAS/hipBLASLt kernel.
+  if (active(FaultKind::gemm_output_corrupt, step)) corrupt_next_gemm(GemmPass::forward);
   if (active(FaultKind::nan, step)) {
     auto weight = nan_target(model_);
     nan_saved_ = weight.clone();

@@ -1,6 +1,7 @@
 #include "rocm_conformance_llm/workload/checkpointing.hpp"
 
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
+#include "rocm_conformance_llm/workload/gemm_checks.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -15,6 +16,7 @@ struct Recomputation : torch::CustomClassHolder {
   std::function<torch::Tensor(const torch::Tensor&)> fn;
   RngSnapshot rng;
   AutocastState autocast;
+  GemmObserver* gemms = nullptr;  // the recomputed GEMMs are the step's too
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
@@ -24,6 +26,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     const auto device = input.device();
     replay->rng = capture_rng(device);
     replay->autocast = current_autocast(device.type());
+    replay->gemms = armed_gemm_observer();
     ctx->save_for_backward({input});
     ctx->saved_data["replay"] = c10::IValue::make_capsule(replay);
     return replay->fn(input);
@@ -42,6 +45,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     {
       torch::AutoGradMode grad_enabled(true);
       AutocastGuard autocast(device.type(), replay->autocast);
+      const ObservedGemms gemms(replay->gemms);
       output = replay->fn(input);
     }
     restore_rng(after_forward, device);

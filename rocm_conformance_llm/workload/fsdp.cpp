@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
+#include "rocm_conformance_llm/workload/gemm_checks.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -15,11 +16,13 @@ using torch::autograd::variable_list;
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 // What the backward of one block needs: the unit, the block, and the forward's random and
-// autocast state, so the recomputation draws the same dropout masks in the same precision.
+// autocast state, so the recomputation draws the same dropout masks in the same precision, and
+// the GEMM observer it ran under (the recomputed GEMMs are the step's too).
 struct BlockReplay : torch::CustomClassHolder {
   FsdpBlock block;
   RngSnapshot rng;
   AutocastState autocast;
+  GemmObserver* gemms = nullptr;
 };
 
 struct FsdpBlockFunction : torch::autograd::Function<FsdpBlockFunction> {
@@ -30,6 +33,7 @@ struct FsdpBlockFunction : torch::autograd::Function<FsdpBlockFunction> {
     const auto device = x.device();
     replay->rng = capture_rng(device);
     replay->autocast = current_autocast(device.type());
+    replay->gemms = armed_gemm_observer();
     auto& unit = *replay->block.unit;
     unit.gather("fwd");
     torch::Tensor out = replay->block.forward(x);
@@ -53,6 +57,7 @@ struct FsdpBlockFunction : torch::autograd::Function<FsdpBlockFunction> {
     {
       torch::AutoGradMode grad_enabled(true);
       AutocastGuard autocast(device.type(), replay->autocast);
+      const ObservedGemms gemms(replay->gemms);
       const torch::Tensor output = replay->block.forward(input);
       restore_rng(after_forward, device);
       variable_list inputs{input};

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "rocm_conformance_llm/workload/model_widths.hpp"
+#include "rocm_conformance_llm/workload/op_tap.hpp"
 #include "rocm_conformance_llm/workload/tensor_parallel.hpp"
 
 namespace rcl {
@@ -66,7 +67,7 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
     const auto mine = torch::constant_pad_nd(rows.narrow(0, at, counts[e]), {0, 0, 0, padded - counts[e]});
     at += counts[e];
     const auto expert = static_cast<int64_t>(e);  // this rank's e-th
-    const auto h = torch::nn::functional::linear(mine, w_up[expert], b_up[expert]);
+    const auto h = tapped_linear(mine, w_up[expert], b_up[expert], "moe.up");
     torch::Tensor act;
     if (swiglu_) {
       const auto gate_value = h.chunk(2, -1);
@@ -74,7 +75,7 @@ torch::Tensor MoeFeedForwardImpl::experts_forward(const torch::Tensor& rows, con
     } else {
       act = torch::gelu(h);
     }
-    outputs.push_back(torch::nn::functional::linear(act, w_down[expert], b_down[expert]).narrow(0, 0, counts[e]));
+    outputs.push_back(tapped_linear(act, w_down[expert], b_down[expert], "moe.down").narrow(0, 0, counts[e]));
   }
   return torch::cat(outputs, 0);
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "rocm_conformance_llm/workload/gemm_checks.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -85,14 +86,15 @@ std::optional<TappedOp> TappedOp::as_computed() const {
   return op;
 }
 
-torch::Tensor tapped_linear(torch::nn::Linear& layer, const torch::Tensor& x) {
-  auto y = layer->forward(x);
+torch::Tensor tapped_linear(torch::nn::Linear& layer, const torch::Tensor& x, const char* site) {
+  auto y = observed_linear(x, layer->weight, layer->bias, site);
   if (t_observer) report(TappedOp::Kind::linear, {x, layer->weight, layer->bias}, y);
   return y;
 }
 
-torch::Tensor tapped_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  auto y = torch::nn::functional::linear(x, weight, bias);
+torch::Tensor tapped_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                            const char* site) {
+  auto y = observed_linear(x, weight, bias, site);
   if (t_observer) report(TappedOp::Kind::linear, {x, weight, bias}, y);
   return y;
 }

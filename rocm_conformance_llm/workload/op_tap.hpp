@@ -52,9 +52,12 @@ class ObservedOps {
   ObservedOps& operator=(const ObservedOps&) = delete;
 };
 
-// The taps: each runs the op as before and, when an observer is armed, reports it.
-torch::Tensor tapped_linear(torch::nn::Linear& layer, const torch::Tensor& x);
-torch::Tensor tapped_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+// The taps: each runs the op as before and, when an observer is armed, reports it. A linear runs
+// through observed_linear (workload/gemm_checks.hpp), so the checksum check sees its GEMMs; `site`
+// names it there ("attn.qkv", ...).
+torch::Tensor tapped_linear(torch::nn::Linear& layer, const torch::Tensor& x, const char* site);
+torch::Tensor tapped_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                            const char* site);
 torch::Tensor tapped_matmul(const torch::Tensor& a, const torch::Tensor& b);
 torch::Tensor tapped_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                 double eps);

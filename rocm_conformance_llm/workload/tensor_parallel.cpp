@@ -151,9 +151,9 @@ torch::Tensor TensorParallelLink::enter(const torch::Tensor& x) const {
 }
 
 torch::Tensor TensorParallelLink::row_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight,
-                                                      const torch::Tensor& bias) const {
-  if (!group_) return tapped_linear(x, weight, bias);
-  const auto partial = tapped_linear(x, weight);
+                                                      const torch::Tensor& bias, const char* site) const {
+  if (!group_) return tapped_linear(x, weight, bias, site);
+  const auto partial = tapped_linear(x, weight, {}, site);
   const auto reduced = sequence_parallel_ ? reduce_scatter_sequence(partial, *group_, name_ + ".out")
                                           : reduce_from_parallel_region(partial, *group_, name_ + ".out");
   return bias.defined() ? reduced + bias : reduced;

@@ -50,8 +50,8 @@ class TensorParallelLink {
   torch::Tensor enter(const torch::Tensor& x) const;
   // A row-parallel linear without its bias, the partial sums reduced, then the bias (added once);
   // without a group, the plain linear.
-  torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight,
-                                    const torch::Tensor& bias) const;
+  torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                    const char* site) const;
 
  private:
   std::shared_ptr<ModelParallelGroup> group_;

@@ -12,6 +12,7 @@
 #include "rocm_conformance_llm/checks/detectors/collectives.hpp"
 #include "rocm_conformance_llm/checks/detectors/comm_monitor.hpp"
 #include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
+#include "rocm_conformance_llm/checks/detectors/gemm_checksums.hpp"
 #include "rocm_conformance_llm/checks/detectors/memory.hpp"
 #include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/checks/detectors/op_counter.hpp"
@@ -125,6 +126,14 @@ std::vector<DetectorSpec> builtin_detectors() {
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.diag.shadow_check_interval <= 0) return nullptr;
          return std::make_unique<ShadowCheck>(c.diag, c.log, *c.loop);
+       }},
+      {"gemm_checksums",
+       "loop",
+       {{"gemm_checksum_mismatch", rocblas, fail, kRepeated, "gemm-output-corrupt", isolate_node}},
+       {"diagnostics.gemm_checksums", "diagnostics.gemm_checksums_per_step"},
+       [](const DetectorContext& c) -> std::unique_ptr<Detector> {
+         if (!c.loop || c.diag.gemm_checksums == GemmChecksums::off) return nullptr;
+         return std::make_unique<GemmChecksumCheck>(c.diag, c.log, *c.loop);
        }},
       {"attention_probe",
        "loop",

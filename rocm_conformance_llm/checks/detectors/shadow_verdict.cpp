@@ -55,12 +55,19 @@ torch::Tensor verdict(const torch::Tensor& diff, const torch::Tensor& bound, con
   return torch::stack({worst, relative, judged.all().to(torch::kDouble)});
 }
 
-// C = A B (+ bias): see the bound in shadow_bound.hpp. The projection C x of a bf16 or
-// fp16 output is summed in fp32, not copied to fp64 first: flipping signs is exact, and an fp32
-// tree sum of N terms errs by ~log2(N) 2^-24 sqrt(N) ||c_i||, below 1% of the bound's first term
-// 8 u ||c_i|| for N up to 10^6; fp32 and fp64 outputs are projected in fp64.
-torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
-                           const torch::Tensor& c, torch::ScalarType dtype) {
+// Each row's projected error, its bound, reference and whether it is judged, float64 [.., M, 1].
+struct RowChecks {
+  torch::Tensor diff, bound, reference, judged;
+};
+
+// C = A B (+ bias): see the bound in shadow_bound.hpp. `bias` is added along C's rows (a linear's,
+// [N]); or, `bias_per_row`, bias[i] is added to every element of row i (a linear's bias as the
+// transposed product Cᵀ = Bᵀ Aᵀ sees it). The projection C x of a bf16 or fp16 output is summed in
+// fp32, not copied to fp64 first: flipping signs is exact, and an fp32 tree sum of N terms errs by
+// ~log2(N) 2^-24 sqrt(N) ||c_i||, below 1% of the bound's first term 8 u ||c_i|| for N up to
+// 10^6; fp32 and fp64 outputs are projected in fp64.
+RowChecks row_checks(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias, bool bias_per_row,
+                     const torch::Tensor& c, torch::ScalarType dtype) {
   const auto device = c.device();
   const int64_t n = c.size(-1);
   const auto x = signs(n, torch::kDouble, device).unsqueeze(-1);
@@ -69,7 +76,9 @@ torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const
           ? c.mul(signs(n, c.scalar_type(), device)).sum(-1, /*keepdim=*/true, torch::kFloat).to(torch::kDouble)
           : torch::matmul(c.to(torch::kDouble), x);
   auto reference = torch::matmul(a.to(torch::kDouble), torch::matmul(b.to(torch::kDouble), x));
-  if (bias.defined()) reference = reference + torch::matmul(bias.to(torch::kDouble), x);
+  if (bias.defined())
+    reference = reference + (bias_per_row ? bias.to(torch::kDouble).unsqueeze(-1).mul(x.sum())
+                                          : torch::matmul(bias.to(torch::kDouble), x));
   const GemmBound row_bound = gemm_bound(dtype, a.size(-1), gemm_accumulation_roundoff(dtype, device));
   const auto b_cols = norms(b, -2);  // [.., 1, N]
   const auto b_fro = b_cols.norm(2, {-2, -1}, /*keepdim=*/true);
@@ -79,7 +88,21 @@ torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const
   // overflow (fp16 forward): that is a range effect for the non-finite detectors, not a wrong GEMM.
   auto judged = a_rows.mul(b_cols.amax(-1, true)).le(largest_finite(dtype));  // false for NaN/Inf inputs too
   if (bias.defined()) judged = judged.logical_and(bias.isfinite().all());
-  return verdict((projected - reference).abs(), bound, reference, judged, a.scalar_type());
+  return {(projected - reference).abs(), bound, reference, judged};
+}
+
+torch::Tensor gemm_verdict(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                           const torch::Tensor& c, torch::ScalarType dtype) {
+  const auto rows = row_checks(a, b, bias, /*bias_per_row=*/false, c, dtype);
+  return verdict(rows.diff, rows.bound, rows.reference, rows.judged, a.scalar_type());
+}
+
+// [worst error/bound, the row it is in, 1 if every row was judged] of a 2-D product.
+std::array<torch::Tensor, 3> worst_row(const RowChecks& rows, torch::ScalarType input_dtype) {
+  const auto ratio = at::where(rows.judged, rows.diff.div(rows.bound.clamp_min(bound_floor(input_dtype))), 0.0)
+                         .reshape({-1});
+  const auto at = ratio.argmax();  // a NaN counts as the largest
+  return {ratio.index({at}), at.to(torch::kDouble), rows.judged.all().to(torch::kDouble)};
 }
 
 // LayerNorm over the weight's shape, per element (bound in shadow_bound.hpp).
@@ -183,17 +206,20 @@ void row_sums(const T* p, int64_t rows, int64_t row_stride, int64_t col_stride, 
 }
 
 // Folds one judged error into the worst ratio so far (a NaN error makes it NaN, and it stays);
-// divides only when the ratio may exceed it.
-void fold_worst(double& worst, double diff, double bound) {
-  if (diff <= worst * bound || std::isnan(worst)) return;
+// divides only when the ratio may exceed it. Returns whether it became the worst.
+bool fold_worst(double& worst, double diff, double bound) {
+  if (diff <= worst * bound || std::isnan(worst)) return false;
   worst = diff / bound;
+  return true;
 }
 
-// gemm_verdict in one pass: c = a b (+ bias), a [.., M, K], b [.., K, N] (any strides), c [.., M, N].
+// gemm_verdict in one pass: c = a b (+ bias), a [.., M, K], b [.., K, N] (any strides), c [.., M, N];
+// `bias_per_row` as in row_checks. [worst, relative error, 1 if every row was judged, the worst row
+// (of the last batch it is in)].
 template <typename T>
-std::array<double, 3> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, int64_t a_cs, const torch::Tensor& b,
-                                        int64_t b_rs, int64_t b_cs, const torch::Tensor& bias, const torch::Tensor& c,
-                                        torch::ScalarType dtype) {
+std::array<double, 4> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, int64_t a_cs, const torch::Tensor& b,
+                                        int64_t b_rs, int64_t b_cs, const torch::Tensor& bias, bool bias_per_row,
+                                        const torch::Tensor& c, torch::ScalarType dtype) {
   const int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
   const auto batch = c.sizes().slice(0, c.dim() - 2);
   const auto a_origins = batch_origins(a, a.dim() - 2, batch), b_origins = batch_origins(b, b.dim() - 2, batch);
@@ -201,19 +227,24 @@ std::array<double, 3> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, in
   const T *pa = a.data_ptr<T>(), *pb = b.data_ptr<T>(), *pc = c.data_ptr<T>();
   std::vector<double> x(n), bx(k), unused(k), column(n), ax(m), a2(m), cx(m), c2(m);
   for (int64_t j = 0; j < n; ++j) x[j] = sign_of(j);
-  double bias_x = 0.0;
+  // What the bias adds to row i's projection: bias . x for every row, or bias[i] sum(x).
+  double bias_x = 0.0, x_sum = 0.0;
+  for (const double v : x) x_sum += v;
+  std::vector<double> row_bias(bias_per_row ? m : 0, 0.0);
   bool bias_finite = true;
   if (bias.defined()) {
     const T* pbias = bias.data_ptr<T>();
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < bias.size(0); ++j) {
       const double v = static_cast<double>(pbias[j * bias.stride(0)]);
-      bias_x += v * x[j];
+      if (bias_per_row) row_bias[j] = v * x_sum;
+      else bias_x += v * x[j];
       bias_finite = bias_finite && std::isfinite(v);
     }
   }
   const GemmBound row_bound = gemm_bound(dtype, k, gemm_accumulation_roundoff(dtype, c.device()));
   const double largest = largest_finite(dtype), floor = bound_floor(a.scalar_type());
   double worst = 0.0, diff2 = 0.0, ref2 = 0.0;
+  int64_t worst_row = 0;
   bool all_judged = true;
   double b_fro = 0.0, b_widest = 0.0;
   int64_t b_origin = -1;
@@ -241,17 +272,17 @@ std::array<double, 3> host_gemm_verdict(const torch::Tensor& a, int64_t a_rs, in
     row_sums(pa + a_origins[batch_index], m, a_rs, a_cs, bx.data(), k, ax.data(), a2.data());
     row_sums(pc + c_origins[batch_index], m, c.stride(-2), c.stride(-1), x.data(), n, cx.data(), c2.data());
     for (int64_t i = 0; i < m; ++i) {
-      const double reference = ax[i] + bias_x, a_norm = std::sqrt(a2[i]);
+      const double reference = ax[i] + (bias_per_row ? row_bias[i] : bias_x), a_norm = std::sqrt(a2[i]);
       const double diff = std::abs(cx[i] - reference);
       const double bound = row_bound.row(std::sqrt(c2[i]), a_norm, b_fro);
       const bool judged = a_norm * b_widest <= largest && bias_finite;
-      if (judged) fold_worst(worst, diff, std::max(bound, floor));
+      if (judged && fold_worst(worst, diff, std::max(bound, floor))) worst_row = i;
       all_judged = all_judged && judged;
       diff2 += diff * diff;
       ref2 += reference * reference;
     }
   }
-  return {worst, std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-300), all_judged ? 1.0 : 0.0};
+  return {worst, std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-300), all_judged ? 1.0 : 0.0, double(worst_row)};
 }
 
 // layer_norm_verdict, row by row; kUnitStride: x, y, weight and bias contiguous along the row.
@@ -318,6 +349,16 @@ std::array<double, 3> host_layer_norm_verdict(const TappedOp& op, const torch::T
 
 }  // namespace
 
+torch::Tensor gemm_checksums_aten(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                                  const torch::Tensor& c) {
+  torch::NoGradGuard no_grad;
+  AutocastGuard no_autocast(c.device().type(), AutocastState{.enabled = false});
+  const auto dtype = c.scalar_type();
+  const auto rows = worst_row(row_checks(a, b, bias, /*bias_per_row=*/false, c, dtype), a.scalar_type());
+  const auto columns = worst_row(row_checks(b.t(), a.t(), bias, /*bias_per_row=*/true, c.t(), dtype), a.scalar_type());
+  return torch::stack({rows[0], rows[1], columns[0], columns[1], rows[2].mul(columns[2])});
+}
+
 bool reduced_precision(torch::ScalarType dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
 
 bool shadow_mismatch(double worst_error_over_bound) { return !(worst_error_over_bound <= 1.0); }
@@ -346,20 +387,47 @@ std::array<double, 3> host_verdict(const TappedOp& op, const torch::Tensor& outp
     switch (op.kind) {
       case TappedOp::Kind::linear: {  // b = Wᵀ: b(k, j) = W[j, k]
         const auto& w = op.inputs[1];
-        out = host_gemm_verdict<scalar_t>(a, a.stride(-2), a.stride(-1), w, w.stride(1), w.stride(0), op.inputs[2], y,
-                                          y.scalar_type());
+        const auto v = host_gemm_verdict<scalar_t>(a, a.stride(-2), a.stride(-1), w, w.stride(1), w.stride(0),
+                                                    op.inputs[2], false, y, y.scalar_type());
+        out = {v[0], v[1], v[2]};
         break;
       }
       case TappedOp::Kind::matmul: {
         const auto& b = op.inputs[1];
-        out = host_gemm_verdict<scalar_t>(a, a.stride(-2), a.stride(-1), b, b.stride(-2), b.stride(-1), {}, y,
-                                          y.scalar_type());
+        const auto v = host_gemm_verdict<scalar_t>(a, a.stride(-2), a.stride(-1), b, b.stride(-2), b.stride(-1), {},
+                                                    false, y, y.scalar_type());
+        out = {v[0], v[1], v[2]};
         break;
       }
       case TappedOp::Kind::layer_norm: out = host_layer_norm_verdict<scalar_t>(op, y); break;
     }
   });
   return out;
+}
+
+std::array<double, 5> host_gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                                          const torch::Tensor& c) {
+  for (const auto& t : {a, b, bias})
+    TORCH_CHECK(!t.defined() || (t.is_cpu() && t.scalar_type() == c.scalar_type()),
+                "host_gemm_checksums: operands not of one dtype on the CPU");
+  std::array<double, 5> out{};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.scalar_type(), "host_gemm_checksums", [&] {
+    const auto rows = host_gemm_verdict<scalar_t>(a, a.stride(0), a.stride(1), b, b.stride(0), b.stride(1), bias,
+                                                  false, c, c.scalar_type());
+    // The columns: the rows of Cᵀ = Bᵀ Aᵀ, the same pass over transposed views.
+    const auto bt = b.t(), at = a.t(), ct = c.t();
+    const auto columns = host_gemm_verdict<scalar_t>(bt, bt.stride(0), bt.stride(1), at, at.stride(0), at.stride(1),
+                                                     bias, true, ct, c.scalar_type());
+    out = {rows[0], rows[3], columns[0], columns[3], rows[2] * columns[2]};
+  });
+  return out;
+}
+
+torch::Tensor gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                             const torch::Tensor& c) {
+  if (!c.is_cpu()) return gemm_checksums_aten(a, b, bias, c);
+  const auto v = host_gemm_checksums(a, b, bias, c);
+  return torch::tensor({v[0], v[1], v[2], v[3], v[4]}, torch::kDouble);
 }
 
 torch::Tensor shadow_verdict(const TappedOp& op, const torch::Tensor& output) {

@@ -22,6 +22,18 @@ torch::Tensor shadow_verdict(const TappedOp& op, const torch::Tensor& output = {
 torch::Tensor shadow_verdict_aten(const TappedOp& op, const torch::Tensor& output = {});
 // The same verdict in one pass of plain loops over CPU tensors, no ATen op (float64 sums).
 std::array<double, 3> host_verdict(const TappedOp& op, const torch::Tensor& output = {});
+// A GEMM's row and column checksums (the checksum check, checks/detectors/gemm_checksums.hpp):
+// c = a b (+ bias along c's rows), a [M, K], b [K, N], c [M, N], one dtype, any strides. Both
+// projections are the row verdict above, once for C and once for Cᵀ = Bᵀ Aᵀ. float64 [worst row's
+// error over its bound, that row, worst column's error over its bound, that column, 1 if every row
+// and column was judged]; a NaN result makes its ratio NaN. On the CPU by host_gemm_checksums,
+// elsewhere by ATen ops on the device (read by the host a step later).
+torch::Tensor gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                             const torch::Tensor& c);
+torch::Tensor gemm_checksums_aten(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                                  const torch::Tensor& c);
+std::array<double, 5> host_gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
+                                          const torch::Tensor& c);
 // bf16 or fp16: an output whose projection is summed in fp32, and an op worth re-running in fp32.
 bool reduced_precision(torch::ScalarType dtype);
 // Whether a verdict's worst ratio says wrong result (above 1, or NaN).

@@ -1,0 +1,227 @@
+// The checksum check in-process: the row and column checksums of a GEMM (checks/detectors/
+// shadow_verdict.hpp, gemm_checksums) stay within their bound for honest products in every dtype,
+// point at the row and column of one wrong element, catch a 1% error of a float32 output, and judge
+// nothing whose inputs are not finite; the host loops agree with ATen. The model's linears report
+// every GEMM of a step, forward and backward (workload/gemm_checks.hpp), with the gradients of the
+// plain op. Through the real binary: tests/binary/test_shadow_check.cpp (a corrupting BLAS below
+// libtorch) and the fault matrix (gemm-output-corrupt).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "rocm_conformance_llm/checks/detectors/shadow_verdict.hpp"
+#include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/checkpointing.hpp"
+#include "rocm_conformance_llm/workload/gemm_checks.hpp"
+#include "rocm_conformance_llm/workload/precision.hpp"
+
+namespace rcl {
+namespace {
+namespace RCL_UNITY_ID {
+
+struct Product {
+  torch::Tensor a, b, bias, c;
+};
+
+// c = a b (+ bias) as the device computes it in `dtype`; random-sign operands (the model's GEMMs).
+Product product(torch::ScalarType dtype, int64_t m, int64_t k, int64_t n, bool with_bias, uint64_t seed) {
+  torch::manual_seed(seed);
+  Product p{.a = torch::randn({m, k}).to(dtype), .b = torch::randn({k, n}).to(dtype)};
+  if (with_bias) p.bias = torch::randn({n}).to(dtype);
+  p.c = with_bias ? torch::addmm(p.bias, p.a, p.b) : p.a.mm(p.b);
+  return p;
+}
+
+std::array<double, 5> checksums(const Product& p) { return host_gemm_checksums(p.a, p.b, p.bias, p.c); }
+
+bool caught(const std::array<double, 5>& v) { return shadow_mismatch(v[0]) || shadow_mismatch(v[2]); }
+
+const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kDouble};
+
+TEST(GemmChecksums, HonestProductsStayWithinTheirBoundInEveryDtype) {
+  const std::vector<std::array<int64_t, 3>> shapes = {{1024, 64, 192}, {64, 1024, 256}, {300, 33, 17}, {1, 64, 1}};
+  for (const auto dtype : kDtypes)
+    for (const auto& [m, k, n] : shapes)
+      for (const bool with_bias : {false, true})
+        for (const uint64_t seed : {1, 2, 3}) {
+          const auto v = checksums(product(dtype, m, k, n, with_bias, seed));
+          const auto what = ::testing::Message() << c10::toString(dtype) << " " << m << "x" << k << "x" << n
+                                                 << (with_bias ? " +bias" : "") << " seed " << seed;
+          EXPECT_LE(v[0], 1.0) << what;
+          EXPECT_LE(v[2], 1.0) << what;
+          EXPECT_EQ(v[4], 1.0) << what;
+        }
+}
+
+TEST(GemmChecksums, HostLoopsAgreeWithAtenOnRatiosAndPlaces) {
+  for (const auto dtype : kDtypes) {
+    auto p = product(dtype, 200, 48, 70, /*with_bias=*/true, 7);
+    p.c[123][45] += p.c.abs().max() + 1;  // a clear worst row and column
+    const auto host = checksums(p);
+    const auto aten = gemm_checksums_aten(p.a, p.b, p.bias, p.c);
+    for (int i = 0; i < 5; ++i)
+      EXPECT_NEAR(host[i], aten[i].item<double>(), 1e-6 * std::max(1.0, std::abs(host[i]))) << c10::toString(dtype) << " [" << i << "]";
+  }
+}
+
+TEST(GemmChecksums, OneWrongElementIsFoundAtItsRowAndColumn) {
+  for (const auto dtype : kDtypes)
+    for (const auto& [row, column] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {511, 100}, {1023, 191}}) {
+      auto p = product(dtype, 1024, 64, 192, /*with_bias=*/true, 11);
+      p.c[row][column] += 100 * (p.c.abs().max() + 1);  // a flipped high exponent bit makes it larger still
+      const auto v = checksums(p);
+      const auto what = ::testing::Message() << c10::toString(dtype) << " at " << row << "," << column;
+      EXPECT_GT(v[0], 1.0) << what;
+      EXPECT_GT(v[2], 1.0) << what;
+      EXPECT_EQ(v[1], double(row)) << what;
+      EXPECT_EQ(v[3], double(column)) << what;
+    }
+}
+
+TEST(GemmChecksums, NanFromFiniteInputsIsCaught) {
+  auto p = product(torch::kFloat, 64, 32, 48, false, 5);
+  p.c[10][20] = std::numeric_limits<float>::quiet_NaN();
+  const auto v = checksums(p);
+  EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[2]));
+  EXPECT_TRUE(caught(v));
+}
+
+// A relative error over the whole output is seen where it exceeds ~8 unit roundoffs of the output
+// (fp32: 5e-7); in bf16 (u = 2^-8) a 1% error is inside the rounding it may honestly make.
+TEST(GemmChecksums, AWholeOutputOnePercentOffIsCaughtInFloat32) {
+  auto p = product(torch::kFloat, 1024, 64, 192, true, 13);
+  p.c.mul_(1.01);
+  EXPECT_TRUE(caught(checksums(p)));
+}
+
+TEST(GemmChecksums, NonFiniteInputsAreNotJudged) {
+  auto p = product(torch::kFloat, 64, 32, 48, true, 17);
+  p.a[3][4] = std::numeric_limits<float>::infinity();
+  p.c = torch::addmm(p.bias, p.a, p.b);  // rows of Inf and NaN: the non-finite detectors' business
+  const auto v = checksums(p);
+  EXPECT_FALSE(caught(v)) << v[0] << " " << v[2];
+  EXPECT_EQ(v[4], 0.0);
+}
+
+TEST(GemmChecksums, TransposedViewsAreJudgedAsTheirContiguousCopies) {
+  const auto p = product(torch::kFloat, 96, 40, 24, true, 19);
+  const auto w = p.b.t().contiguous();  // a linear's weight [N, K]; the product sees its transpose
+  auto c = p.c.clone();
+  c[50][7] += 3 * c.abs().max();
+  const auto view = host_gemm_checksums(p.a, w.t(), p.bias, c);
+  const auto copy = host_gemm_checksums(p.a, p.b, p.bias, c);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(view[i], copy[i], 1e-9 * std::max(1.0, copy[i])) << i;
+}
+
+// --- the model's GEMMs as they run ---
+
+struct RecordingObserver final : GemmObserver {
+  std::vector<std::string> names;
+  std::vector<std::array<double, 5>> verdicts;
+  void observe_gemm(const GemmCall& call) override {
+    names.push_back(call.name());
+    verdicts.push_back(host_gemm_checksums(call.a, call.b, call.bias, call.c));
+  }
+};
+
+TEST(ObservedLinear, GradientsAndOutputAreThePlainLinears) {
+  for (const bool with_bias : {true, false})
+    for (const auto precision : {Precision::fp32, Precision::bf16}) {
+      torch::manual_seed(3);
+      const auto x = torch::randn({2, 5, 8}), w = torch::randn({6, 8});
+      const auto b = with_bias ? torch::randn({6}) : torch::Tensor();
+      auto run = [&](bool observed) {
+        const auto xi = x.clone().requires_grad_(true), wi = w.clone().requires_grad_(true);
+        const auto bi = with_bias ? b.clone().requires_grad_(true) : torch::Tensor();
+        RecordingObserver observer;
+        torch::Tensor y;
+        {
+          const ObservedGemms armed(observed ? &observer : nullptr);
+          const AutocastGuard autocast(torch::kCPU, autocast_for(precision));
+          y = observed_linear(xi, wi, bi, "mlp.up");
+        }
+        y.to(torch::kFloat).square().sum().backward();
+        return std::vector<torch::Tensor>{y, xi.grad(), wi.grad(), with_bias ? bi.grad() : torch::zeros({1})};
+      };
+      const auto plain = run(false), observed = run(true);
+      for (size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_EQ(plain[i].scalar_type(), observed[i].scalar_type()) << i;
+        // fp32: the same products; bf16: the bias may be added before or after the output's rounding
+        // (one bf16 ulp on some elements), so within a bf16 roundoff over the whole tensor.
+        const auto reference = plain[i].to(torch::kDouble);
+        const double tolerance = precision == Precision::fp32 ? 1e-6 : 1.0 / 128;
+        EXPECT_LE((observed[i].to(torch::kDouble) - reference).norm().item<double>(),
+                  tolerance * reference.norm().item<double>())
+            << name_of(precision) << (with_bias ? " +bias" : "") << " output/grad " << i;
+      }
+    }
+}
+
+TEST(ObservedLinear, ReportsItsForwardAndBothBackwardGemmsNamedByTheirBlock) {
+  torch::manual_seed(4);
+  const auto x = torch::randn({3, 4, 8}).requires_grad_(true), w = torch::randn({5, 8}).requires_grad_(true);
+  const auto b = torch::randn({5}).requires_grad_(true);
+  RecordingObserver observer;
+  {
+    const ObservedGemms armed(&observer);
+    const GemmLayerScope layer(3);
+    observed_linear(x, w, b, "attn.qkv").sum().backward();
+  }
+  EXPECT_EQ(observer.names, (std::vector<std::string>{"block3.attn.qkv forward", "block3.attn.qkv backward dX",
+                                                      "block3.attn.qkv backward dW"}));
+  for (const auto& v : observer.verdicts) EXPECT_FALSE(caught(v));
+  observer.names.clear();
+  observed_linear(x, w, b, "attn.qkv").sum().backward();  // disarmed: the plain op, nothing reported
+  EXPECT_TRUE(observer.names.empty());
+}
+
+TEST(ObservedLinear, ACheckpointedRecomputationIsObservedAsItsForwardWas) {
+  torch::manual_seed(5);
+  const auto x = torch::randn({2, 4, 8}).requires_grad_(true), w = torch::randn({8, 8}).requires_grad_(true);
+  RecordingObserver observer;
+  torch::Tensor y;
+  {
+    const ObservedGemms armed(&observer);
+    y = checkpoint([&](const torch::Tensor& in) { return observed_linear(in, w, {}, "mlp.down"); }, x);
+  }
+  y.sum().backward();  // outside the armed scope: the replay re-arms what the forward ran under
+  EXPECT_EQ(observer.names, (std::vector<std::string>{"mlp.down forward", "mlp.down forward", "mlp.down backward dX",
+                                                      "mlp.down backward dW"}));
+}
+
+TEST(ObservedLinear, EveryLinearOfTheModelReportsItsThreeGemmsAndAllAreClean) {
+  TrainingConfig cfg;
+  cfg.hidden_size = 16;
+  cfg.num_heads = 2;
+  cfg.num_layers = 2;
+  cfg.seq_len = 8;
+  cfg.vocab_size = 29;
+  torch::manual_seed(6);
+  GPT model(cfg);
+  const auto tokens = torch::randint(cfg.vocab_size, {2, cfg.seq_len}, torch::kLong);
+  RecordingObserver observer;
+  {
+    const ObservedGemms armed(&observer);
+    model->forward(tokens).to(torch::kFloat).logsumexp(-1).mean().backward();
+  }
+  std::set<std::string> names(observer.names.begin(), observer.names.end());
+  for (const std::string site : {"attn.qkv", "attn.proj", "mlp.up", "mlp.down"})
+    for (const std::string layer : {"block0.", "block1."})
+      for (const std::string pass : {" forward", " backward dX", " backward dW"})
+        EXPECT_TRUE(names.count(layer + site + pass)) << layer + site + pass;
+  for (const std::string pass : {" forward", " backward dX", " backward dW"})
+    EXPECT_TRUE(names.count("lm_head" + pass)) << pass;
+  EXPECT_EQ(observer.names.size(), 27u);
+  for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+}
+
+}  // namespace RCL_UNITY_ID
+}  // namespace
+}  // namespace rcl
