@@ -216,6 +216,14 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"gemm_wrong_result", kRocblas, 5, "warn", "", "", "transient", "rerun"}},
                   0,
                   "WARN"},
+        // Block 0's Q/K/V projection stores one wrong element at step 3: its checksums name the GEMM
+        // in that step; its next call (step 4) is right, so a transient.
+        FaultCase{"gemm_output_corrupt",
+                  "--steps 5 --set diagnostics.gemm_checksums=all --inject gemm-output-corrupt@step=3",
+                  {{"gemm_checksum_mismatch", kRocblas, 3, "warn", "gemm", "block0.attn.qkv forward", "transient",
+                    "rerun"}},
+                  0,
+                  "WARN"},
         // One backend's masked outputs come out wrong at the probe of step 4 (the start-up probe,
         // step 0, is before the fault): the explicit math path on 1.13, a fused one on 2.x.
         FaultCase{"attention_mask_corrupt",

@@ -1,8 +1,10 @@
-// The shadow check through the real binary: a BLAS below libtorch that corrupts one GEMM shape
-// (the LD_PRELOAD shim in tests/shim/) is reported within 10 steps, a single corrupted call is
-// caught when checked and classified not reproducible, an intermittent one fails at its second
-// transient, and clean runs report nothing. The verdict in-process:
-// tests/unit/test_shadow_verdict.cpp.
+// The shadow check and the checksum check through the real binary, with a BLAS below libtorch that
+// corrupts one GEMM shape (the LD_PRELOAD shim in tests/shim/). Shadow check: reported within 10
+// steps, a single corrupted call caught when checked and classified not reproducible, an
+// intermittent one failing at its second transient. Checksum check: one wrong element once, every
+// call, a whole output 1% off, a backward GEMM only, each caught in its step and named; the
+// rotating share within its rotation. Clean runs report nothing. In-process:
+// tests/unit/test_shadow_verdict.cpp, tests/unit/test_gemm_checksums.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -24,32 +26,47 @@ using rcl::testing::run_cli;
 struct ShimRun {
   int exit_code = -1;
   nlohmann::json findings;
+  nlohmann::json checksums;  // report.json's gemm_checksums section
   std::string shim_log;
 };
+
+// The QKV projection's forward (below) and its weight gradient dW = dYᵀ X: [192 x 1024] x
+// [1024 x 64], sgemm_'s m = 64, n = 192, k = 1024, once per layer in each step's backward.
+const std::string kQkvForward = "RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64";
+const std::string kQkvWeightGradient = "RCL_SHIM_M=64 RCL_SHIM_N=192 RCL_SHIM_K=1024";
 
 // smoke on CPU, fp32 (bf16 GEMMs do not reach BLAS on this libtorch: see docs/fault-injection.md).
 // The QKV projection of the smoke model: y = x W^T with 1024 tokens, 64 in, 192 out, which
 // libtorch passes to sgemm_ as m = 192, n = 1024, k = 64 (no other GEMM of the step has it).
-ShimRun run_with_shim(const std::string& name, const std::string& shim_env, const std::string& args) {
+ShimRun run_with_shim(const std::string& name, const std::string& shim_env, const std::string& args,
+                      const std::string& shape = kQkvForward) {
   const auto dir = fresh_dir("shadow", name);
   const auto log = dir.string() + ".shim";
-  const std::string env =
-      "LD_PRELOAD=" RCL_BLAS_SHIM " RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64 RCL_SHIM_LOG=" + log + " " + shim_env;
+  const std::string env = "LD_PRELOAD=" RCL_BLAS_SHIM " " + shape + " RCL_SHIM_LOG=" + log + " " + shim_env;
   const auto r = run_cli(kSmokeCpu + args + " --output-dir " + dir.string(), env);
   ShimRun out{.exit_code = r.exit_code};
-  out.findings = nlohmann::json::parse(read_text(dir / "report.json"))["findings"];
+  const auto report = nlohmann::json::parse(read_text(dir / "report.json"));
+  out.findings = report["findings"];
+  out.checksums = report.value("gemm_checksums", nlohmann::json());
   out.shim_log = read_text(log);
   std::filesystem::remove_all(dir);
   std::filesystem::remove(log);
   return out;
 }
 
-std::vector<nlohmann::json> shadow_findings(const nlohmann::json& findings) {
+std::vector<nlohmann::json> findings_of(const nlohmann::json& findings, const std::string& signature) {
   std::vector<nlohmann::json> out;
   for (const auto& f : findings)
-    if (f["signature"] == "gemm_shadow_mismatch") out.push_back(f);
+    if (f["signature"] == signature) out.push_back(f);
   return out;
 }
+std::vector<nlohmann::json> shadow_findings(const nlohmann::json& findings) {
+  return findings_of(findings, "gemm_shadow_mismatch");
+}
+std::vector<nlohmann::json> checksum_findings(const nlohmann::json& findings) {
+  return findings_of(findings, "gemm_checksum_mismatch");
+}
+const std::string kEveryGemm = " --set diagnostics.gemm_checksums=all";
 
 // One call of the QKV shape before step 1 (the GEMM canary's own), then two per step
 // (one per layer): call 2s is step s's first. Corrupted from step 5 on, every mode is caught within 10 steps, named,
@@ -116,15 +133,92 @@ TEST(ShadowCheckRun, IntermittentCorruptionFailsAtItsSecondTransient) {
   EXPECT_EQ(run.exit_code, 1);
 }
 
-// The shim loaded but off, and no shim at all: fp32 and bf16, several seeds and modes. `all`
-// (bf16: the gemm mode's) runs 12 steps, 12 checked ops of its larger model: on a CPU without
-// native bf16 GEMMs a step of it costs about 300 smoke steps; fusion's norms and SwiGLU in fp32.
+// Checksum check, every GEMM judged. Step s's forward calls the QKV shape at 2s (block 0) and
+// 2s + 1 (block 1); one element set to 1e6 at call 10, step 5: caught in that step, at row 0 and
+// column 0 (sgemm_'s C[0, 0] is token 0, output feature 0), named; the next call is right, so a
+// transient (warn, re-run), and the run passes.
+TEST(GemmChecksumRun, OneWrongElementOnceIsCaughtInItsStepAndNamed) {
+  const auto run = run_with_shim("checksum-once", "RCL_SHIM_MODE=large RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=10",
+                                 "--steps 8" + kEveryGemm);
+  const auto found = checksum_findings(run.findings);
+  ASSERT_EQ(found.size(), 1u) << run.findings.dump(1);
+  const auto& f = found[0];
+  EXPECT_EQ(f["step"], 5);
+  EXPECT_EQ(f["evidence"]["gemm"], "block0.attn.qkv forward");
+  EXPECT_EQ(f["evidence"]["shape_mkn"], nlohmann::json({1024, 64, 192}));
+  EXPECT_EQ(f["evidence"]["row"], 0);
+  EXPECT_EQ(f["evidence"]["column"], 0);
+  EXPECT_EQ(f["component"], "rocBLAS/hipBLASLt");
+  EXPECT_EQ(f["classification"], "transient");
+  EXPECT_EQ(f["severity"], "warn");
+  EXPECT_EQ(run.exit_code, 0);
+}
+
+// Every call from step 5 on: caught at step 5 in both layers, persistent, the run fails.
+TEST(GemmChecksumRun, EveryCallWrongIsPersistentFromItsFirstStep) {
+  const auto run = run_with_shim("checksum-every", "RCL_SHIM_MODE=large RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=10",
+                                 "--steps 8" + kEveryGemm);
+  const auto found = checksum_findings(run.findings);
+  ASSERT_FALSE(found.empty()) << run.findings.dump(1);
+  EXPECT_EQ(found[0]["step"], 5);
+  EXPECT_EQ(found[0]["evidence"]["gemms_wrong"], 2);
+  EXPECT_EQ(found[0]["classification"], "persistent");
+  EXPECT_EQ(found[0]["severity"], "fail");
+  EXPECT_EQ(run.exit_code, 1);
+}
+
+// Every element of one call 1% off (fp32: far above its rounding): caught in its step.
+TEST(GemmChecksumRun, AWholeOutputOnePercentOffIsCaughtInItsStep) {
+  const auto run = run_with_shim("checksum-rel", "RCL_SHIM_MODE=rel RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=11",
+                                 "--steps 8" + kEveryGemm);
+  const auto found = checksum_findings(run.findings);
+  ASSERT_EQ(found.size(), 1u) << run.findings.dump(1);
+  EXPECT_EQ(found[0]["step"], 5);
+  EXPECT_EQ(found[0]["evidence"]["gemm"], "block1.attn.qkv forward");
+}
+
+// Only a backward GEMM wrong (the QKV weight gradient, calls 2s - 1 and 2s at step s): caught at
+// its step and named as the backward's dW; the forward's checks saw nothing.
+TEST(GemmChecksumRun, ABackwardGemmOnlyIsCaughtAndNamed) {
+  const auto run = run_with_shim("checksum-backward", "RCL_SHIM_MODE=large RCL_SHIM_SCHEDULE=once RCL_SHIM_CALL=9",
+                                 "--steps 8" + kEveryGemm, kQkvWeightGradient);
+  ASSERT_NE(run.shim_log.find("call 9"), std::string::npos) << run.shim_log;
+  const auto found = checksum_findings(run.findings);
+  ASSERT_EQ(found.size(), 1u) << run.findings.dump(1);
+  EXPECT_EQ(found[0]["step"], 5);
+  EXPECT_EQ(found[0]["evidence"]["site"], "attn.qkv");
+  EXPECT_EQ(found[0]["evidence"]["pass"], "backward dW");
+  EXPECT_EQ(found[0]["evidence"]["shape_mkn"], nlohmann::json({192, 1024, 64}));
+}
+
+// The default, a rotating share of 4 distinct GEMMs a step: smoke's 27 (9 linears, 3 GEMMs each)
+// are all judged within 7 steps, 4 a step, and a persistent corruption is met within one rotation.
+TEST(GemmChecksumRun, TheRotatingShareJudgesEveryGemmInTurn) {
+  const auto clean = run_with_shim("checksum-rotating", "", "--steps 8");
+  EXPECT_TRUE(checksum_findings(clean.findings).empty()) << clean.findings.dump(1);
+  EXPECT_EQ(clean.checksums["mode"], "rotating");
+  EXPECT_EQ(clean.checksums["distinct_gemms"], 27);
+  EXPECT_EQ(clean.checksums["calls_judged"], 8 * 4);
+  const auto run = run_with_shim("checksum-rotating-fault",
+                                 "RCL_SHIM_MODE=large RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=10", "--steps 14");
+  const auto found = checksum_findings(run.findings);
+  ASSERT_FALSE(found.empty()) << run.findings.dump(1);
+  EXPECT_GE(found[0]["step"].get<int>(), 5);
+  EXPECT_LE(found[0]["step"].get<int>(), 5 + 7);
+}
+
+// The shim loaded but off, and no shim at all: fp32 and bf16, several seeds and modes, every GEMM
+// judged by its checksums too. `all` (bf16: the gemm mode's) runs 12 steps of its larger model: on
+// a CPU without native bf16 GEMMs a step of it costs about 300 smoke steps; fusion's norms and
+// SwiGLU in fp32.
 TEST(ShadowCheckRun, CleanRunsReportNothing) {
   for (const std::string args :
        {"--steps 40 --seed 1", "--steps 40 --seed 2 --precision bf16", "--steps 12 --seed 3 --stress all",
         "--steps 30 --seed 4 --stress fusion", "--steps 30 --seed 5 --stress attention"}) {
-    const auto run = run_with_shim("clean", "", args);
+    const auto run = run_with_shim("clean", "", args + kEveryGemm);
     EXPECT_TRUE(shadow_findings(run.findings).empty()) << args << ": " << run.findings.dump(1);
+    EXPECT_TRUE(checksum_findings(run.findings).empty()) << args << ": " << run.findings.dump(1);
+    EXPECT_GT(run.checksums["calls_judged"].get<int>(), 0) << args;
   }
 }
 
