@@ -52,6 +52,7 @@ cases=(
   "1|gemm-corrupt|--steps 5 --set diagnostics.gemm_canary_interval=5|rocBLAS/hipBLASLt|gemm_wrong_result|5|1"
   "1|gemm-corrupt-once@step=5|--steps 5 --set diagnostics.gemm_canary_interval=5|rocBLAS/hipBLASLt|gemm_wrong_result|5|0"
   "1|attention-mask-corrupt|--steps 4 --set attention_probe_interval=4|AOTriton/CK attention|attention_backend_mismatch|4|1"
+  "1|gemm-output-corrupt@step=5|--steps 6 --set diagnostics.gemm_checksums=all|rocBLAS/hipBLASLt|gemm_checksum_mismatch|5|0"
   "2|rng-skew@step=10@rank=1|${rng_replay[*]} --steps 12|rocRAND|dropout_mask_rank_mismatch|10|1"
   "2|hang@step=8@rank=1|--steps 20 --watchdog-timeout 3|RCCL|collective_hang|8|3"
   "2|slow-collective=3@step=30@rank=1|--stress comm --steps 31|RCCL|collective_latency_spike|30|0"
@@ -72,6 +73,9 @@ below=(
   "shim 1% relative, from call 10|shim:rel:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|5|1"
   "shim 1% relative, every 4th call from call 13 (intermittent)|shim:rel:every:13:4|--steps 24|rocBLAS/hipBLASLt|gemm_shadow_mismatch|6|1"
   "shim 1% relative, once at call 21|shim:rel:once:21|--steps 16|rocBLAS/hipBLASLt|gemm_shadow_mismatch|10|0"
+  "shim large (1e6), once at call 10, every GEMM checksummed|shim:large:once:10|--steps 8 --set diagnostics.gemm_checksums=all|rocBLAS/hipBLASLt|gemm_checksum_mismatch|5|0"
+  "shim 1% relative, once at call 11, every GEMM checksummed|shim:rel:once:11|--steps 8 --set diagnostics.gemm_checksums=all|rocBLAS/hipBLASLt|gemm_checksum_mismatch|5|0"
+  "shim large (1e6), from call 10, rotating checksums (the default)|shim:large:from:10|--steps 16|rocBLAS/hipBLASLt|gemm_checksum_mismatch|5|1"
   "2 GiB held by another process|hog:2048|--steps 30|-|-|1|0"
   "rank 1 SIGSTOPped once step 7 is published|sigstop:7|--steps 40 --watchdog-timeout 3|RCCL|collective_hang|7|3"
 )
