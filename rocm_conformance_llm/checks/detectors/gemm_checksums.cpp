@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/detectors/shadow_bound.hpp"
 #include "rocm_conformance_llm/checks/detectors/shadow_verdict.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
@@ -91,7 +92,8 @@ void GemmChecksumCheck::observe_gemm(const GemmCall& call) {
                                     .layer = call.layer,
                                     .pass = call.pass,
                                     .shape = {call.a.size(0), call.a.size(1), call.b.size(1)},
-                                    .dtype = std::string(c10::toString(call.c.scalar_type()))});
+                                    .dtype = std::string(c10::toString(call.c.scalar_type())),
+                                    .device = call.c.device().str()});
   if (call.c.is_cpu()) current_->on_host.push_back(host_gemm_checksums(call.a, call.b, call.bias, call.c));
   else current_->on_device_parts.push_back(gemm_checksums_aten(call.a, call.b, call.bias, call.c));
 }
@@ -173,7 +175,9 @@ void GemmChecksumCheck::judge(const StepVerdicts& step, const std::vector<std::a
                          {"bound_factor", kShadowBoundFactor},
                          {"gemms_wrong", wrong.size()},
                          {"gemms_checked", verdicts.size()},
-                         {"gemms_wrong_names", names}}};
+                         {"gemms_wrong_names", names},
+                         {"host", host_name()},
+                         {"device", call.device}}};
   // A suspect whose GEMM did not run again (an expert no token reached) is reported as it stands.
   if (suspect_) report_suspect(std::move(*suspect_), std::nullopt);
   suspect_ = Suspect{.name = call.name, .finding = std::move(f)};

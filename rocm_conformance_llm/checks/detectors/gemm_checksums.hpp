@@ -59,6 +59,7 @@ class GemmChecksumCheck final : public Detector, private GemmObserver {
     GemmPass pass = GemmPass::forward;
     std::array<int64_t, 3> shape{};  // M, K, N
     std::string dtype;
+    std::string device;  // "cuda:0" (the HIP device on ROCm), "cpu"
   };
   // One step's calls and their verdicts (GemmChecksums: [row ratio, row, column ratio, column, judged]).
   struct StepVerdicts {
