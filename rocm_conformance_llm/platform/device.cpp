@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -69,6 +70,27 @@ int64_t process_rss_bytes() {
   int64_t size_pages = 0, resident_pages = 0;
   if (!(statm >> size_pages >> resident_pages)) return -1;
   return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::optional<HostMemory> host_available_memory(const HostMemoryFiles& files) {
+  std::ifstream meminfo(files.meminfo);
+  std::optional<HostMemory> host;
+  for (std::string key; meminfo >> key;) {
+    int64_t kib = 0;
+    if (key == "MemAvailable:" && meminfo >> kib) {
+      host = HostMemory{.available_bytes = kib * 1024, .source = "MemAvailable in " + files.meminfo};
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (!host) return std::nullopt;
+  for (const auto& path : files.cgroup_limits) {
+    std::ifstream in(path);
+    int64_t limit = 0;  // "max" (v2) does not parse: no limit
+    if (in >> limit && limit > 0 && limit < host->available_bytes)
+      *host = HostMemory{.available_bytes = limit, .source = "the memory cgroup's limit in " + path};
+  }
+  return host;
 }
 
 MemorySample sample_memory(const torch::Device& device) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,20 @@ MemorySample sample_memory(const torch::Device& device);
 // dlopen; nullopt when neither can tell (then no fit is made, docs/sizing.md).
 std::optional<int64_t> gpu_memory_bytes(int local_rank);
 int64_t process_rss_bytes();
+
+// What the host can give a CPU run now: /proc/meminfo's MemAvailable (allocatable without
+// swapping, reclaimable page cache included), or a memory cgroup's limit where that is lower (a
+// container's). nullopt when MemAvailable cannot be read: then no CPU run is refused for memory.
+struct HostMemory {
+  int64_t available_bytes = 0;
+  std::string source;  // where the figure came from, for the refusal's line
+};
+struct HostMemoryFiles {  // the tests pose a host through these
+  std::string meminfo = "/proc/meminfo";
+  std::vector<std::string> cgroup_limits = {"/sys/fs/cgroup/memory.max",                     // cgroup v2
+                                            "/sys/fs/cgroup/memory/memory.limit_in_bytes"};  // cgroup v1
+};
+std::optional<HostMemory> host_available_memory(const HostMemoryFiles& files = {});
 
 // libtorch version and build kind, device name, BLAS in use, thread counts, ROCm env vars.
 nlohmann::json environment_report(const torch::Device& device);

@@ -328,7 +328,9 @@ void ReportWriter::write_views(const nlohmann::json& report, const std::vector<F
 }
 
 int ReportWriter::write_crash(std::string_view what, const std::string& phase) {
-  findings_.add(crash_finding(what, summary_.last_step() + 1, rank_, phase, summary_.last_memory()));
+  // The device the run trained on, as the environment report names it (absent: an accelerator).
+  const bool cpu_run = environment_.is_object() && environment_.value("device_kind", "") == "cpu";
+  findings_.add(crash_finding(what, summary_.last_step() + 1, rank_, phase, summary_.last_memory(), cpu_run));
   return write(RunOutcome::crashed, std::string(what.substr(0, what.find('\n'))));
 }
 

@@ -198,9 +198,9 @@ namespace {
 constexpr const char* kConfigFileKeys[] = {"preset",      "stress_modes", "training", "stress_profile",
                                            "diagnostics", "rocm",         "inject"};
 constexpr const char* kConfigRecordKeys[] = {
-    "stress_skipped",    "base_training", "stress_changes", "baseline", "output_dir", "world_size", "launcher",
-    "environment",       "checkpoint",    "level",          "doctor",   "rocm_knobs", "fit",        "sizing",
-    "collective_backend"};
+    "stress_skipped",     "base_training", "stress_changes", "baseline", "output_dir", "world_size", "launcher",
+    "environment",        "checkpoint",    "level",          "doctor",   "rocm_knobs", "fit",        "sizing",
+    "collective_backend", "host_memory"};
 
 // The sections a config file, a level and --set overlay onto a preset.
 constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
@@ -342,6 +342,14 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
     validate(run.training);
     if (!run.fit->fits && !o.print_config && !o.explain_stress) throw ConfigError(run.fit->reason);
   }
+  // 6. A CPU run is not fitted, but one the host cannot hold is refused as a GPU's is: it would
+  // start, fail to allocate and crash. Its ranks share the host (as configure_cpu_threads takes them).
+  if (!run.fit && !run.capabilities.gpu)
+    if (const auto host = host_available_memory()) {
+      run.host_memory =
+          check_host_memory(run.training, detect_launch().world_size, host->available_bytes, host->source);
+      if (!run.host_memory->fits && !o.print_config && !o.explain_stress) throw ConfigError(run.host_memory->reason);
+    }
 
   run.inject = !o.inject.empty() ? o.inject : file.value("inject", std::string());
   run.baseline_dir = o.baseline_dir;
@@ -419,7 +427,11 @@ void check_for_world(const RunConfig& run, int world_size, const FaultPlan& faul
                     cfg.moe_experts));
 }
 
-std::string refusal(const RunConfig& run) { return run.fit && !run.fit->fits ? run.fit->reason : ""; }
+std::string refusal(const RunConfig& run) {
+  if (run.fit && !run.fit->fits) return run.fit->reason;
+  if (run.host_memory && !run.host_memory->fits) return run.host_memory->reason;
+  return "";
+}
 
 std::string explain_text(const RunConfig& run) {
   std::string out =
@@ -436,7 +448,10 @@ std::string explain_text(const RunConfig& run) {
     for (const auto& [field, change] : fields.items())
       out += fmt::format("  {:<7} {:<26} {} -> {}\n", mode, field, change[0].dump(), change[1].dump());
   }
-  if (!run.fit) return out + "  fit: none (no device to fit: a CPU run; --device-memory poses one)\n";
+  if (!run.fit) {
+    out += "  fit: none (no device to fit: a CPU run; --device-memory poses one)\n";
+    return run.host_memory ? out + "  host memory: " + run.host_memory->reason + "\n" : out;
+  }
   for (const auto& [field, change] : run.fit->changes.items())
     out += fmt::format("  {:<7} {:<26} {} -> {}\n", "fit", field, change[0].dump(), change[1].dump());
   if (!run.fit->fits) return out + "  fit: " + run.fit->reason + "\n";

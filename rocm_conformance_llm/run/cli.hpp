@@ -59,15 +59,16 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
 std::optional<CompareOptions> parse_compare_cli(int argc, const char* const* argv, int& exit_code);
 
 // Applies the resolution order; throws ConfigError on any invalid input, and on a composition
-// the device cannot hold (the fit's one-line reason) unless the options only print the config
-// or explain the stress (those show the refusal; `refusal` then gives the line).
+// the device (or, on the CPU, the host) cannot hold (the fit's one-line reason) unless the options only print the
+// config or explain the stress (those show the refusal; `refusal` then gives the line).
 RunConfig resolve_run_config(const CliOptions& options, bool gpu_present);
 
 // The combinations only the launch can refuse, before anything is written: they depend on the
 // world size and the fault plan. ConfigError naming the key and what is allowed.
 void check_for_world(const RunConfig& run, int world_size, const FaultPlan& faults);
 
-// The fit's refusal when the resolved run does not fit its device, else "".
+// The fit's refusal when the resolved run does not fit its device (or a CPU run the host's
+// free memory), else "".
 std::string refusal(const RunConfig& run);
 
 // The `rocm` section alone, which no preset or device changes: main applies these knobs before
@@ -77,7 +78,8 @@ RocmConfig resolve_rocm_config(const CliOptions& options);
 // {"preset", "stress_modes", "stress_skipped", "training", "base_training", "stress_changes",
 //  "stress_profile", "diagnostics", "rocm", "level", "inject", "baseline", "output_dir", "checkpoint",
 //  "fit", "sizing"} ("fit": null where no device was fitted; "sizing": the predicted peak and FLOPs
-//  of the config that runs, docs/sizing.md)
+//  of the config that runs, docs/sizing.md). Not a CPU run's host_memory: the host's free memory
+//  changes from one call to the next, and this document must not (config.json records it).
 nlohmann::json to_json(const RunConfig& run);
 // config.json's "sizing" for `model`: run.training, or the model a parallel layout trains.
 nlohmann::json sizing_json(const RunConfig& run, const TrainingConfig& model);

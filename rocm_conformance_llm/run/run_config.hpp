@@ -37,6 +37,7 @@ struct RunConfig {
   std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing
   std::optional<DeviceFit> fit;                       // the composed config fitted to the device; `training`
                                                       // is its result. None on the CPU unless a device is posed
+  std::optional<HostMemoryCheck> host_memory;         // a CPU run's predicted peak against the host's free memory
   DiagnosticsConfig diagnostics;
   RocmConfig rocm;
   int level = 0;  // 0: no --level

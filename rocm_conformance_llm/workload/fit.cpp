@@ -1,5 +1,7 @@
 #include "rocm_conformance_llm/workload/fit.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "rocm_conformance_llm/stress_modes.hpp"
@@ -63,6 +65,47 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
       smallest.peak_bytes, gib_text(smallest.peak_bytes), rule.lowers, fit.available_bytes,
       fmt::format("{:.0f}%", 100 * rule.usable_fraction), device.capacity_bytes, device.name);
   return fit;
+}
+
+HostMemoryCheck check_host_memory(const TrainingConfig& cfg, int ranks, int64_t available_bytes,
+                                  const std::string& source) {
+  HostMemoryCheck check;
+  check.predicted = predict_step(cfg, DeviceDescription{.name = "the host", .accelerator = false});
+  check.ranks = std::max(1, ranks);
+  check.needed_bytes = check.predicted.peak_bytes * check.ranks;
+  check.available_bytes = available_bytes;
+  check.source = source;
+  check.fits = check.needed_bytes <= available_bytes;
+  const std::string per_rank =
+      check.ranks == 1 ? "" : fmt::format(" per rank x {} ranks = {} bytes", check.ranks, check.needed_bytes);
+  if (check.fits) {
+    check.reason = fmt::format("fits: predicted peak {}{} of {} available ({})", gib_text(check.predicted.peak_bytes),
+                               per_rank, gib_text(available_bytes), source);
+    return check;
+  }
+  // Name the largest part of the peak: it is what to lower (the memory mode's ballast, the
+  // logits of a large vocabulary, the activations of long sequences).
+  MemoryTerm largest;
+  for (const auto* terms : {&check.predicted.resident, &check.predicted.step, &check.predicted.optimizer})
+    for (const auto& t : *terms)
+      if (t.bytes > largest.bytes) largest = t;
+  check.reason = fmt::format(
+      "the configuration does not fit the host's memory: predicted peak {} bytes ({}){} > available {} bytes ({}); "
+      "its largest part is {} {} ({}): lower it (e.g. --set memory_pressure_bytes=..., batch_size, seq_len or the "
+      "model's size) or run on a larger host",
+      check.predicted.peak_bytes, gib_text(check.predicted.peak_bytes), per_rank, available_bytes, source, largest.name,
+      gib_text(largest.bytes), largest.formula);
+  return check;
+}
+
+nlohmann::json HostMemoryCheck::to_json() const {
+  return {{"ranks", ranks},
+          {"peak_bytes", predicted.peak_bytes},
+          {"needed_bytes", needed_bytes},
+          {"available_bytes", available_bytes},
+          {"source", source},
+          {"fits", fits},
+          {"reason", reason}};
 }
 
 nlohmann::json DeviceFit::to_json() const {

@@ -40,4 +40,22 @@ struct DeviceFit {
 
 DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription& device);
 
+// A CPU run is checked, not fitted: the host's free memory moves with whatever else runs there,
+// and a configuration that changed with it would not reproduce. It is refused only when its
+// predicted peak, once per rank the host runs, exceeds what the host can give it now.
+struct HostMemoryCheck {
+  SizingPrediction predicted;  // one rank's (no allocator slack: the host's malloc caches nothing)
+  int ranks = 1;               // ranks sharing the host
+  int64_t needed_bytes = 0;    // predicted.peak_bytes x ranks
+  int64_t available_bytes = 0;
+  std::string source;  // where available_bytes came from
+  bool fits = true;
+  std::string reason;  // one line: what fits, or why not and what to change
+
+  nlohmann::json to_json() const;
+};
+
+HostMemoryCheck check_host_memory(const TrainingConfig& cfg, int ranks, int64_t available_bytes,
+                                  const std::string& source);
+
 }  // namespace rcl

@@ -114,6 +114,51 @@ TEST(Cli, ACompositionThatDoesNotFitTheDeviceIsRefusedBeforeAnythingIsWritten) {
             std::string::npos);
 }
 
+// A CPU run the host cannot hold (issue 38: it used to start, fail to allocate, exit 3 and blame
+// the ROCr allocator): refused as a GPU's is, before anything is written.
+TEST(Cli, ACpuRunTheHostCannotHoldIsRefusedBeforeAnythingIsWritten) {
+  const auto dir = rcl::testing::fresh_dir("config", "host-unfit");
+  const std::string unfit = "--device cpu --stress memory --set memory_pressure_bytes=100000000000000";
+  const auto r = run_cli(unfit + " --output-dir " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("error: the configuration does not fit the host's memory: predicted peak 1000000"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("> available "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("memory_pressure_bytes"), std::string::npos) << "what to change: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  // --print-config shows the configuration, then refuses as the run would.
+  const auto shown = run_cli(unfit + " --print-config");
+  EXPECT_EQ(shown.exit_code, 2);
+  EXPECT_TRUE(nlohmann::json::parse(shown.out).at("fit").is_null());
+  EXPECT_NE(shown.err.find("does not fit the host's memory"), std::string::npos) << shown.err;
+}
+
+// An out-of-memory the prediction did not foresee (here an address-space limit of 2 GB under a
+// 4 GB ballast) crashes the run as before, but its report blames the host, not a ROCm component.
+TEST(Cli, ACpuRunsOutOfMemoryIsTheHostsFinding) {
+  const auto dir = rcl::testing::fresh_dir("config", "host-oom");
+  const auto r =
+      run_cli(rcl::testing::kSmokeCpu + "--set memory_pressure_bytes=4000000000 --steps 2 --output-dir " + dir.string(),
+              "ulimit -v 2000000;");
+  if (r.exit_code == 2 && r.err.find("does not fit the host's memory") != std::string::npos)
+    GTEST_SKIP() << "this host has less than 4 GB available: " << r.err;
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const auto report = nlohmann::json::parse(read_text(dir / "report.json"));
+  ASSERT_EQ(report.at("findings").size(), 1u) << report.at("findings").dump(1);
+  const auto& f = report.at("findings")[0];
+  EXPECT_EQ(f.at("signature"), "host_out_of_memory") << f.dump(1);
+  EXPECT_EQ(f.at("component"), "host");
+  EXPECT_EQ(f.at("classification"), "configuration");
+  for (const auto& c : report.at("components")) EXPECT_EQ(c.at("status"), "NOT_RUN") << c;
+  // It had passed the host check: the report's config records what it was checked against.
+  const auto& host = report.at("config").at("host_memory");
+  EXPECT_TRUE(host.at("fits").get<bool>()) << host;
+  EXPECT_GT(host.at("needed_bytes").get<int64_t>(), int64_t{4'000'000'000});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, HelpConfigListsEveryKeyWithTypeDefaultAllowedAndMeaning) {
   const auto r = run_cli("--help-config");
   ASSERT_EQ(r.exit_code, 0) << r.err;

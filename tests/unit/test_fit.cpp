@@ -6,7 +6,11 @@
 
 #include "support/resolve_args.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
@@ -14,6 +18,8 @@
 #include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
 #endif
 
+#include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
 #include "rocm_conformance_llm/workload/fit.hpp"
@@ -175,6 +181,94 @@ TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
     }
   }
   EXPECT_GT(changed, 0) << "no composition made the fit act: the check above proved nothing";
+}
+
+// A CPU run is checked against the host's free memory, not fitted: one that fits keeps its
+// configuration and says so; one that cannot is refused with its predicted and available bytes,
+// per rank the host runs, naming the largest part of the peak.
+TEST(HostMemory, ACpuRunTheHostCannotHoldIsRefusedWithItsNumbers) {
+  const TrainingConfig smoke = find_preset("smoke").training;
+  const int64_t peak = predict_step(smoke, DeviceDescription{.accelerator = false}).peak_bytes;
+  const auto fits = check_host_memory(smoke, 1, peak, "posed");
+  EXPECT_TRUE(fits.fits) << fits.reason;
+  EXPECT_EQ(fits.needed_bytes, peak);
+  EXPECT_EQ(fits.predicted.allocator_slack_bytes, 0) << "the host's malloc caches nothing";
+  EXPECT_FALSE(check_host_memory(smoke, 1, peak - 1, "posed").fits);
+  // Four ranks on the host need four peaks.
+  const auto four = check_host_memory(smoke, 4, 3 * peak, "posed");
+  EXPECT_FALSE(four.fits);
+  EXPECT_EQ(four.needed_bytes, 4 * peak);
+  EXPECT_NE(four.reason.find(fmt::format("per rank x 4 ranks = {} bytes", 4 * peak)), std::string::npos) << four.reason;
+
+  TrainingConfig ballast = smoke;
+  ballast.memory_pressure_bytes = 100'000'000'000'000;
+  const auto refused = check_host_memory(ballast, 1, 20 * GB, "MemAvailable in /proc/meminfo");
+  EXPECT_FALSE(refused.fits);
+  EXPECT_GT(refused.needed_bytes, ballast.memory_pressure_bytes);
+  EXPECT_NE(refused.reason.find(fmt::format("predicted peak {} bytes", refused.predicted.peak_bytes)),
+            std::string::npos)
+      << refused.reason;
+  EXPECT_NE(refused.reason.find("> available 20000000000 bytes (MemAvailable in /proc/meminfo)"), std::string::npos)
+      << refused.reason;
+  EXPECT_NE(refused.reason.find("its largest part is ballast"), std::string::npos) << refused.reason;
+  EXPECT_EQ(refused.reason.find('\n'), std::string::npos);
+}
+
+TEST(HostMemory, TheResolvedCpuRunCarriesTheCheckAndTheRefusal) {
+  const RunConfig run = resolve_args({"--stress", "memory"});
+  ASSERT_TRUE(run.host_memory.has_value()) << "this host's /proc/meminfo has MemAvailable";
+  EXPECT_TRUE(run.host_memory->fits) << run.host_memory->reason;
+  EXPECT_FALSE(run.fit.has_value());
+  EXPECT_TRUE(refusal(run).empty());
+  EXPECT_FALSE(to_json(run).contains("host_memory")) << "--print-config stays the same from call to call";
+  EXPECT_NE(explain_text(run).find("  host memory: fits: predicted peak"), std::string::npos) << explain_text(run);
+
+  const std::vector<std::string> huge = {"--stress", "memory", "--set", "memory_pressure_bytes=100000000000000"};
+  try {
+    resolve_args(huge);
+    ADD_FAILURE() << "a 100 TB ballast was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit the host's memory: predicted peak "), std::string::npos)
+        << e.what();
+  }
+  // --print-config and --explain-stress show it, then refuse.
+  std::vector<std::string> shown = huge;
+  shown.push_back("--print-config");
+  const RunConfig printed = resolve_args(shown);
+  ASSERT_TRUE(printed.host_memory.has_value());
+  EXPECT_FALSE(printed.host_memory->fits);
+  EXPECT_NE(refusal(printed).find("does not fit the host's memory"), std::string::npos);
+  // A posed GPU is fitted instead, never checked against the host.
+  const RunConfig posed_gpu = resolve_args(
+      {"--stress", "memory", "--device-memory", "1000TB", "--set", "memory_pressure_bytes=100000000000000"});
+  EXPECT_FALSE(posed_gpu.host_memory.has_value());
+  EXPECT_TRUE(posed_gpu.fit.has_value() && posed_gpu.fit->fits);
+}
+
+TEST(HostMemory, ReadsMemAvailableAndALowerCgroupLimit) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rcl-host-memory-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string meminfo =
+      write("meminfo", "MemTotal:       24684096 kB\nMemFree:         1000000 kB\nMemAvailable:   21139688 kB\n");
+  const auto plain = host_available_memory({.meminfo = meminfo, .cgroup_limits = {}});
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->available_bytes, int64_t{21139688} * 1024);
+  EXPECT_NE(plain->source.find("MemAvailable"), std::string::npos);
+  // cgroup v2 without a limit ("max"), v1's "unlimited" (a huge number), and a container's 8 GiB.
+  const auto unlimited = host_available_memory(
+      {.meminfo = meminfo, .cgroup_limits = {write("v2", "max\n"), write("v1", "9223372036854771712\n")}});
+  EXPECT_EQ(unlimited->available_bytes, int64_t{21139688} * 1024);
+  const auto limited = host_available_memory({.meminfo = meminfo, .cgroup_limits = {write("limit", "8589934592\n")}});
+  EXPECT_EQ(limited->available_bytes, int64_t{8589934592});
+  EXPECT_NE(limited->source.find("cgroup"), std::string::npos);
+  // No MemAvailable (an old kernel, no /proc): nothing to check against.
+  EXPECT_FALSE(host_available_memory({.meminfo = write("old", "MemTotal: 1 kB\n"), .cgroup_limits = {}}).has_value());
+  EXPECT_FALSE(host_available_memory({.meminfo = (dir / "absent").string(), .cgroup_limits = {}}).has_value());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace RCL_UNITY_ID

@@ -511,7 +511,7 @@ std::string oom_text(const std::string& requested, const std::string& capacity, 
 
 TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   const MemorySample last{.allocated_bytes = 8 << 20, .reserved_bytes = 16 << 20, .source = "hip"};
-  const auto f = crash_finding(kCases[8].message, 31, 1, "forward", last);
+  const auto f = crash_finding(kCases[8].message, 31, 1, "forward", last, /*cpu_run=*/false);
   EXPECT_EQ(f.component, component::allocator);
   EXPECT_EQ(f.severity, Severity::fail);
   EXPECT_EQ(f.step, 31);
@@ -527,8 +527,8 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
   EXPECT_EQ(f.message.find('\n'), std::string::npos) << "one line";
 
   // pytorch#175431's shape: a small request failing while GiBs sit reserved but unallocated.
-  const auto frag =
-      crash_finding(oom_text("2.00 MiB", "63.98 GiB", "47.12 GiB", "15.00 GiB"), 12, 0, "backward", std::nullopt);
+  const auto frag = crash_finding(oom_text("2.00 MiB", "63.98 GiB", "47.12 GiB", "15.00 GiB"), 12, 0, "backward",
+                                  std::nullopt, /*cpu_run=*/false);
   EXPECT_EQ(frag.evidence["allocator_message"]["fragmentation_suspected"], true);
   EXPECT_EQ(frag.evidence["allocator_message"]["own_tensors_fill_device"], false);
   EXPECT_FALSE(frag.classification.has_value());
@@ -541,23 +541,45 @@ TEST(ErrorClassifier, OomFindingCarriesSizesAndTheLastMemorySample) {
       "CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 5.65 GiB "
       "is free. Including non-PyTorch memory, this process has 73.52 GiB memory in use. Of the allocated memory "
       "72.81 GiB is allocated by PyTorch, and 52.82 MiB is reserved by PyTorch but unallocated.";
-  const auto too_big = crash_finding(full_device, 1, 0, "forward", std::nullopt);
+  const auto too_big = crash_finding(full_device, 1, 0, "forward", std::nullopt, /*cpu_run=*/false);
   EXPECT_EQ(too_big.classification, Classification::configuration);
   EXPECT_EQ(action_of(too_big), Action::check_config);
   EXPECT_NE(too_big.message.find("configuration does not fit"), std::string::npos) << too_big.message;
   EXPECT_NEAR(too_big.evidence["allocator_message"]["capacity_bytes"].get<double>(), 79.18 * (1 << 30), 1.0);
   // The H200's: 111.78 GiB held and 24 GiB asked for, 135.8 of 139.8 GiB: the request is the run's too.
-  const auto too_big_with_request =
-      crash_finding(oom_text("24.00 GiB", "139.80 GiB", "111.78 GiB", "8.47 GiB"), 1, 0, "backward", std::nullopt);
+  const auto too_big_with_request = crash_finding(oom_text("24.00 GiB", "139.80 GiB", "111.78 GiB", "8.47 GiB"), 1, 0,
+                                                  "backward", std::nullopt, /*cpu_run=*/false);
   EXPECT_EQ(too_big_with_request.classification, Classification::configuration);
   EXPECT_EQ(too_big_with_request.evidence["allocator_message"]["fragmentation_suspected"], false);
-  const auto crowded =
-      crash_finding(oom_text("6.00 GiB", "79.18 GiB", "20.00 GiB", "52.82 MiB"), 1, 0, "forward", std::nullopt);
+  const auto crowded = crash_finding(oom_text("6.00 GiB", "79.18 GiB", "20.00 GiB", "52.82 MiB"), 1, 0, "forward",
+                                     std::nullopt, /*cpu_run=*/false);
   EXPECT_EQ(crowded.evidence["allocator_message"]["own_tensors_fill_device"], false);
   EXPECT_FALSE(crowded.classification.has_value());
 
-  const auto cpu = crash_finding(kCases[9].message, 2, 0, "forward", std::nullopt);
+  const auto cpu = crash_finding(kCases[9].message, 2, 0, "forward", std::nullopt, /*cpu_run=*/false);
   EXPECT_DOUBLE_EQ(cpu.evidence["allocator_message"]["requested_bytes"].get<double>(), 1099511627776.0);
+}
+
+// On a CPU run every out-of-memory text, the CPU allocator's or any other, is the host's: no ROCm
+// component allocated. Other crashes keep their classification.
+TEST(ErrorClassifier, CpuOutOfMemoryIsTheHostsNotTheAllocators) {
+  for (const char* message : {kCases[9].message, kCases[8].message, "std::bad_alloc"}) {
+    const auto f = crash_finding(message, 1, 0, "setup_model", std::nullopt, /*cpu_run=*/true);
+    EXPECT_EQ(f.component, component::host) << message;
+    EXPECT_EQ(f.signature, "host_out_of_memory") << message;
+    EXPECT_EQ(f.severity, Severity::fail);
+    EXPECT_EQ(f.classification, Classification::configuration);
+    EXPECT_EQ(action_of(f), Action::check_config);
+    EXPECT_NE(f.message.find("the host's memory ran out"), std::string::npos) << f.message;
+    EXPECT_EQ(f.message.find('\n'), std::string::npos) << "one line";
+  }
+  const auto requested = crash_finding(kCases[9].message, 1, 0, "setup_model", std::nullopt, /*cpu_run=*/true);
+  EXPECT_DOUBLE_EQ(requested.evidence["allocator_message"]["requested_bytes"].get<double>(), 1099511627776.0);
+  // The same text on a GPU run stays the allocator's; a CPU run's other crashes are unchanged.
+  EXPECT_EQ(crash_finding(kCases[9].message, 1, 0, "forward", std::nullopt, false).component, component::allocator);
+  const auto gloo = crash_finding(kCases[12].message, 1, 0, "grad_sync", std::nullopt, /*cpu_run=*/true);
+  EXPECT_EQ(gloo.signature, "collective_error");
+  EXPECT_EQ(gloo.component, component::rccl);
 }
 
 }  // namespace RCL_UNITY_ID

@@ -289,6 +289,27 @@ TEST(ReportWriter, CrashReportClassifiesTheExceptionAndExitsThree) {
   EXPECT_TRUE(fs::exists(dir / "junit.rank1.xml"));
 }
 
+// A CPU run's crash report: libtorch's CPU allocator is malloc, so its out-of-memory is the
+// host's, never the ROCr allocator's.
+TEST(ReportWriter, CpuRunOutOfMemoryIsReportedAgainstTheHost) {
+  const fs::path dir = fresh_dir("crash-cpu");
+  FindingLog log(find_signature);
+  RunSummary summary;
+  ReportWriter writer(dir, 0, {}, {{"device_kind", "cpu"}}, log, summary, 0);
+  EXPECT_EQ(writer.write_crash("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+                               "you tried to allocate 100000000000000 bytes.",
+                               "setup_model"),
+            kExitCrashOrHang);
+  const auto report = nlohmann::json::parse(read(dir / "report.json"));
+  ASSERT_EQ(report["findings"].size(), 1u);
+  const auto& f = report["findings"][0];
+  EXPECT_EQ(f["component"], component::host);
+  EXPECT_EQ(f["signature"], "host_out_of_memory");
+  EXPECT_EQ(f["classification"], "configuration");
+  EXPECT_EQ(f["action"], "check_config");
+  for (const auto& c : report["components"]) EXPECT_NE(c["status"], "FAIL") << c;
+}
+
 TEST(ReportWriter, WatchdogCallbackWritesAHungReportAndTheFirstVerdictStands) {
   const fs::path dir = fresh_dir("hang");
   FindingLog log(find_signature);

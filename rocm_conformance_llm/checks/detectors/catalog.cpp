@@ -266,6 +266,8 @@ std::vector<DetectorSpec> builtin_detectors() {
        "run",
        {{"out_of_memory", allocator, fail, 1, "test:ErrorClassifier.OomFindingCarriesSizesAndTheLastMemorySample",
          check_config},
+        {"host_out_of_memory", component::host, fail, 1,
+         "test:ErrorClassifier.CpuOutOfMemoryIsTheHostsNotTheAllocators", check_config},
         {"collective_error", rccl, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents", isolate_node},
         {"illegal_memory_access", hip_runtime, fail, 1, "test:ErrorClassifier.RealMessagesMapToComponents",
          report_upstream},

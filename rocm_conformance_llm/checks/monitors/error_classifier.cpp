@@ -112,7 +112,7 @@ ErrorClass classify_error(std::string_view message) {
 }
 
 Finding crash_finding(std::string_view message, int64_t step, int rank, const std::string& phase,
-                      const std::optional<MemorySample>& last_memory) {
+                      const std::optional<MemorySample>& last_memory, bool cpu_run) {
   const ErrorClass c = classify_error(message);
   // First line only in the message: PyTorch appends pages of hints and C++ frames.
   const std::string full(message);
@@ -126,7 +126,15 @@ Finding crash_finding(std::string_view message, int64_t step, int rank, const st
             .evidence = {{"phase", phase}, {"exception", full.substr(0, 4000)}}};
   if (c.signature == "out_of_memory") {
     f.evidence["allocator_message"] = oom_evidence(full);
-    if (f.evidence["allocator_message"].value("own_tensors_fill_device", false)) {
+    if (cpu_run) {
+      // libtorch's CPU allocator is malloc: the host ran out, which says nothing about ROCm.
+      f.component = component::host;
+      f.signature = "host_out_of_memory";
+      f.classification = Classification::configuration;
+      f.message +=
+          " [a CPU run: the host's memory ran out; lower batch_size, seq_len, memory_pressure_bytes or the "
+          "model's size, or free the host's memory]";
+    } else if (f.evidence["allocator_message"].value("own_tensors_fill_device", false)) {
       f.classification = Classification::configuration;
       f.message +=
           " [the run's own tensors fill the device: the configuration does not fit; lower batch_size, "

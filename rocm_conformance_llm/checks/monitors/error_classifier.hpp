@@ -18,8 +18,8 @@ struct ErrorClass {
   std::string signature;
 };
 
-// Signatures: out_of_memory (ROCr allocator); collective_timeout, collective_error (RCCL);
-// illegal_memory_access, gpu_hang, kernel_launch_failure, no_device, hip_error (HIP runtime);
+// Signatures: out_of_memory (ROCr allocator; crash_finding makes a CPU run's host_out_of_memory); collective_timeout,
+// collective_error (RCCL); illegal_memory_access, gpu_hang, kernel_launch_failure, no_device, hip_error (HIP runtime);
 // blas_error (rocBLAS/hipBLASLt); miopen_error (MIOpen); rng_error (rocRAND);
 // unclassified_crash (HIP runtime) when nothing matches.
 ErrorClass classify_error(std::string_view message);
@@ -27,7 +27,9 @@ ErrorClass classify_error(std::string_view message);
 // The fail finding for a run that died with `message` while in `phase` of `step`. For an
 // out-of-memory it adds the last memory sample and the sizes the allocator's message states
 // (requested, reserved-but-unallocated: fragmentation when the latter exceeds the former).
+// `cpu_run`: the run trained on the CPU, where no ROCm component allocates: its out-of-memory
+// is the host's (host_out_of_memory, component host, classified configuration).
 Finding crash_finding(std::string_view message, int64_t step, int rank, const std::string& phase,
-                      const std::optional<MemorySample>& last_memory);
+                      const std::optional<MemorySample>& last_memory, bool cpu_run);
 
 }  // namespace rcl
