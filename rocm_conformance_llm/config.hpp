@@ -203,6 +203,14 @@ struct ConfigField {
   X(int64_t, warmup_steps, 5, at_least(0), "steps excluded from timing baselines")                                   \
   X(double, loss_spike_zscore, 6.0, above(0), "robust z of loss vs running median/MAD")                              \
   X(double, loss_spike_min_jump, 0.5, above(0), "a loss spike is also this relative jump over the median")           \
+  /* A fresh model's loss starts near ln(vocab_size): the H200's --stress all on small at */                         \
+  /* 11.23 against ln 50257 = 10.82, then 16.11 at step 2. 2 nats over the first loss makes the */                   \
+  /* true token 7x less likely than at the start; 3 over ln(V) leaves room for a wide init's larger */               \
+  /* logits (a spread s starts s^2/2 nats above). No clean run comes near either (docs/detectors.md). */             \
+  X(double, loss_sanity_first_step_margin, 2.0, above(0),                                                            \
+    "until the loss-spike test has a baseline, a loss this many nats above the first step's warns")                  \
+  X(double, loss_sanity_vocab_margin, 3.0, above(0),                                                                 \
+    "until the loss-spike test has a baseline, a loss this many nats above ln(vocab_size) warns")                    \
   X(double, false_alarm_budget, 1e-3, above(0),                                                                      \
     "per-run false-alarm probability a statistical detector may spend (raises z over long runs)")                    \
   X(double, step_time_cv_warn, 0.5, above(0), "coefficient of variation of steady-state step time")                  \

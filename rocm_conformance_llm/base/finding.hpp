@@ -46,6 +46,10 @@ inline constexpr const char* all[] = {rocblas, rocrand, rccl, allocator, miopen,
 // Not a ROCm component: the machine the run shares with other processes. A finding about it
 // explains an anomaly that is no component's fault, and changes no component's status.
 inline constexpr const char* host = "host";
+// Not a ROCm component either: the training job's own settings (learning rate, warm-up,
+// initialisation for the model's size). Its findings are the job's to fix (check_config), and
+// change no component's status.
+inline constexpr const char* training = "training configuration";
 }  // namespace component
 
 struct Finding {

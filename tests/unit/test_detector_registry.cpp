@@ -56,6 +56,7 @@ TEST(DetectorRegistry, SignaturesAreDeclaredOnceWithAKnownComponent) {
   std::set<std::string> seen;
   std::set<std::string> components(std::begin(component::all), std::end(component::all));
   components.insert(component::host);
+  components.insert(component::training);
   for (const auto& detector : detector_registry()) {
     for (const auto& s : detector.signatures) {
       EXPECT_TRUE(seen.insert(s.id).second) << s.id << " declared twice";

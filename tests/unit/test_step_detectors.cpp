@@ -8,6 +8,7 @@
 
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/checks/detectors/collectives.hpp"
+#include "rocm_conformance_llm/checks/detectors/loss_sanity.hpp"
 #include "rocm_conformance_llm/checks/detectors/memory.hpp"
 #include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
@@ -194,7 +195,113 @@ TEST(NumericsDetector, LongRunsRaiseTheSpikeThreshold) {
 TEST(NumericsDetector, WarmupLossesAreNotJudged) {
   auto stream = clean_stream();
   stream[2].loss *= 5.0;  // step 3, inside the 5 warm-up steps
-  EXPECT_TRUE(run_detectors(stream).empty());
+  const auto findings = run_detectors(stream);
+  EXPECT_TRUE(with_signature(findings, "loss_spike").empty()) << describe(findings);
+  // That is the loss sanity check's: +23 nats over the first step's loss.
+  ASSERT_EQ(findings.size(), 1u) << describe(findings);
+  EXPECT_EQ(findings[0].signature, "early_loss_divergence");
+  EXPECT_EQ(findings[0].step, 3);
+}
+
+// Losses as a trainer publishes them, from step 1.
+std::vector<StepRecord> loss_stream(const std::vector<double>& losses) {
+  std::vector<StepRecord> out;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    StepRecord r;
+    r.step = static_cast<int64_t>(i) + 1;
+    r.loss = losses[i];
+    r.grad_norm = 1.0;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Finding> run_loss_sanity(const std::vector<double>& losses, int64_t vocab_size,
+                                     const DiagnosticsConfig& cfg = {}) {
+  FindingLog log(find_signature);
+  LossSanityDetector detector(cfg, log, RunProfile{.vocab_size = vocab_size});
+  for (const auto& r : loss_stream(losses)) detector.on_step(r);
+  return log.snapshot();
+}
+
+// The H200's main job (docs/gpu-run.md): `--stress all` on `small` (vocabulary 50257), its first 7
+// losses as recorded. Step 2 is 4.88 nats over step 1 and 5.29 over ln(50257) = 10.82; no
+// detector saw it, the loss-spike test waiting out the warm-up.
+TEST(LossSanityDetector, RecordedH200DivergenceFiresAtStep2) {
+  const std::vector<double> h200 = {11.23, 16.11, 11.56, 11.04, 11.48, 11.03, 15.12};
+  const auto findings = run_loss_sanity(h200, 50257);
+  ASSERT_EQ(findings.size(), 1u) << describe(findings);
+  const Finding& f = findings[0];
+  EXPECT_EQ(f.signature, "early_loss_divergence");
+  EXPECT_EQ(f.step, 2);
+  EXPECT_EQ(f.component, component::training);
+  EXPECT_EQ(f.severity, Severity::warn);
+  EXPECT_EQ(action_of(f, find_signature(f.signature)), Action::check_config);
+  EXPECT_NEAR(f.evidence["above_first_nats"].get<double>(), 4.88, 1e-9);
+  EXPECT_NEAR(f.evidence["above_uniform_nats"].get<double>(), 16.11 - std::log(50257.0), 1e-9);
+  EXPECT_EQ(f.evidence["first_step"], 1);
+  EXPECT_NE(f.message.find("ln(50257) = 10.82"), std::string::npos) << f.message;
+  // Through the registry too (no trainer: the vocabulary unknown, the first step's bound alone),
+  // and not as a loss spike, which judges none of these steps.
+  const auto all = run_detectors(loss_stream(h200));
+  ASSERT_EQ(with_signature(all, "early_loss_divergence").size(), 1u) << describe(all);
+  EXPECT_EQ(with_signature(all, "early_loss_divergence")[0].step, 2);
+  EXPECT_TRUE(with_signature(all, "loss_spike").empty()) << describe(all);
+}
+
+// Clean runs' first 10 losses as the binary logged them (smoke preset, vocabulary 64, ln 64 =
+// 4.16; seed 1; CPU, libtorch 1.13, which skips the attention mode): every mode starts within
+// 0.09 nats of a uniform guess and only falls. Silent, as are CleanStreamIsSilent's streams.
+TEST(LossSanityDetector, RecordedCleanTrajectoriesAreSilent) {
+  const std::vector<std::vector<double>> clean = {
+      {4.222, 4.017, 3.811, 3.72, 3.555, 3.469, 3.311, 3.159, 3.021, 2.834},   // no --stress
+      {4.241, 3.782, 3.466, 3.271, 2.989, 2.874, 2.612, 2.404, 2.333, 2.191},  // gemm
+      {4.219, 4.039, 3.899, 3.771, 3.612, 3.537, 3.391, 3.262, 3.101, 2.94},   // rng
+      {4.216, 4.04, 3.857, 3.711, 3.61, 3.517, 3.436, 3.357, 3.037, 2.914},    // comm
+      {4.217, 4.01, 3.8, 3.676, 3.555, 3.424, 3.263, 3.114, 2.897, 2.698},     // memory
+      {4.17, 4.106, 4.057, 4.043, 3.932, 3.881, 3.775, 3.715, 3.623, 3.579},   // fusion
+      {4.184, 4.089, 4.016, 3.927, 3.758, 3.567, 3.336, 3.355, 3.215, 3.061},  // all
+  };
+  for (const auto& losses : clean) EXPECT_TRUE(run_loss_sanity(losses, 64).empty()) << losses[0];
+}
+
+TEST(LossSanityDetector, EachBoundFiresAloneAndTheMarginsAreTheConfigs) {
+  // A run that starts far above a uniform guess and stays there: only ln(V) + margin sees it.
+  const double uniform = std::log(50257.0);
+  const auto high = run_loss_sanity({uniform + 3.5, uniform + 3.4, uniform + 3.3}, 50257);
+  ASSERT_EQ(high.size(), 1u) << describe(high);
+  EXPECT_EQ(high[0].step, 2);
+  EXPECT_LT(high[0].evidence["above_first_nats"].get<double>(), 0.0);
+  // The same losses with the vocabulary unknown, or with a wider margin: silent.
+  EXPECT_TRUE(run_loss_sanity({uniform + 3.5, uniform + 3.4, uniform + 3.3}, 0).empty());
+  DiagnosticsConfig wide;
+  wide.loss_sanity_vocab_margin = 4.0;
+  EXPECT_TRUE(run_loss_sanity({uniform + 3.5, uniform + 3.4, uniform + 3.3}, 50257, wide).empty());
+  // A rise over the first loss below ln(V) + margin: only the first step's bound sees it.
+  EXPECT_TRUE(run_loss_sanity({4.0, 5.9}, 64).empty());  // +1.9 nats, ln(64) + 3 = 7.16
+  const auto rise = run_loss_sanity({4.0, 5.9, 6.1}, 64);
+  ASSERT_EQ(rise.size(), 1u) << describe(rise);
+  EXPECT_EQ(rise[0].step, 3);
+  DiagnosticsConfig tight;
+  tight.loss_sanity_first_step_margin = 1.5;
+  EXPECT_EQ(run_loss_sanity({4.0, 5.9}, 64, tight).size(), 1u);
+  // Non-finite losses are nonfinite_loss's; the first finite one is the reference.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(run_loss_sanity({nan, 4.0, nan, 4.5}, 64).empty());
+  EXPECT_EQ(run_loss_sanity({nan, 4.0, nan, 6.5}, 64).size(), 1u);
+}
+
+TEST(LossSanityDetector, JudgesOnlyTheStepsTheSpikeTestCannot) {
+  // warmup_steps 5 + max(3, window_steps / 2) = 10: step 10 is judged here, step 11 is loss_spike's.
+  std::vector<double> losses(30, 4.0);
+  losses[9] = 9.0;
+  EXPECT_EQ(run_loss_sanity(losses, 64).size(), 1u);
+  losses[9] = 4.0;
+  losses[10] = 9.0;
+  EXPECT_TRUE(run_loss_sanity(losses, 64).empty());
+  DiagnosticsConfig longer;
+  longer.warmup_steps = 10;
+  EXPECT_EQ(run_loss_sanity(losses, 64, longer).size(), 1u);
 }
 
 TEST(StepTimeDetector, CliffIsReportedAtItsFirstSlowStep) {

@@ -13,6 +13,7 @@
 #include "rocm_conformance_llm/checks/detectors/comm_monitor.hpp"
 #include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
 #include "rocm_conformance_llm/checks/detectors/gemm_checksums.hpp"
+#include "rocm_conformance_llm/checks/detectors/loss_sanity.hpp"
 #include "rocm_conformance_llm/checks/detectors/memory.hpp"
 #include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/checks/detectors/op_counter.hpp"
@@ -47,6 +48,7 @@ RunProfile run_profile(const DetectorContext& c) {
   const RunContext& ctx = c.loop->ctx();
   run.steps = ctx.cfg.steps;
   run.shared_cores = ctx.device.is_cpu();
+  run.vocab_size = ctx.cfg.vocab_size;
   return run;
 }
 
@@ -70,6 +72,13 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"diagnostics.loss_spike_zscore", "diagnostics.loss_spike_min_jump", "diagnostics.false_alarm_budget",
         "diagnostics.window_steps", "diagnostics.warmup_steps"},
        step_detector<NumericsDetector>},
+      {"loss_sanity",
+       "step",
+       {{"early_loss_divergence", component::training, warn, 1,
+         "test:LossSanityDetector.RecordedH200DivergenceFiresAtStep2", check_config}},
+       {"diagnostics.loss_sanity_first_step_margin", "diagnostics.loss_sanity_vocab_margin", "diagnostics.warmup_steps",
+        "diagnostics.window_steps"},
+       step_detector<LossSanityDetector>},
       {"step_time",
        "step",
        {{"step_time_cliff", rocblas, warn, 1, "slow-step", isolate_node},

@@ -130,7 +130,7 @@ void NumericsDetector::check_spike(const StepRecord& r) {
     return;  // values during a spike never enter the baseline
   }
 
-  const auto min_samples = static_cast<size_t>(std::max<int64_t>(3, cfg_.window_steps / 2));
+  const auto min_samples = static_cast<size_t>(loss_baseline_samples(cfg_));
   if (baseline_.size() >= min_samples) {
     const LossReference ref = loss_reference();
     if (!is_spike(r.loss, ref)) {

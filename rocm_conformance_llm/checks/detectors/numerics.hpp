@@ -3,6 +3,7 @@
 // it is a reduced-precision effect or a fault.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -31,6 +32,12 @@ class LoopAccess;
 //   step), grad_norm_spike (warn, up to 5: a finite gradient norm at least that z-score robust
 //   deviations above the recent median in log10 space, the scale floored at 0.25 decades, so
 //   >= ~30x: a flipped exponent bit or a corrupted reduction).
+// The accepted post-warm-up losses loss_spike needs before it judges a step: the steps up to
+// warmup_steps + this many are the ones it cannot judge (LossSanityDetector covers them).
+inline int64_t loss_baseline_samples(const DiagnosticsConfig& cfg) {
+  return std::max<int64_t>(3, cfg.window_steps / 2);
+}
+
 class NumericsDetector final : public Detector {
  public:
   using Detector::Detector;

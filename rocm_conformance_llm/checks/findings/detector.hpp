@@ -20,6 +20,7 @@ namespace rcl {
 struct RunProfile {
   int64_t steps = 1000;       // steps judged: a per-step threshold must keep the whole run's false-alarm odds small
   bool shared_cores = false;  // a CPU run: its steps and collectives run on cores the host shares with everything else
+  int64_t vocab_size = 0;     // the model's vocabulary: a fresh model's loss starts near ln of it (0: unknown)
 };
 
 class Detector : public StepObserver, public StepHooks {
