@@ -107,8 +107,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert failed and failed[0]["verdict"] == "nonfinite_loss", diagnoses
     assert failed[0]["subcomponent"]["name"] == "rocBLAS/hipBLASLt", failed[0]
 
-    # A crash (an allocation the host cannot give): status ERROR, the out-of-memory finding a
-    # FAIL diagnosis and an error naming the allocator's softwareInfo.
+    # A crash (an allocation the host cannot give, on a CPU run): status ERROR, the host's
+    # out-of-memory finding a FAIL diagnosis, and an error naming no ROCm software: the CPU's
+    # memory is not the ROCr allocator's.
     _, artifacts, _, _ = run(tmp, "crash", ["--steps", "6", "--inject", "memory-leak=1000000GiB/step@step=3"], 3)
     assert run_end(artifacts) == {"status": "ERROR", "result": "FAIL"}, run_end(artifacts)
     training = steps(artifacts)["step-training"]
@@ -117,8 +118,9 @@ with tempfile.TemporaryDirectory() as tmp:
     software = {s["softwareInfoId"]: s["name"] for s in
                 artifacts[1]["testRunArtifact"]["testRunStart"]["dutInfo"]["softwareInfos"]}
     assert errors and errors[0]["symptom"] == "crashed", training
-    assert [software[i] for i in errors[0]["softwareInfoIds"]] == ["ROCr allocator"], errors
-    assert any(d["verdict"] == "out_of_memory" and d["type"] == "FAIL" for d in of_kind(training, "diagnosis")), training
+    assert [software[i] for i in errors[0]["softwareInfoIds"]] == [], errors
+    assert any(d["verdict"] == "host_out_of_memory" and d["type"] == "FAIL"
+               for d in of_kind(training, "diagnosis")), training
 
     # Two ranks on loopback: each rank's file keeps the rules and measures the collectives' bus
     # bandwidth.
