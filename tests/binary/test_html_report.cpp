@@ -46,7 +46,7 @@ INSTANTIATE_TEST_SUITE_P(
         BrowserCase{"clean", "--steps 6", 0, "PASS", {}},
         BrowserCase{"failed", "--steps 6 --inject nan@step=4", 1, "FAIL", {{"nonfinite_loss", 4}}},
         BrowserCase{
-            "crashed", "--steps 6 --inject memory-leak=1000000GiB/step@step=3", 3, "CRASHED", {{"out_of_memory", -1}}},
+            "crashed", "--steps 6 --inject memory-leak=1000000GiB/step@step=3", 3, "CRASHED", {{"host_out_of_memory", -1}}},
         BrowserCase{"hung", "--steps 60 --inject hang@step=3 --watchdog-timeout 2", 3, "HUNG", {{"hang", 3}}}),
     [](const auto& info) { return info.param.name; });
 
