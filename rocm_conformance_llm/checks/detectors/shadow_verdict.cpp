@@ -567,13 +567,6 @@ std::array<double, 5> host_gemm_checksums(const torch::Tensor& a, const torch::T
   return out;
 }
 
-torch::Tensor gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
-                             const torch::Tensor& c) {
-  if (!c.is_cpu()) return gemm_checksums_aten(a, b, bias, c);
-  const auto v = host_gemm_checksums(a, b, bias, c);
-  return torch::tensor({v[0], v[1], v[2], v[3], v[4]}, torch::kDouble);
-}
-
 torch::Tensor shadow_verdict(const TappedOp& op, const torch::Tensor& output) {
   const auto& y = output.defined() ? output : op.output;
   if (!y.is_cpu()) return shadow_verdict_aten(op, output);

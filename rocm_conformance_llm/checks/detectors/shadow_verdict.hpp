@@ -26,10 +26,8 @@ std::array<double, 3> host_verdict(const TappedOp& op, const torch::Tensor& outp
 // c = a b (+ bias along c's rows), a [M, K], b [K, N], c [M, N], one dtype, any strides. Both
 // projections are the row verdict above, once for C and once for Cᵀ = Bᵀ Aᵀ. float64 [worst row's
 // error over its bound, that row, worst column's error over its bound, that column, 1 if every row
-// and column was judged]; a NaN result makes its ratio NaN. On the CPU by host_gemm_checksums,
-// elsewhere by ATen ops on the device (read by the host a step later).
-torch::Tensor gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
-                             const torch::Tensor& c);
+// and column was judged]; a NaN result makes its ratio NaN. On the CPU by host_gemm_checksums
+// (plain loops), elsewhere by ATen ops on the device (read by the host a step later).
 torch::Tensor gemm_checksums_aten(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
                                   const torch::Tensor& c);
 std::array<double, 5> host_gemm_checksums(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
