@@ -40,8 +40,6 @@ constexpr size_t kNamesListed = 16;
 GemmChecksumCheck::GemmChecksumCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop)
     : Detector(cfg, log), loop_(loop) {}
 
-GemmChecksumCheck::~GemmChecksumCheck() { armed_.reset(); }
-
 void GemmChecksumCheck::on_step_begin(int64_t step) {
   read_verdicts();
   const std::lock_guard lock(mutex_);
@@ -60,9 +58,7 @@ void GemmChecksumCheck::on_gradients(int64_t /*step*/, const std::vector<torch::
     if (!current_) return;
     pending_ = std::move(current_);
     current_.reset();
-    if (pending_->on_device_parts.empty()) {
-      pending_->on_device.reset();
-    } else {
+    if (!pending_->on_device_parts.empty()) {
       pending_->on_device.emplace(pending_->on_device_parts);  // one copy of the step's verdicts
       pending_->on_device_parts.clear();
     }

@@ -42,7 +42,6 @@ class LoopAccess;
 class GemmChecksumCheck final : public Detector, private GemmObserver {
  public:
   GemmChecksumCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop);
-  ~GemmChecksumCheck() override;
   void on_step_begin(int64_t step) override;
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
                     int64_t first_micro_batch) override;
