@@ -36,10 +36,15 @@ int64_t gemm_parameter_count(const TrainingConfig& cfg);
 
 // Training FLOPs per token (forward + backward), PaLM appendix B:
 //   6 * N + 12 * L * hidden * T
-// N = gemm_parameter_count, L = layers, T = seq_len. The second term is attention's QK^T and AV
+// N = gemm_parameter_count less the experts a token is not routed to (moe_experts - moe_top_k
+// per layer), L = layers, T = seq_len. The second term is attention's QK^T and AV
 // products over every query head.
 // Activation recomputation (checkpointing) is not counted: this is model FLOPs, not hardware.
 double flops_per_token(const TrainingConfig& cfg);
+// The same with only the attention work a causal mask leaves useful: query t scores t keys, so
+// the square's term becomes its lower triangle, 6 * L * hidden * (T + 1). The FLOPs a fused
+// causal kernel needs; flops_per_token's square is what PaLM's MFU (and most papers) count.
+double causal_flops_per_token(const TrainingConfig& cfg);
 
 // Per-token cross entropy [B,T] in at least float32 (autocast leaves bf16/fp16 logits).
 torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -99,6 +99,18 @@ std::optional<HipMemInfo> hip_mem_info() {
   return std::nullopt;
 }
 
+std::optional<std::string> hip_device_name(int index) {
+#ifdef RCL_HAVE_HIP_HEADERS
+  using DeviceGetName = hipError_t (*)(char*, int, int);
+  static auto fn = symbol<DeviceGetName>(hip_library(), "hipDeviceGetName");
+  char name[256] = {};
+  if (fn && fn(name, sizeof name - 1, index) == hipSuccess && name[0] != '\0') return std::string(name);
+#else
+  (void)index;
+#endif
+  return std::nullopt;
+}
+
 nlohmann::json hip_runtime_report() {
   nlohmann::json out = {{"available", false}};
 #ifdef RCL_HAVE_HIP_HEADERS

@@ -17,6 +17,8 @@ struct HipMemInfo {
 
 // hipMemGetInfo on the current device, when libamdhip64 loads and a device answers.
 std::optional<HipMemInfo> hip_mem_info();
+// hipDeviceGetName of device `index` ("AMD Instinct MI300X"), when libamdhip64 loads and answers.
+std::optional<std::string> hip_device_name(int index);
 // HIP runtime and driver versions and the device count when available.
 nlohmann::json hip_runtime_report();
 

@@ -103,7 +103,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
                  "no fit on the CPU)")
       ->type_name("SIZE");
   auto* peak_flag = app.add_option("--device-peak-tflops", peak_tflops,
-                                   "The device's measured dense peak, for the predicted ideal step time")
+                                   "The device's measured dense peak in the run's precision: the predicted ideal step time, "
+                                   "and the report's MFU against it (docs/performance.md)")
                         ->type_name("TFLOPS");
   app.add_flag("--ocp-stdout", o.ocp_stdout,
                "Also print ocp.jsonl (OCP Test and Validation output, "
@@ -358,6 +359,7 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   run.checkpoint = parse_checkpoint_policy(o.checkpoint_interval, o.keep_checkpoints.value_or(CheckpointPolicy{}.keep));
   run.resume = o.resume;
   run.ocp_stdout = o.ocp_stdout;
+  run.measured_peak_tflops = o.device_peak_tflops.value_or(0.0);
   if ((run.resume == "latest" || run.resume == kResumeAuto) && o.output_dir.empty())
     throw ConfigError("--resume " + run.resume +
                       " needs --output-dir (the run directory whose newest checkpoint to continue)");

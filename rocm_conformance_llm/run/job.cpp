@@ -29,6 +29,7 @@
 #include "rocm_conformance_llm/reports/progress.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
+#include "rocm_conformance_llm/reports/throughput.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
@@ -422,6 +423,16 @@ class Job {
     if (checks_.memory_profile) report().add_section("memory_profile", checks_.memory_profile->to_json());
   }
 
+  // How much of the device the steady steps used (docs/performance.md).
+  nlohmann::json throughput() const {
+    const auto steps = summarize_steps(records_.summary.steps(), run_.diagnostics.warmup_steps);
+    return throughput_section(run_.training, {.tokens_per_s = steps.value("tokens_per_s", nlohmann::json::object())
+                                                                   .value("overall", 0.0),
+                                              .measured_peak_tflops = run_.measured_peak_tflops,
+                                              .ranks_per_token = s_.parallel.tensor_degree,
+                                              .device_model = s_.device.is_cpu() ? std::nullopt : gpu_model_name()});
+  }
+
   void add_sections(const nlohmann::json& sections) {
     for (const auto& [key, value] : sections.items()) report().add_section(key, value);
   }
@@ -433,6 +444,7 @@ class Job {
       d->finish();
       add_sections(d->report_sections());
     }
+    report().add_section("throughput", throughput());
     if (s_.baseline) {
       const RunRecord now{records_.summary.steps(), records_.findings.snapshot(), records_.config_doc};
       auto comparison = compare_with_baseline(now, *s_.baseline, run_.diagnostics, s_.launch.rank);

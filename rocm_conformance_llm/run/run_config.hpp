@@ -48,6 +48,7 @@ struct RunConfig {
   CheckpointPolicy checkpoint;
   std::string resume;       // as given; resolved and verified when the run starts
   bool ocp_stdout = false;  // --ocp-stdout: rank 0 prints ocp.jsonl on stdout at the end
+  double measured_peak_tflops = 0;  // --device-peak-tflops: the report's MFU is also stated against it (0: none)
 };
 
 }  // namespace rcl

@@ -8,7 +8,7 @@
 # (scripts/gpu/make_deps.sh), the fallback.
 #   bash scripts/gpu/make_deps.sh                         # where apt works: makes .gpudeps/
 #   bash scripts/gpu/carry_build.sh                       # after the wheel lane: .gpucarry/
-#   bash scripts/gpu/run.sh --carried [test] [main] [faults] [bench] [fit]  # run in the order given
+#   bash scripts/gpu/run.sh --carried [test] [main] [faults] [bench] [fit] [mfu]  # in the order given
 #   bash scripts/gpu/run.sh [build] [test] [main] [faults] [bench] [fit]    # building here first
 # A carried build made against another torch than this machine's python has is refused with one
 # line (exit 2): its binaries link that libtorch's C++ API, which changes between versions.
@@ -18,7 +18,8 @@
 # (default nproc), RCL_CTEST_ARGS (more ctest arguments for the test stage, e.g. "-R Gpu" when
 # a device call has no room for the suite), RCL_GPU_BENCH_ARGS (more bench/gpu_bench.py arguments,
 # e.g. "--steps 30 --warmup 8"), RCL_GPU_FIT_ARGS (more bench/fit_sample.py arguments, e.g.
-# "--only small:gemm,memory,fusion").
+# "--only small:gemm,memory,fusion"), RCL_GPU_MFU_ARGS (more bench/mode_mfu.py arguments, e.g.
+# "--only base,all --duration 40").
 # This script is the only place that knows which vendor's machine it is on: the project itself
 # is device-agnostic libtorch (torch::kCUDA is the HIP device on ROCm).
 set -uo pipefail
@@ -146,7 +147,9 @@ for name in "${stages[@]}"; do
       ${RCL_GPU_BENCH_ARGS:-} || status=1 ;;
     fit) stage fit 360 python3 bench/fit_sample.py --binary "$binary" --output "$results/fit-sample-gpu.md" \
       ${RCL_GPU_FIT_ARGS:-} || status=1 ;;
-    *) note "unknown stage '$name' (allowed: build test main faults bench fit)"; status=2 ;;
+    mfu) stage mfu 570 python3 bench/mode_mfu.py --binary "$binary" --output "$results/mode-mfu-gpu.md" \
+      ${RCL_GPU_MFU_ARGS:-} || status=1 ;;
+    *) note "unknown stage '$name' (allowed: build test main faults bench fit mfu)"; status=2 ;;
   esac
 done
 exit "$status"
