@@ -6,6 +6,7 @@
 // saying so. Through the binary: tests/binary/test_attention.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -228,6 +229,24 @@ TEST(AttentionProbe, InjectedMaskCorruptionFailsOnlyTheMaskedOutputsOfOneBackend
   // The last backend that serves a mask here: the explicit path on 1.13, CPU flash on 2.x.
   EXPECT_EQ(*failed_backends.begin(), sdpa_available() ? "sdpa_flash" : "math");
   EXPECT_GE(failed, 2);
+}
+
+// A check probes again on what start-up prepared: the same results without recomputing the
+// float64 references, and a fault on a later probe still caught against them.
+TEST(AttentionProbe, APreparedProbeRunsAgainWithTheSameVerdictAndStillCatchesTheFault) {
+  const auto prepared = prepare_attention_probe(model_inputs(2), torch::kCPU, {.seq_len = 48});
+  const auto first = run_attention_probe(prepared, false), again = run_attention_probe(prepared, false);
+  const auto whole = probe_attention(model_inputs(2), torch::kCPU, {.seq_len = 48});
+  ASSERT_EQ(first.size(), whole.size());
+  ASSERT_EQ(again.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(first[i].to_json(), whole[i].to_json()) << whole[i].describe();
+    EXPECT_EQ(again[i].to_json(), whole[i].to_json()) << whole[i].describe();
+    EXPECT_TRUE(again[i].passed()) << whole[i].describe();
+  }
+  const auto struck = run_attention_probe(prepared, true);
+  EXPECT_TRUE(std::any_of(struck.begin(), struck.end(), [](const auto& r) { return r.injected && !r.passed(); }));
+  EXPECT_TRUE(std::all_of(struck.begin(), struck.end(), [](const auto& r) { return r.injected || r.passed(); }));
 }
 
 // The attention mode as data: on 2.x it switches to SDPA, pads, strides V and turns the probe

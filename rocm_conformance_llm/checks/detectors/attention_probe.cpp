@@ -107,42 +107,56 @@ std::string AttentionProbeResult::describe() const {
                      strided_v ? "strided" : "contiguous");
 }
 
-std::vector<AttentionProbeResult> probe_attention(const AttentionInputs& inputs, const torch::Device& device,
-                                                  const AttentionProbeOptions& options) {
+PreparedAttentionProbe prepare_attention_probe(const AttentionInputs& inputs, const torch::Device& device,
+                                               const AttentionProbeOptions& options) {
   torch::NoGradGuard no_grad;
   const auto q32 = probe_slice(inputs.q, options.seq_len);
   const auto k32 = probe_slice(inputs.k, options.seq_len);
   const auto v32 = probe_slice(inputs.v, options.seq_len);
-  const int64_t seq = q32.size(2);
+  PreparedAttentionProbe p;
+  p.device = device;
+  p.seq = q32.size(2);
+  p.head_dim = q32.size(3);
+  p.pad_fraction = options.pad_fraction;
   const auto allowed_masks = [&](const torch::Device& where) {
-    return std::pair{torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(where)).tril(),
-                     padded_causal_mask(kProbeSequences, seq, options.pad_fraction, where)};
+    return std::pair{torch::ones({p.seq, p.seq}, torch::TensorOptions().dtype(torch::kBool).device(where)).tril(),
+                     padded_causal_mask(kProbeSequences, p.seq, options.pad_fraction, where)};
   };
   const auto [causal_host, padded_host] = allowed_masks(torch::kCPU);
-  const auto [causal_dev, padded_dev] = allowed_masks(device);
-  const std::string corrupt = options.corrupt_masked ? corrupted_backend(device, q32.size(3)) : "";
-
-  std::vector<AttentionProbeResult> results;
+  std::tie(p.causal, p.padded) = allowed_masks(device);
   for (const auto& dtype : kProbeDtypes) {
-    const auto q = q32.to(device, dtype.type), k = k32.to(device, dtype.type), v = v32.to(device, dtype.type);
+    PreparedAttentionProbe::Case c{.dtype = dtype.type, .name = dtype.name};
+    c.q = q32.to(device, dtype.type), c.k = k32.to(device, dtype.type), c.v = v32.to(device, dtype.type);
     // The reference sees the rounded inputs: only the kernel's own error is measured.
-    const auto qd = q.to(torch::kCPU, torch::kDouble), kd = k.to(torch::kCPU, torch::kDouble);
-    const auto vd = v.to(torch::kCPU, torch::kDouble);
-    const double v_max = vd.abs().max().item<double>();
+    const auto qd = c.q.to(torch::kCPU, torch::kDouble), kd = c.k.to(torch::kCPU, torch::kDouble);
+    const auto vd = c.v.to(torch::kCPU, torch::kDouble);
+    c.v_max = vd.abs().max().item<double>();
     const auto scores = torch::matmul(qd, kd.transpose(-2, -1)) / std::sqrt(double(qd.size(-1)));
     for (const bool masked : {false, true}) {
       const auto& allowed_host = masked ? padded_host : causal_host;
-      const auto reference = explicit_attention(qd, kd, vd, allowed_host);
+      c.reference[masked] = explicit_attention(qd, kd, vd, allowed_host);
       const double s_max = scores.masked_fill(allowed_host.logical_not(), 0.0).abs().max().item<double>();
-      const double bound = attention_bound(dtype.type, s_max, seq) * v_max;
+      c.bound[masked] = attention_bound(dtype.type, s_max, p.seq) * c.v_max;
+    }
+    p.cases.push_back(std::move(c));
+  }
+  return p;
+}
+
+std::vector<AttentionProbeResult> run_attention_probe(const PreparedAttentionProbe& p, bool corrupt_masked) {
+  torch::NoGradGuard no_grad;
+  const std::string corrupt = corrupt_masked ? corrupted_backend(p.device, p.head_dim) : "";
+  std::vector<AttentionProbeResult> results;
+  for (const auto& c : p.cases) {
+    for (const bool masked : {false, true}) {
       for (const bool strided : {false, true}) {
-        const auto v_in = strided ? strided_view_of(v) : v;
+        const auto v_in = strided ? strided_view_of(c.v) : c.v;
         for (const auto& backend : attention_probe_backends()) {
           AttentionProbeResult r;
-          r.backend = backend, r.dtype = dtype.name, r.masked = masked, r.strided_v = strided, r.bound = bound;
+          r.backend = backend, r.dtype = c.name, r.masked = masked, r.strided_v = strided, r.bound = c.bound[masked];
           torch::Tensor out;
           try {
-            out = run_backend(backend, q, k, v_in, masked ? padded_dev : causal_dev, masked);
+            out = run_backend(backend, c.q, c.k, v_in, masked ? p.padded : p.causal, masked);
           } catch (const c10::Error& e) {
             r.supported = false;
             r.reason = first_line(e.what_without_backtrace());
@@ -153,18 +167,23 @@ std::vector<AttentionProbeResult> probe_attention(const AttentionInputs& inputs,
           if (masked && backend == corrupt) {
             // The padded sequence's rows past its length come out shifted, as a kernel that
             // mishandles the masked keys would give them.
-            const int64_t from = std::min(padded_length(seq, options.pad_fraction), seq - 1);
-            got.select(0, 1).narrow(1, from, seq - from).add_(v_max);
+            const int64_t from = std::min(padded_length(p.seq, p.pad_fraction), p.seq - 1);
+            got.select(0, 1).narrow(1, from, p.seq - from).add_(c.v_max);
             r.injected = true;
           }
           r.nonfinite = !got.isfinite().all().item<bool>();
-          r.max_error = (got - reference).abs().max().item<double>();
+          r.max_error = (got - c.reference[masked]).abs().max().item<double>();
           results.push_back(std::move(r));
         }
       }
     }
   }
   return results;
+}
+
+std::vector<AttentionProbeResult> probe_attention(const AttentionInputs& inputs, const torch::Device& device,
+                                                  const AttentionProbeOptions& options) {
+  return run_attention_probe(prepare_attention_probe(inputs, device, options), options.corrupt_masked);
 }
 
 AttentionProbeOptions AttentionProbeOptions::from(const TrainingConfig& cfg, bool corrupt_masked) {
@@ -184,11 +203,18 @@ std::string training_kernel_of(LoopAccess& loop, const AttentionInputs& in) {
 
 }  // namespace
 
+TrainerProbeInputs prepare_trainer_attention_probe(LoopAccess& loop) {
+  // The probe reads kProbeSequences sequences: the forward that captures them needs no more.
+  const auto& tokens = loop.train_batch(0).inputs;
+  const AttentionInputs in =
+      capture_attention_inputs(loop.model(), tokens.narrow(0, 0, std::min<int64_t>(tokens.size(0), kProbeSequences)));
+  return {.prepared = prepare_attention_probe(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, false)),
+          .training_kernel = training_kernel_of(loop, in)};
+}
+
 TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked) {
-  const AttentionInputs in = capture_attention_inputs(loop.model(), loop.train_batch(0).inputs);
-  return {
-      .results = probe_attention(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, corrupt_masked)),
-      .training_kernel = training_kernel_of(loop, in)};
+  auto inputs = prepare_trainer_attention_probe(loop);
+  return {.results = run_attention_probe(inputs.prepared, corrupt_masked), .training_kernel = inputs.training_kernel};
 }
 
 std::string training_attention_kernel(LoopAccess& loop) {
@@ -232,7 +258,9 @@ void AttentionProbeCheck::probe(int64_t step, int rank) {
   const torch::Device& device = loop_.ctx().device;
   const bool corrupt = faults_ && faults_->fires(FaultKind::attention_mask_corrupt, step, rank);
   const int64_t seq = std::max(c.attention_probe_seq_len, c.seq_len);
-  const auto [results, training_kernel] = probe_trainer_attention(loop_, corrupt);
+  if (!inputs_) inputs_ = prepare_trainer_attention_probe(loop_);
+  const auto results = run_attention_probe(inputs_->prepared, corrupt);
+  const std::string& training_kernel = inputs_->training_kernel;
   const auto supported = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.supported; });
   const auto outside = std::count_if(results.begin(), results.end(), [](const auto& r) { return !r.passed(); });
   spdlog::info(

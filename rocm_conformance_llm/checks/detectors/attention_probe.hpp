@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -79,18 +80,45 @@ struct AttentionProbeOptions {
   static AttentionProbeOptions from(const TrainingConfig& cfg, bool corrupt_masked);
 };
 
-// Every backend x dtype x mask x V layout on `device`; a combination the build or device has no
-// kernel for is reported unsupported, not failed.
+// The probe's inputs in each dtype on the device and their float64 host references, built once:
+// the references are the probe's whole host cost (at seq 8192 about a TFLOP in float64), so a
+// check that probes again reuses them and pays only for the kernels.
+struct PreparedAttentionProbe {
+  struct Case {
+    torch::ScalarType dtype;
+    const char* name;
+    torch::Tensor q, k, v;            // rounded to `dtype`, on the device
+    torch::Tensor reference[2];       // float64 on the host: [0] causal only, [1] with the padding mask
+    double bound[2] = {0.0, 0.0};     // attention_bound(..) * max|V|, per mask
+    double v_max = 0.0;
+  };
+  torch::Device device{torch::kCPU};
+  int64_t seq = 0, head_dim = 0;
+  double pad_fraction = kProbePadFraction;
+  torch::Tensor causal, padded;  // the allowed-key masks on the device
+  std::vector<Case> cases;       // one per dtype
+};
+PreparedAttentionProbe prepare_attention_probe(const AttentionInputs& inputs, const torch::Device& device,
+                                               const AttentionProbeOptions& options);
+// Every backend x dtype x mask x V layout on the prepared inputs; a combination the build or
+// device has no kernel for is reported unsupported, not failed.
+std::vector<AttentionProbeResult> run_attention_probe(const PreparedAttentionProbe& prepared, bool corrupt_masked);
+// Both at once.
 std::vector<AttentionProbeResult> probe_attention(const AttentionInputs& inputs, const torch::Device& device,
                                                   const AttentionProbeOptions& options);
 
-// The probe on the trainer's model: block 0's inputs for the first training batch (a fixed
-// batch, so probes differ only by the weights), and the kernel libtorch serves the training
-// call with: which fused kernel (AOTriton/CK on ROCm) a run validates and pays for, or "math"
-// when none takes the call (its cost is the explicit path's).
+// The probe on the trainer's model: block 0's inputs for the first kProbeSequences sequences of
+// the first training batch, prepared, and the kernel libtorch serves the training call with:
+// which fused kernel (AOTriton/CK on ROCm) a run validates and pays for, or "math" when none
+// takes the call (its cost is the explicit path's).
+struct TrainerProbeInputs {
+  PreparedAttentionProbe prepared;
+  std::string training_kernel;  // CausalSelfAttentionImpl::training_kernel in the run's precision
+};
+TrainerProbeInputs prepare_trainer_attention_probe(LoopAccess& loop);
 struct TrainerAttentionProbe {
   std::vector<AttentionProbeResult> results;
-  std::string training_kernel;  // CausalSelfAttentionImpl::training_kernel in the run's precision
+  std::string training_kernel;
 };
 TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked);
 
@@ -105,7 +133,9 @@ std::string training_attention_kernel(LoopAccess& loop);
 nlohmann::json attention_probe_report(LoopAccess& loop, const TrainerAttentionProbe& probe);
 
 // Loop-side: the probe at start-up (preflight) and every training.attention_probe_interval
-// steps, on block 0's inputs for a validation batch; a mismatch is a fail finding
+// steps, always on the inputs start-up prepared (block 0's Q/K/V under the initial weights):
+// a later probe runs the kernels only, and one that disagrees with its float64 reference where
+// it agreed before changed on the same inputs. A mismatch is a fail finding
 // attention_backend_mismatch, once per combination per run.
 class AttentionProbeCheck final : public Detector {
  public:
@@ -118,6 +148,7 @@ class AttentionProbeCheck final : public Detector {
 
   LoopAccess& loop_;
   const FaultPlan* faults_;
+  std::optional<TrainerProbeInputs> inputs_;  // prepared at the first probe
   std::set<std::string> reported_;
 };
 
