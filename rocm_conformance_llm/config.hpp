@@ -37,6 +37,9 @@ RCL_ENUM_NAMES(AttentionBackend, {AttentionBackend::math, "math"}, {AttentionBac
 // Deterministic algorithms, ordered off < replay < all.
 enum class Determinism { off, replay, all };
 RCL_ENUM_NAMES(Determinism, {Determinism::off, "off"}, {Determinism::replay, "replay"}, {Determinism::all, "all"})
+// Where the replay check keeps the state it rewinds to.
+enum class ReplaySnapshot { host, disk };
+RCL_ENUM_NAMES(ReplaySnapshot, {ReplaySnapshot::host, "host"}, {ReplaySnapshot::disk, "disk"})
 // Which of the step's GEMMs the checksum check judges.
 enum class GemmChecksums { all, rotating, off };
 RCL_ENUM_NAMES(GemmChecksums, {GemmChecksums::all, "all"}, {GemmChecksums::rotating, "rotating"},
@@ -161,6 +164,8 @@ struct ConfigField {
     "deterministic algorithms: off; replay (only around the steps a replay check compares); all steps")                \
   X(int64_t, replay_check_interval, 0, at_least(0), "steps between rewind-and-replay checks (0 = off)")                \
   X(int64_t, replay_steps, 2, at_least(1), "steps re-run by each replay check")                                        \
+  X(ReplaySnapshot, replay_snapshot, ReplaySnapshot::host, one_of_names<ReplaySnapshot>(),                             \
+    "where a replay check keeps its saved state: host memory; disk (the checkpoint writer and loader, every check)")    \
   /* --- memory mode --- */                                                                                            \
   X(int64_t, memory_pressure_bytes, 0, at_least(0), "ballast held on the device for the whole run")                    \
   /* --- comm mode and distributed --- */                                                                              \

@@ -71,6 +71,9 @@ class LoopAccess {
   virtual const AutocastState& autocast_state() const = 0;
 
   virtual Snapshot snapshot() = 0;
+  // The same state copied straight into host memory: for a check that holds it across steps,
+  // where a device copy would take the model's and optimizer's size again (~16 GB at 1.3B).
+  virtual Snapshot snapshot_to_host() = 0;
   // A reload as a checkpoint loader does it: parameters copied into, the optimizer state copied
   // back into its buffers.
   virtual void restore(Snapshot snap) = 0;

@@ -263,10 +263,14 @@ Trainer::StepValues Trainer::run_unpublished_step(bool fp32) {
   return {values[0], values[1]};
 }
 
-Trainer::Snapshot Trainer::snapshot() {
+Trainer::Snapshot Trainer::snapshot() { return snapshot_on(ctx_.device); }
+
+Trainer::Snapshot Trainer::snapshot_to_host() { return snapshot_on(torch::kCPU); }
+
+Trainer::Snapshot Trainer::snapshot_on(const torch::Device& where) {
   torch::NoGradGuard no_grad;
-  return Snapshot{.params = optimizer_->flat_params().clone(),
-                  .optimizer = optimizer_->state(),
+  return Snapshot{.params = optimizer_->flat_params().to(where, /*non_blocking=*/false, /*copy=*/true),
+                  .optimizer = optimizer_->state_on(where),
                   .optimizer_shard = optimizer_->shard(),
                   .scaler = scaler_,
                   .rng = capture_rng(ctx_.device),

@@ -88,6 +88,7 @@ class Trainer final : public LoopAccess {
                              std::vector<torch::Tensor>* block_outputs = nullptr) override;
   const AutocastState& autocast_state() const override { return autocast_; }
   Snapshot snapshot() override;
+  Snapshot snapshot_to_host() override;
   void restore(Snapshot snap) override;
   StepValues run_unpublished_step(bool fp32 = false) override;
   bool replaying() const override { return replaying_; }
@@ -105,6 +106,7 @@ class Trainer final : public LoopAccess {
   StepRecord begin_step();  // the record's identity, the LR, the hooks told
   void finish_step(StepRecord& rec, StepClock& clock);
   void publish(PendingStep& pending, TrainSummary& summary);
+  Snapshot snapshot_on(const torch::Device& where);
   // One phase of step `rec.step`: the hooks hear of it, and with cfg.phase_timing it is timed
   // into rec.phase_s. `collectives`: as StepHooks::on_phase.
   Phase enter(const char* name, StepRecord& rec, const std::vector<CollectiveSample>& collectives = {});

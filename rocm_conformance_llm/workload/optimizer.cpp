@@ -183,8 +183,11 @@ void FlatAdamW::fused_step(Updated& part, double lr, const torch::Tensor& apply,
 #endif
 }
 
-FlatAdamW::State FlatAdamW::state() const {
-  return State{state_.exp_avg.clone(), state_.exp_avg_sq.clone(), state_.steps};
+FlatAdamW::State FlatAdamW::state() const { return state_on(state_.exp_avg.device()); }
+
+FlatAdamW::State FlatAdamW::state_on(const torch::Device& where) const {
+  return State{state_.exp_avg.to(where, /*non_blocking=*/false, /*copy=*/true),
+               state_.exp_avg_sq.to(where, /*non_blocking=*/false, /*copy=*/true), state_.steps};
 }
 
 void FlatAdamW::load_state(const State& state) {

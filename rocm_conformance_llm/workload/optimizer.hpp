@@ -75,6 +75,7 @@ class FlatAdamW {
     int64_t steps = 0;
   };
   State state() const;  // a copy
+  State state_on(const torch::Device& where) const;  // a copy on `where`
   void load_state(const State& state);
 
   const torch::Tensor& flat_params() const { return flat_params_; }

@@ -17,6 +17,7 @@
 #include "rocm_conformance_llm/checks/detectors/rng_checks.hpp"
 #include "rocm_conformance_llm/checks/detectors/shadow_bound.hpp"
 #include "rocm_conformance_llm/checks/monitors/error_classifier.hpp"
+#include "rocm_conformance_llm/faults/fault_plan.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
@@ -338,15 +339,20 @@ class DeterminismProbe final : public StepHooks {
 // determinism "replay" (what the rng mode asks for): deterministic algorithms only around the
 // steps a replay check compares, the original run and its replay, which stay bitwise equal;
 // ordinary steps run with them off. "all" keeps them on for every step.
+RunContext replay_context(const std::string& name) {
+  RunContext ctx;
+  auto& c = ctx.cfg;
+  c.hidden_size = 32, c.num_heads = 2, c.num_layers = 2, c.seq_len = 32, c.batch_size = 4;
+  c.dropout = 0.1, c.drop_path = 0.1, c.eval_interval = 0, c.device = DeviceChoice::cpu;
+  c.steps = 10, c.replay_check_interval = 4, c.replay_steps = 2;
+  ctx.output_dir = std::filesystem::temp_directory_path() / fmt::format("rcl-{}-{}", name, ::getpid());
+  return ctx;
+}
+
 TEST(RngChecks, ReplayDeterminismIsOnOnlyAroundTheComparedSteps) {
   for (const std::string level : {"replay", "all"}) {
-    RunContext ctx;
-    auto& c = ctx.cfg;
-    c.hidden_size = 32, c.num_heads = 2, c.num_layers = 2, c.seq_len = 32, c.batch_size = 4;
-    c.dropout = 0.1, c.drop_path = 0.1, c.eval_interval = 0, c.device = DeviceChoice::cpu;
-    c.steps = 10, c.replay_check_interval = 4, c.replay_steps = 2;
-    c.determinism = *parse_name<Determinism>(level);
-    ctx.output_dir = std::filesystem::temp_directory_path() / fmt::format("rcl-determinism-{}-{}", level, ::getpid());
+    RunContext ctx = replay_context("determinism-" + level);
+    ctx.cfg.determinism = *parse_name<Determinism>(level);
     set_deterministic(false);
     FindingLog log(find_signature);
     Trainer trainer(ctx);
@@ -369,6 +375,41 @@ TEST(RngChecks, ReplayDeterminismIsOnOnlyAroundTheComparedSteps) {
     EXPECT_EQ(at::globalContext().deterministicAlgorithms(), ordinary) << level;
     set_deterministic(false);
     std::filesystem::remove_all(ctx.output_dir);
+  }
+}
+
+// The saved state in host memory (the default) or through the checkpoint files: clean replays
+// reproduce bitwise either way, and a generator the reload leaves stale (rng-skew-once) is caught
+// from either, transient (its re-run reloads cleanly), with nothing left in the output directory.
+TEST(RngChecks, ReplayFromHostMemoryOrDiskCatchesAStaleGeneratorAndPassesClean) {
+  for (const auto where : {ReplaySnapshot::host, ReplaySnapshot::disk}) {
+    for (const bool skew : {false, true}) {
+      RunContext ctx = replay_context(fmt::format("replay-{}-{}", name_of(where), skew));
+      ctx.cfg.determinism = Determinism::all;
+      ctx.cfg.replay_snapshot = where;
+      std::filesystem::create_directories(ctx.output_dir);
+      set_deterministic(false);
+      const FaultPlan faults = FaultPlan::parse(skew ? "rng-skew-once@step=4" : "");
+      FindingLog log(find_signature);
+      {
+        Trainer trainer(ctx);
+        ReplayCheck replay(ctx.diag, log, trainer, &faults);
+        trainer.add_hooks(&replay);
+        trainer.run();
+        replay.finish();
+      }
+      const auto findings = log.snapshot();
+      if (!skew) {
+        EXPECT_TRUE(findings.empty()) << name_of(where) << ": " << findings.front().message;
+      } else {
+        ASSERT_EQ(findings.size(), 1u) << name_of(where);
+        EXPECT_EQ(findings[0].signature, "replay_mismatch");
+        EXPECT_EQ(findings[0].classification, Classification::transient) << findings[0].message;
+      }
+      EXPECT_TRUE(std::filesystem::is_empty(ctx.output_dir)) << "the scratch state is removed";
+      set_deterministic(false);
+      std::filesystem::remove_all(ctx.output_dir);
+    }
   }
 }
 

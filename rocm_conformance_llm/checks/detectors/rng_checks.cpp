@@ -197,21 +197,36 @@ void ReplayCheck::between_steps(int64_t step) {
   report(check_rng_restore(device, step, rank, skew));
   if (all_gather_) report(check_shared_seed_masks(device, cfg.seed, step, rank, skew, all_gather_));
 
-  // Saved and reloaded through the checkpoint writer and loader (safetensors files on disk), so
-  // the memory figure after the reload is the real loader's.
+  // With replay_snapshot disk, saved and reloaded through the checkpoint writer and loader
+  // (safetensors files), so the memory figure after the reload is the real loader's.
   const MemorySample before_save = sample_memory(device);
   // Both runs of the compared steps (and any re-run) under deterministic algorithms; settle()
   // switches them off again.
   deterministic_around_replay(true);
-  Pending replay{.saved_step = step, .first_step = step + 1, .saved = loop_.save_private_checkpoint(scratch_dir_)};
+  Pending replay{.saved_step = step, .first_step = step + 1, .saved = save_state(scratch_dir_)};
   for (int64_t i = 0; i < cfg.replay_steps; ++i) replay.first_run.push_back(loop_.run_unpublished_step().loss);
-  loop_.load_private_checkpoint(replay.saved);
+  load_state(replay.saved);
   // The reload restored a stale generator state: on every reload (rng-skew), or this once.
   if (skew || (faults_ && faults_->fires(FaultKind::rng_skew_once, step, rank))) skew_rng(device, rank);
   report(check_memory_after_reload(before_save, sample_memory(device), cfg_, step, rank));
-  spdlog::info("replay check: state at step {} saved to {} and reloaded by the checkpoint loader", step,
-               scratch_dir_.string());
+  if (replay.saved.on_disk)
+    spdlog::info("replay check: state at step {} saved to {} and reloaded by the checkpoint loader", step,
+                 scratch_dir_.string());
+  else
+    spdlog::info("replay check: state at step {} copied to host memory and back", step);
   pending_ = std::move(replay);
+}
+
+ReplayCheck::SavedState ReplayCheck::save_state(const std::filesystem::path& dir) {
+  if (loop_.ctx().cfg.replay_snapshot == ReplaySnapshot::disk) return {.on_disk = loop_.save_private_checkpoint(dir)};
+  return {.in_memory = loop_.snapshot_to_host()};
+}
+
+void ReplayCheck::load_state(const SavedState& saved) {
+  if (saved.on_disk)
+    loop_.load_private_checkpoint(*saved.on_disk);
+  else
+    loop_.restore(*saved.in_memory);
 }
 
 void ReplayCheck::on_loss(int64_t step, double local_loss) {
@@ -228,13 +243,13 @@ void ReplayCheck::on_loss(int64_t step, double local_loss) {
 }
 
 std::vector<double> ReplayCheck::replay_from_saved(bool fp32, bool skew) {
-  const auto now = loop_.save_private_checkpoint(scratch_dir_ / "now");
-  loop_.load_private_checkpoint(pending_->saved);
+  const auto now = save_state(scratch_dir_ / "now");
+  load_state(pending_->saved);
   if (skew) skew_rng(loop_.ctx().device, loop_.rank());
   std::vector<double> losses;
   for (size_t i = 0; i < pending_->first_run.size(); ++i) losses.push_back(loop_.run_unpublished_step(fp32).loss);
-  loop_.load_private_checkpoint(now);
-  std::filesystem::remove_all(now.dir);
+  load_state(now);
+  if (now.on_disk) std::filesystem::remove_all(now.on_disk->dir);
   return losses;
 }
 

@@ -90,8 +90,8 @@ class ReplayCheck final : public Detector {
  public:
   // `faults`: rng-skew skews the restored generator on every reload from its step on (a broken
   // restore), rng-skew-once on the check's first reload only (nullptr: no faults). The saved state
-  // goes to a private checkpoint in the run's output directory (without one, the temporary
-  // directory), removed once the replay is judged.
+  // goes to host memory (training.replay_snapshot host) or to a private checkpoint in the run's
+  // output directory (disk; without one, the temporary directory), dropped once the replay is judged.
   // `all_gather`: every rank's values (the shared-seed mask check); empty with one process.
   ReplayCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults,
               GatherValues all_gather = {});
@@ -122,10 +122,17 @@ class ReplayCheck final : public Detector {
   GatherValues all_gather_;  // empty with one process
   // The two runs of the same steps: the first from the saved state (unpublished), the second
   // after reloading it (the run that continues and is logged).
+  // The state a replay rewinds to, where training.replay_snapshot keeps it.
+  struct SavedState {
+    std::optional<LoopAccess::Snapshot> in_memory;
+    std::optional<LoopAccess::PrivateCheckpoint> on_disk;
+  };
+  SavedState save_state(const std::filesystem::path& dir);
+  void load_state(const SavedState& saved);
   struct Pending {
     int64_t saved_step = 0;  // S: the state saved after it
     int64_t first_step = 0;
-    LoopAccess::PrivateCheckpoint saved{};  // the state after step S
+    SavedState saved{};  // the state after step S
     std::vector<double> first_run{};
     std::vector<double> second_run{};
     std::optional<Finding> mismatch{};  // judged this rank's runs unequal; re-run at the next boundary
