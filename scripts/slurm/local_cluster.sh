@@ -14,7 +14,7 @@
 # node instead: slurmctld on node 0, a slurmd on every node (its hostname, its NodeAddr), and runs
 # the command on node 0, where the controller is reachable:
 #   scripts/cluster/sim_cluster.sh --nodes 2 -- scripts/slurm/local_cluster.sh sbatch --wait \
-#     --nodes=2 --gpus-per-node=1 scripts/slurm/multi_node.sbatch --device cpu --preset smoke --steps 20
+#     --nodes=2 --gpus-per-node=2 scripts/slurm/multi_node.sbatch --device cpu --preset smoke --steps 20
 # Exit status: the command's; 2 when the cluster did not come up (the logs are printed).
 set -euo pipefail
 
