@@ -19,9 +19,10 @@ packages=(
   libamdhip64-dev librocm-smi-dev    # headers for the dlopen'ed HIP / ROCm SMI shims
   openmpi-bin python3-torch          # mpirun and torchrun launch tests; Python peer for bench/
 )
-# headless Chromium loads report.html in the tests (no network needed); a throwaway one-node
-# Slurm (scripts/slurm/local_cluster.sh) runs the Slurm templates in the tests
-[[ $with_tests == ON ]] && packages+=(chromium slurm-wlm munge)
+# headless Chromium loads report.html in the tests (no network needed); a throwaway Slurm
+# (scripts/slurm/local_cluster.sh) runs the Slurm templates in the tests; network namespaces
+# (iproute2, util-linux) simulate the nodes of the multi-node tests (scripts/cluster/sim_cluster.sh)
+[[ $with_tests == ON ]] && packages+=(chromium slurm-wlm munge iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

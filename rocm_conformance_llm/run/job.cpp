@@ -69,6 +69,7 @@ nlohmann::json config_doc_of(const RunConfig& run, const RunSetup& s) {
   doc["launcher"] = s.launch.launcher;
   doc["rocm_knobs"] = s.rocm_knobs;
   doc["doctor"] = s.doctor;
+  doc["network"] = s.network;
   // Where the run met the host, like the environment: the free memory it was checked against.
   if (run.host_memory) doc["host_memory"] = run.host_memory->to_json();
   return doc;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +14,8 @@
 #include "rocm_conformance_llm/platform/doctor.hpp"
 #include "rocm_conformance_llm/platform/rocm_knobs.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/network_preflight.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 
 namespace rcl {
@@ -99,6 +103,10 @@ RunSetup setup_run(const RunConfig& run, bool overwrite) {
   check_files(run, s, overwrite);
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
   select_device(run, s);
+  // The rendezvous waits this long for rank 0; so does the preflight's probe of it.
+  const auto rendezvous_timeout =
+      std::chrono::milliseconds(std::llround(run.training.collective_timeout_s * 1000.0));
+  s.network = check_network(s.launch, collective_backend(s.device), rendezvous_timeout);
   prepare_host(run, s);
   return s;
 }

@@ -29,6 +29,7 @@ struct RunSetup {
   bool resume_in_place = false;            // it is one of --output-dir's own checkpoints
   nlohmann::json rocm_knobs;               // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
   nlohmann::json doctor;                   // the doctor's checks (platform/doctor.hpp)
+  nlohmann::json network;                  // the network preflight's record (transport/network_preflight.hpp)
   ParallelLayout parallel;                 // tensor / data / expert parallel degrees this world allows
 };
 
