@@ -240,10 +240,21 @@ std::string utc_iso8601(std::chrono::system_clock::time_point t) {
 }  // namespace
 
 int ReportWriter::write(RunOutcome outcome, const std::string& note) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (written_exit_code_) return *written_exit_code_;
-  const auto findings = findings_.snapshot();
-  const Verdict verdict = verdict_for(findings, outcome);
+  std::vector<Finding> findings;
+  Verdict verdict;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (written_exit_code_) return *written_exit_code_;
+    findings = findings_.snapshot();
+    verdict = verdict_for(findings, outcome);
+    if (const int code = write_locked(outcome, note, findings, verdict); code != verdict.exit_code) return code;
+  }
+  if (after_write_) after_write_(verdict, findings);
+  return verdict.exit_code;
+}
+
+int ReportWriter::write_locked(RunOutcome outcome, const std::string& note, const std::vector<Finding>& findings,
+                               const Verdict& verdict) {
   const auto steps_run = static_cast<int64_t>(summary_.steps().size());
   const auto coverage = component_coverage(coverage_, steps_run);
   const auto statuses = component_statuses(findings, coverage);
