@@ -422,11 +422,10 @@ void JobRecords::finish(const std::filesystem::path& output_dir, const std::stri
   RankRow mine = rank_row(id_, steps_.steps(), warmup_steps_, findings, phase);
   mine.verdict = verdict;
   mine.exit_code = exit_code;
-  if (id_.world_rank != 0) {
-    if (!world_.put_record("row", to_json(mine).dump(), kPutLimit))
-      spdlog::warn("rank {}: the job report's store did not take this rank's row", id_.world_rank);
-    return;
-  }
+  // Rank 0's own too: collect_records returns early once every rank's row is in.
+  if (!world_.put_record("row", to_json(mine).dump(), kPutLimit))
+    spdlog::warn("rank {}: the job report's store did not take this rank's row", id_.world_rank);
+  if (id_.world_rank != 0) return;
   const auto rows_in = world_.collect_records("row", limit);
   // The lost ranks' last heartbeats: a short wait, they are already there or never will be.
   const auto beats = world_.collect_records("beat", std::chrono::milliseconds(500));
