@@ -51,6 +51,8 @@ namespace {
 // How long a rank whose collective failed watches its peers' heartbeat files for a sign of life
 // (kHeartbeatInterval is 1 s: a live peer, even on a loaded host, rewrites its file within it).
 inline constexpr std::chrono::milliseconds kStalledPeerWindow{3000};
+// The longest rank 0 waits for the other ranks' job report rows.
+inline constexpr std::chrono::milliseconds kJobGatherLimit{20000};
 
 // Where the job is; a crash or a stop before the training loop names it as its phase (in the
 // loop, the watchdog's phase is the precise one).
@@ -160,8 +162,9 @@ class Job {
   }
 
   // Several ranks: each publishes its rows through the world's store; rank 0 writes the job report
-  // once its own verdict is written, waiting for the others at most the collective timeout (a
-  // stop signal's grace is shorter: kStalledPeerWindow then).
+  // once its own verdict is written, waiting for the others at most the collective timeout, and
+  // kJobGatherLimit at most: a lost rank's row never comes, and a survivor must still end within
+  // the timeout + 30 s (a stop signal's grace is shorter: kStalledPeerWindow then).
   void open_job_records(RunWiring& wiring) {
     auto group = std::dynamic_pointer_cast<ProcessGroupSync>(training_.sync);
     if (!group) return;
@@ -169,8 +172,8 @@ class Job {
     wiring.add(part::job_records, &*job_records_);
     const auto timeout = group->world().timeout();
     report().set_after_write([this, timeout](const Verdict& v, const std::vector<Finding>& findings) {
-      const auto limit = v.exit_code == kExitInterrupted ? std::min<std::chrono::milliseconds>(timeout, kStalledPeerWindow)
-                                                         : timeout;
+      const auto limit = std::min<std::chrono::milliseconds>(
+          timeout, v.exit_code == kExitInterrupted ? kStalledPeerWindow : kJobGatherLimit);
       try {
         job_records_->finish(run_.output_dir, v.status, v.exit_code, findings, current_phase(), limit);
       } catch (const std::exception& e) {
