@@ -147,7 +147,8 @@ RankRow rank_row(const RankIdentity& id, const std::vector<StepPoint>& steps, in
     step_s.push_back(p.step_time_s);
     busy_s.push_back(std::max(0.0, p.step_time_s - p.collective_s));
     if (p.step_time_s > 0) rates.push_back(static_cast<double>(p.tokens) / p.step_time_s);
-    if (p.peak_memory_bytes >= 0) row.peak_memory_bytes = std::max(row.peak_memory_bytes.value_or(0), p.peak_memory_bytes);
+    if (p.peak_memory_bytes >= 0)
+      row.peak_memory_bytes = std::max(row.peak_memory_bytes.value_or(0), p.peak_memory_bytes);
   }
   row.steps = static_cast<int64_t>(step_s.size());
   row.median_step_s = median_or_none(step_s);
@@ -159,8 +160,8 @@ RankRow rank_row(const RankIdentity& id, const std::vector<StepPoint>& steps, in
       continue;
     }
     ++(f.severity == Severity::fail ? row.fail : row.warn);
-    row.findings.push_back({f.rank, f.signature, f.severity, f.message,
-                            f.evidence.value("missing_world_ranks", std::vector<int>{})});
+    row.findings.push_back(
+        {f.rank, f.signature, f.severity, f.message, f.evidence.value("missing_world_ranks", std::vector<int>{})});
   }
   return row;
 }
@@ -193,9 +194,9 @@ std::vector<Suspect> suspect_hosts(const std::vector<RankRow>& rows) {
   std::map<int, std::vector<std::string>> decisive;
   for (const auto& row : rows) {
     if (is_lost_row(row))
-      decisive[row.id.world_rank].push_back(fmt::format(
-          "{} sent no verdict; its last heartbeat: step {}{}", describe(row.id), row.last_step,
-          row.last_phase.empty() ? std::string() : fmt::format(", {}", row.last_phase)));
+      decisive[row.id.world_rank].push_back(
+          fmt::format("{} sent no verdict; its last heartbeat: step {}{}", describe(row.id), row.last_step,
+                      row.last_phase.empty() ? std::string() : fmt::format(", {}", row.last_phase)));
   }
   // Whether a rank itself waited on a peer: then it only observed.
   const auto waited_on_a_peer = [](const RankRow& row) {
@@ -215,8 +216,8 @@ std::vector<Suspect> suspect_hosts(const std::vector<RankRow>& rows) {
         }
       } else if (f.severity == Severity::fail) {
         const RankRow* owner = row_of_rank(rows, f.rank);
-        decisive[f.rank].push_back(fmt::format("{} {}: {}", owner ? describe(owner->id) : fmt::format("rank {}", f.rank),
-                                               f.signature, f.message));
+        decisive[f.rank].push_back(fmt::format(
+            "{} {}: {}", owner ? describe(owner->id) : fmt::format("rank {}", f.rank), f.signature, f.message));
       }
     }
   }
@@ -235,7 +236,8 @@ std::vector<Suspect> suspect_hosts(const std::vector<RankRow>& rows) {
 std::vector<OddNode> odd_nodes(const std::vector<RankRow>& rows, double margin) {
   std::map<std::string, std::vector<const RankRow*>> by_host;
   for (const auto& row : rows) {
-    if (is_lost_row(row) || !row.median_busy_s || row.steps < kOddNodeMinSteps) return {};  // every rank measured, or none judged
+    if (is_lost_row(row) || !row.median_busy_s || row.steps < kOddNodeMinSteps)
+      return {};  // every rank measured, or none judged
     by_host[row.id.host].push_back(&row);
   }
   if (by_host.size() < 2) return {};
@@ -296,14 +298,10 @@ JobSummary job_summary(const std::vector<RankRow>& rows, const std::vector<Findi
 
 json job_report_json(const std::vector<RankRow>& rows, const std::vector<Finding>& job_findings) {
   const JobSummary summary = job_summary(rows, job_findings);
-  json doc = {{"tool", "rocm-conformance-llm"},
-              {"verdict", summary.verdict},
-              {"exit_code", summary.exit_code},
-              {"world_size", rows.size()},
-              {"ranks", json::array()},
-              {"hosts", json::array()},
-              {"suspect_hosts", json::array()},
-              {"odd_node_margin", kOddNodeMargin},
+  json doc = {{"tool", "rocm-conformance-llm"}, {"verdict", summary.verdict},
+              {"exit_code", summary.exit_code}, {"world_size", rows.size()},
+              {"ranks", json::array()},         {"hosts", json::array()},
+              {"suspect_hosts", json::array()}, {"odd_node_margin", kOddNodeMargin},
               {"findings", json::array()}};
   for (const auto& row : rows) doc["ranks"].push_back(to_json(row));
   for (const auto& h : roll_up_hosts(rows))
@@ -333,7 +331,8 @@ std::string job_report_html(const json& doc) {
   for (const auto& f : doc.at("findings"))
     html += fmt::format("<li>{}: {}</li>\n", xml_escape(f.at("signature").get<std::string>()),
                         xml_escape(f.at("message").get<std::string>()));
-  html += "</ul>\n<h2>Hosts</h2>\n<table id=\"hosts\"><tr><th>host</th><th>ranks</th><th>verdict</th><th>lost</th></tr>\n";
+  html +=
+      "</ul>\n<h2>Hosts</h2>\n<table id=\"hosts\"><tr><th>host</th><th>ranks</th><th>verdict</th><th>lost</th></tr>\n";
   for (const auto& h : doc.at("hosts"))
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                         xml_escape(h.at("host").get<std::string>()), h.at("world_ranks").dump(),
@@ -349,8 +348,8 @@ std::string job_report_html(const json& doc) {
         r.at("world_rank").get<int>(), xml_escape(r.at("host").get<std::string>()), r.at("local_rank").get<int>(),
         xml_escape(r.at("device").get<std::string>()), r.at("source").get<std::string>(),
         xml_escape(r.at("verdict").get<std::string>()), r.at("findings_by_severity").at("fail").get<int>(),
-        r.at("findings_by_severity").at("warn").get<int>(), r.at("median_step_s").dump(),
-        r.at("tokens_per_s").dump(), r.at("last_step").get<int64_t>(), xml_escape(r.at("last_phase").get<std::string>()));
+        r.at("findings_by_severity").at("warn").get<int>(), r.at("median_step_s").dump(), r.at("tokens_per_s").dump(),
+        r.at("last_step").get<int64_t>(), xml_escape(r.at("last_phase").get<std::string>()));
   html += "</table>\n</body></html>\n";
   return html;
 }
@@ -371,12 +370,12 @@ std::string job_junit_xml(const json& doc) {
   };
   for (const auto& r : doc.at("ranks")) {
     const std::string verdict = r.at("verdict").get<std::string>();
-    const std::string name = fmt::format("rank {} ({}, local rank {}, {})", r.at("world_rank").get<int>(),
-                                         r.at("host").get<std::string>(), r.at("local_rank").get<int>(),
-                                         r.at("device").get<std::string>());
+    const std::string name =
+        fmt::format("rank {} ({}, local rank {}, {})", r.at("world_rank").get<int>(), r.at("host").get<std::string>(),
+                    r.at("local_rank").get<int>(), r.at("device").get<std::string>());
     std::string out;
-    for (const auto& f : r.at("findings")) out += f.at("signature").get<std::string>() + ": " +
-                                               f.at("message").get<std::string>() + "\n";
+    for (const auto& f : r.at("findings"))
+      out += f.at("signature").get<std::string>() + ": " + f.at("message").get<std::string>() + "\n";
     const bool bad = r.at("source") != "report" || (verdict != "PASS" && verdict != "WARN");
     add_case("rocm-conformance-llm.rank", name,
              bad ? fmt::format("{} (source: {})", verdict, r.at("source").get<std::string>()) : "", out);

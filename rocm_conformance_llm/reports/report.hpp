@@ -11,8 +11,8 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,6 +66,7 @@ struct JunitRun {
   double duration_s = 0;
   std::string timestamp;  // ISO 8601, UTC: when the run started
   std::string hostname;
+  nlohmann::json identity = nullptr;  // report.json's `identity`: a property each (world rank, host, ...)
 };
 // One testsuite: one testcase per component (a <failure> holding every fail finding, warnings
 // and infos in <system-out>, <skipped> with the reason for a NOT_RUN one), then one per check

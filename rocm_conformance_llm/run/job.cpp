@@ -157,7 +157,9 @@ class Job {
   ReportWriter& report() { return records_.report; }
 
   RankIdentity identity() const {
-    return {.world_rank = s_.launch.rank, .local_rank = s_.launch.local_rank, .host = host_name(),
+    return {.world_rank = s_.launch.rank,
+            .local_rank = s_.launch.local_rank,
+            .host = host_name(),
             .device = s_.device.str()};
   }
 
@@ -229,8 +231,11 @@ class Job {
     node_sections_as_of_now();
     const auto lost = s_.launch.world_size > 1 ? lost_peers_now(run_.output_dir, s_.launch.rank, s_.launch.world_size)
                                                : std::vector<int>{};
-    report().add_section("interruption",
-                         {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}, {"missing_ranks", lost}, {"missing_world_ranks", lost}});
+    report().add_section("interruption", {{"signal", signals::name(sig)},
+                                          {"phase", phase},
+                                          {"step", step},
+                                          {"missing_ranks", lost},
+                                          {"missing_world_ranks", lost}});
     std::string message = fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step);
     if (!lost.empty())
       message +=

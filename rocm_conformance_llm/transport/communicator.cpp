@@ -80,8 +80,8 @@ std::string describe(const RankHeartbeat& beat, const std::string& who) {
 }
 
 nlohmann::json to_json(const RankHeartbeat& beat, int world_rank) {
-  return {{"rank", beat.rank},         {"world_rank", world_rank}, {"seen", beat.seen},
-          {"step", beat.step},         {"sequence", beat.sequence}, {"op", beat.op}};
+  return {{"rank", beat.rank}, {"world_rank", world_rank},  {"seen", beat.seen},
+          {"step", beat.step}, {"sequence", beat.sequence}, {"op", beat.op}};
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
@@ -276,8 +276,8 @@ struct Communicator::Impl {
     evidence["backend"] = backend;
     evidence["timeout_s"] = timeout_s();
     evidence["store"] = store_address;
-    return Finding{
-        component::rccl, signature, Severity::fail, step, world_rank_of(rank), std::move(message), std::move(evidence)};
+    return Finding{component::rccl,     signature,          Severity::fail,     step,
+                   world_rank_of(rank), std::move(message), std::move(evidence)};
   }
 
   void publish_heartbeat(const std::string& op) {
@@ -319,10 +319,10 @@ struct Communicator::Impl {
 
   // "rank 3" / "ranks 1,3" in world ranks, then the group ranks in a subgroup.
   std::string ranks_clause(const std::vector<int>& group_ranks) const {
-    std::string text = fmt::format("rank{} {}", group_ranks.size() > 1 ? "s" : "",
-                                   fmt::join(world_ranks_of(group_ranks), ","));
-    if (is_subgroup()) text += fmt::format(" (group rank{} {})", group_ranks.size() > 1 ? "s" : "",
-                                           fmt::join(group_ranks, ","));
+    std::string text =
+        fmt::format("rank{} {}", group_ranks.size() > 1 ? "s" : "", fmt::join(world_ranks_of(group_ranks), ","));
+    if (is_subgroup())
+      text += fmt::format(" (group rank{} {})", group_ranks.size() > 1 ? "s" : "", fmt::join(group_ranks, ","));
     return text;
   }
 
@@ -369,8 +369,8 @@ struct Communicator::Impl {
     std::string message = fmt::format(
         "{}: collective #{} '{}' ({} in group '{}' of {} ranks) at step {} {} after "
         "{:.1f} s: {}",
-        who(rank), seq, op, to_string(kind), group_name, world_size, step, timed_out ? "timed out" : "failed", elapsed_s,
-        absentees(seq, "entered it", evidence));
+        who(rank), seq, op, to_string(kind), group_name, world_size, step, timed_out ? "timed out" : "failed",
+        elapsed_s, absentees(seq, "entered it", evidence));
     if (!timed_out) message += " [" + first_line(error) + "]";
     return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
   }

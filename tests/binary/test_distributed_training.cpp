@@ -201,9 +201,9 @@ TEST_P(DataParallelTrainingTest, LossTrajectoryMatchesOneProcessWithTheSameGloba
   const fs::path out = fresh_dir("world" + std::to_string(world));
   // Four ranks run as two nodes where a UTS namespace is allowed: the job report's clean
   // two-host case, where no odd node may be named.
-  const std::vector<std::string> hosts =
-      world == 4 && can_name_hosts() ? std::vector<std::string>{"nodeA", "nodeA", "nodeB", "nodeB"}
-                                     : std::vector<std::string>{};
+  const std::vector<std::string> hosts = world == 4 && can_name_hosts()
+                                             ? std::vector<std::string>{"nodeA", "nodeA", "nodeB", "nodeB"}
+                                             : std::vector<std::string>{};
   Ranks ranks = launch(world, training_args(world, out), out, hosts);
   const auto codes = ranks.wait_all(180);
   for (int r = 0; r < world; ++r) {
@@ -1058,6 +1058,8 @@ TEST(SubgroupFailureTest, RankFrozenInASubgroupIsNamedByItsWorldRankInEveryRepor
     EXPECT_EQ(report.at("identity").at("world_rank"), r);
     EXPECT_EQ(report.at("identity").at("local_rank"), r);
     EXPECT_EQ(report.at("identity").at("device"), "cpu");
+    const std::string junit = read_text(out / rank_file("junit", "xml", r));
+    EXPECT_NE(junit.find(fmt::format("<property name=\"world_rank\" value=\"{}\"/>", r)), std::string::npos) << junit;
     for (const auto& f : report.at("findings")) {
       if (f.at("signature") != "collective_timeout" && f.at("signature") != "exchange_timeout") continue;
       timeouts.push_back(f);

@@ -15,8 +15,8 @@ std::vector<RankRow> clean_rows(int n, int per_host, double busy_s = 0.1) {
   std::vector<RankRow> rows;
   for (int r = 0; r < n; ++r) {
     RankRow row;
-    row.id = {.world_rank = r, .local_rank = r % per_host, .host = "node" + std::to_string(r / per_host),
-              .device = "cpu"};
+    row.id = {
+        .world_rank = r, .local_rank = r % per_host, .host = "node" + std::to_string(r / per_host), .device = "cpu"};
     row.verdict = "PASS";
     row.exit_code = 0;
     row.steps = 20;
@@ -28,7 +28,10 @@ std::vector<RankRow> clean_rows(int n, int per_host, double busy_s = 0.1) {
 }
 
 RowFinding timeout_naming(int observer, std::vector<int> absent) {
-  return {.rank = observer, .signature = "collective_timeout", .severity = Severity::fail, .message = "timed out",
+  return {.rank = observer,
+          .signature = "collective_timeout",
+          .severity = Severity::fail,
+          .message = "timed out",
           .blames = std::move(absent)};
 }
 
@@ -80,10 +83,11 @@ TEST(JobReportSuspects, ARankNamedAbsentThatWaitedOnNobodyIsDecisiveEvenWithItsO
 
 TEST(JobReportSuspects, AnOwnFailFindingNamesItsHostAndWarningsNameNone) {
   auto rows = clean_rows(6, 2);
-  rows[4].findings.push_back({.rank = 4, .signature = "parameter_divergence", .severity = Severity::fail,
+  rows[4].findings.push_back({.rank = 4,
+                              .signature = "parameter_divergence",
+                              .severity = Severity::fail,
                               .message = "rank 4's parameters differ"});
-  rows[1].findings.push_back({.rank = 1, .signature = "straggler_rank", .severity = Severity::warn,
-                              .message = "slow"});
+  rows[1].findings.push_back({.rank = 1, .signature = "straggler_rank", .severity = Severity::warn, .message = "slow"});
   const auto suspects = suspect_hosts(rows);
   ASSERT_EQ(suspects.size(), 1u);
   EXPECT_EQ(suspects[0].host, "node2");
@@ -167,8 +171,8 @@ TEST(JobReportRows, BusyTimeIsTheStepOutsideItsCollectivesAndRowsRoundTrip) {
     steps.push_back({.step = s, .step_time_s = 0.5, .collective_s = 0.2, .tokens = 100, .peak_memory_bytes = 1000 * s});
   Finding peer{component::rccl, "collective_timeout", Severity::fail, 7, 1, "rank 1: rank 3 never entered it", {}};
   peer.evidence["missing_world_ranks"] = {3};
-  const RankRow row = rank_row({.world_rank = 1, .local_rank = 1, .host = "nodeA", .device = "cpu"}, steps, 2,
-                               {peer}, "backward");
+  const RankRow row =
+      rank_row({.world_rank = 1, .local_rank = 1, .host = "nodeA", .device = "cpu"}, steps, 2, {peer}, "backward");
   EXPECT_EQ(row.steps, 5);  // after the warm-up
   EXPECT_NEAR(*row.median_busy_s, 0.3, 1e-12);
   EXPECT_NEAR(*row.tokens_per_s, 200.0, 1e-9);
