@@ -76,6 +76,14 @@ json dut_info(const json& report, const std::string& hostname) {
                       {"version", RCL_SOURCE_VERSION},
                       {"softwareType", "APPLICATION"}});
   const std::string device = env.value("device", std::string("unknown"));
+  json hardware = {{"hardwareInfoId", kDeviceHardwareId}, {"name", device}, {"computerSystem", hostname}};
+  // Which rank's device: its PCI bus id where known, else the world and local rank.
+  if (const json& id = report.value("identity", json::object()); !id.empty()) {
+    const std::string bus = id.value("pci_bus_id", std::string());
+    hardware["location"] = !bus.empty() ? bus
+                                        : fmt::format("world rank {}, local rank {}", id.value("world_rank", 0),
+                                                      id.value("local_rank", 0));
+  }
   return {{"dutInfoId", hostname.empty() ? "host" : hostname},
           {"name", hostname},
           {"platformInfos", json::array({{{"info", fmt::format("{} ({}, libtorch {} {} build)", device,
@@ -83,7 +91,7 @@ json dut_info(const json& report, const std::string& hostname) {
                                                                env.value("libtorch_version", std::string("?")),
                                                                env.value("libtorch_build", std::string("?")))}}})},
           {"softwareInfos", software},
-          {"hardwareInfos", json::array({{{"hardwareInfoId", kDeviceHardwareId}, {"name", device}}})}};
+          {"hardwareInfos", json::array({hardware})}};
 }
 
 json measurement(const std::string& name, const json& value, const std::string& unit) {

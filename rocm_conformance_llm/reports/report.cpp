@@ -181,8 +181,13 @@ std::string junit_xml(const std::vector<Finding>& findings, const std::vector<Co
   x += fmt::format(
       "  <properties>\n    <property name=\"verdict\" value=\"{}\"/>\n"
       "    <property name=\"exit_code\" value=\"{}\"/>\n"
-      "    <property name=\"exercised_rocm_components\" value=\"{}\"/>\n  </properties>\n",
+      "    <property name=\"exercised_rocm_components\" value=\"{}\"/>\n",
       v.status, v.exit_code, xml_escape(fmt::format("{}", fmt::join(exercised_components(statuses), ","))));
+  if (run.identity.is_object())
+    for (const auto& [key, value] : run.identity.items())
+      x += fmt::format("    <property name=\"{}\" value=\"{}\"/>\n", xml_escape(key),
+                       xml_escape(value.is_string() ? value.get<std::string>() : value.dump()));
+  x += "  </properties>\n";
   return x + cases + "</testsuite>\n";
 }
 
@@ -240,10 +245,21 @@ std::string utc_iso8601(std::chrono::system_clock::time_point t) {
 }  // namespace
 
 int ReportWriter::write(RunOutcome outcome, const std::string& note) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (written_exit_code_) return *written_exit_code_;
-  const auto findings = findings_.snapshot();
-  const Verdict verdict = verdict_for(findings, outcome);
+  std::vector<Finding> findings;
+  Verdict verdict;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (written_exit_code_) return *written_exit_code_;
+    findings = findings_.snapshot();
+    verdict = verdict_for(findings, outcome);
+    if (const int code = write_locked(outcome, note, findings, verdict); code != verdict.exit_code) return code;
+  }
+  if (after_write_) after_write_(verdict, findings);
+  return verdict.exit_code;
+}
+
+int ReportWriter::write_locked(RunOutcome outcome, const std::string& note, const std::vector<Finding>& findings,
+                               const Verdict& verdict) {
   const auto steps_run = static_cast<int64_t>(summary_.steps().size());
   const auto coverage = component_coverage(coverage_, steps_run);
   const auto statuses = component_statuses(findings, coverage);
@@ -285,7 +301,8 @@ int ReportWriter::write(RunOutcome outcome, const std::string& note) {
   try {
     write_file_atomically(report_path_, report.dump(2) + "\n");
     write_file_atomically(junit_path_, junit_xml(findings, statuses, checks_ran, verdict,
-                                                 {duration_s, utc_iso8601(started_at_), host_name()}));
+                                                 {duration_s, utc_iso8601(started_at_), host_name(),
+                                                  sections_.value("identity", nlohmann::json())}));
   } catch (const std::exception& e) {
     // The verdict cannot reach its files (directory removed, disk full, permissions): say so on
     // the console and exit as a crash, never with the code of a verdict nobody can read.

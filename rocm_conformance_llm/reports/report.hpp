@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,6 +66,7 @@ struct JunitRun {
   double duration_s = 0;
   std::string timestamp;  // ISO 8601, UTC: when the run started
   std::string hostname;
+  nlohmann::json identity = nullptr;  // report.json's `identity`: a property each (world rank, host, ...)
 };
 // One testsuite: one testcase per component (a <failure> holding every fail finding, warnings
 // and infos in <system-out>, <skipped> with the reason for a NOT_RUN one), then one per check
@@ -88,6 +90,10 @@ class ReportWriter {
   // The training's collectives, read when the report is written (a crash's or a hang's too) into
   // `collectives.training`, beside the battery's keys; no key while the table is empty.
   void set_training_collectives(const TrainingCollectives& table);
+  // Called once, by the call that wrote the verdict, after its files and outside the writer's
+  // lock (the job report waits on other ranks through the store, bounded by the collective timeout).
+  using AfterWrite = std::function<void(const Verdict&, const std::vector<Finding>&)>;
+  void set_after_write(AfterWrite after) { after_write_ = std::move(after); }
 
   // Writes report.json and junit.xml (report.rank<N>.json / junit.rank<N>.xml off rank 0), then
   // report.html, the final metrics.prom and ocp.jsonl (reports/ocp_output.hpp) beside them, and logs the component
@@ -103,6 +109,9 @@ class ReportWriter {
   const std::filesystem::path& report_path() const { return report_path_; }
 
  private:
+  // write()'s files, under its lock; the exit code (kExitCrashOrHang when they cannot be written).
+  int write_locked(RunOutcome outcome, const std::string& note, const std::vector<Finding>& findings,
+                   const Verdict& verdict);
   // report.html, metrics.prom and ocp.jsonl: views of the verdict; failing to write them is
   // logged, the verdict stands.
   void write_views(const nlohmann::json& report, const std::vector<Finding>& findings, const Verdict& verdict,
@@ -123,6 +132,7 @@ class ReportWriter {
   const TrainingCollectives* training_collectives_ = nullptr;
   bool ocp_to_stdout_ = false;
   std::optional<int> written_exit_code_;
+  AfterWrite after_write_;
 };
 
 }  // namespace rcl

@@ -20,6 +20,7 @@ StepPoint make_step_point(const StepRecord& r) {
   p.step = r.step;
   p.loss = r.loss;
   p.step_time_s = r.step_time_s;
+  for (const auto& c : r.collectives) p.collective_s += c.seconds;
   p.tokens = r.tokens;
   p.op_counts = r.op_counts;
   if (const auto peak = peak_memory_figure(r.memory)) {

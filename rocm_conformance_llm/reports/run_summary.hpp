@@ -19,6 +19,7 @@ struct StepPoint {
   int64_t step = 0;
   double loss = 0.0;
   double step_time_s = 0.0;
+  double collective_s = 0.0;  // inside the step's collectives: step_time_s less it is the rank's own work
   int64_t tokens = 0;
   int64_t peak_memory_bytes = -1;  // see peak_memory_figure()
   std::string memory_figure;

@@ -13,6 +13,7 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/base/files.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/detectors/attention_probe.hpp"
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/checks/detectors/memory.hpp"
@@ -25,6 +26,7 @@
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/console_observer.hpp"
 #include "rocm_conformance_llm/reports/heartbeat.hpp"
+#include "rocm_conformance_llm/reports/job_report.hpp"
 #include "rocm_conformance_llm/reports/metrics_observer.hpp"
 #include "rocm_conformance_llm/reports/progress.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
@@ -50,6 +52,8 @@ namespace {
 // How long a rank whose collective failed watches its peers' heartbeat files for a sign of life
 // (kHeartbeatInterval is 1 s: a live peer, even on a loaded host, rewrites its file within it).
 inline constexpr std::chrono::milliseconds kStalledPeerWindow{3000};
+// The longest rank 0 waits for the other ranks' job report rows.
+inline constexpr std::chrono::milliseconds kJobGatherLimit{20000};
 
 // Where the job is; a crash or a stop before the training loop names it as its phase (in the
 // loop, the watchdog's phase is the precise one).
@@ -122,6 +126,7 @@ class Job {
   Job(const RunConfig& run, RunSetup setup) : run_(run), s_(std::move(setup)), records_(run_, s_) {
     report().add_section("faults", s_.faults.to_json());
     report().set_training_collectives(records_.training_collectives);
+    report().add_section("identity", to_json(identity()));
     if (run.ocp_stdout && s_.launch.rank == 0) report().print_ocp_to_stdout();
   }
   ~Job() { signals::set_force_stop({}); }
@@ -152,6 +157,34 @@ class Job {
 
  private:
   ReportWriter& report() { return records_.report; }
+
+  RankIdentity identity() const {
+    return {.world_rank = s_.launch.rank,
+            .local_rank = s_.launch.local_rank,
+            .host = host_name(),
+            .device = s_.device.str()};
+  }
+
+  // Several ranks: each publishes its rows through the world's store; rank 0 writes the job report
+  // once its own verdict is written, waiting for the others at most the collective timeout, and
+  // kJobGatherLimit at most: a lost rank's row never comes, and a survivor must still end within
+  // the timeout + 30 s (a stop signal's grace is shorter: kStalledPeerWindow then).
+  void open_job_records(RunWiring& wiring) {
+    auto group = std::dynamic_pointer_cast<ProcessGroupSync>(training_.sync);
+    if (!group) return;
+    job_records_.emplace(group->world(), identity(), run_.diagnostics.warmup_steps);
+    wiring.add(part::job_records, &*job_records_);
+    const auto timeout = group->world().timeout();
+    report().set_after_write([this, timeout](const Verdict& v, const std::vector<Finding>& findings) {
+      const auto limit = std::min<std::chrono::milliseconds>(
+          timeout, v.exit_code == kExitInterrupted ? kStalledPeerWindow : kJobGatherLimit);
+      try {
+        job_records_->finish(run_.output_dir, v.status, v.exit_code, findings, current_phase(), limit);
+      } catch (const std::exception& e) {
+        spdlog::error("no job report: {}", e.what());  // this rank's own verdict stands
+      }
+    });
+  }
   Trainer& trainer() { return *training_.trainer; }
 
   // The watchdog exists, and knows the loop's phase, from the training stage on.
@@ -170,6 +203,7 @@ class Job {
       const auto stalled = stalled_peers(run_.output_dir, s_.launch.rank, s_.launch.world_size, kStalledPeerWindow);
       if (!stalled.empty()) {
         finding.evidence["missing_ranks"] = stalled;
+        finding.evidence["missing_world_ranks"] = stalled;
         finding.evidence["named_by"] = "heartbeat files";
         finding.message +=
             fmt::format("; rank{} {} stopped updating {} (stopped or gone)", stalled.size() > 1 ? "s" : "",
@@ -199,8 +233,11 @@ class Job {
     node_sections_as_of_now();
     const auto lost = s_.launch.world_size > 1 ? lost_peers_now(run_.output_dir, s_.launch.rank, s_.launch.world_size)
                                                : std::vector<int>{};
-    report().add_section("interruption",
-                         {{"signal", signals::name(sig)}, {"phase", phase}, {"step", step}, {"missing_ranks", lost}});
+    report().add_section("interruption", {{"signal", signals::name(sig)},
+                                          {"phase", phase},
+                                          {"step", step},
+                                          {"missing_ranks", lost},
+                                          {"missing_world_ranks", lost}});
     std::string message = fmt::format("stopped by {} in '{}' of step {}", signals::name(sig), phase, step);
     if (!lost.empty())
       message +=
@@ -287,6 +324,7 @@ class Job {
     wiring.add(part::prometheus, &*outputs_.prometheus);
     wiring.add(part::console, &*outputs_.console);
     wiring.add(part::training_collectives, &records_.training_collectives);
+    open_job_records(wiring);
   }
 
   // The memory profile, the node monitor (its "before" sample now), the watchdog and the
@@ -463,6 +501,7 @@ class Job {
   TrainingParts training_;
   StepOutputs outputs_;
   RunChecks checks_;
+  std::optional<JobRecords> job_records_;
   std::optional<Checkpointer> checkpointer_;           // last: it holds the trainer's state between steps
   std::atomic<const char*> stage_{stage::rendezvous};  // read by the signal watcher
 };

@@ -22,6 +22,9 @@ constexpr std::array kRunWiring = {
     WiringSlot{part::training_collectives, Attach::observer,
                "before the checks, as metrics.jsonl: a crash's or a hang's report counts the collectives of the "
                "step a check of it ended"},
+    WiringSlot{part::job_records, Attach::observer,
+               "before the checks, as metrics.jsonl: a rank a check of a step stops is still a row with that "
+               "step in rank 0's job report (its last heartbeat through the store)"},
     WiringSlot{part::host_read_count, Attach::hooks,
                "first hooks (diagnostics.count_host_reads): a step's window of blocking reads opens before any "
                "other hook of it can read"},

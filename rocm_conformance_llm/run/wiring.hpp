@@ -34,6 +34,7 @@ inline constexpr std::string_view metrics = "metrics";
 inline constexpr std::string_view prometheus = "prometheus";
 inline constexpr std::string_view console = "console";
 inline constexpr std::string_view training_collectives = "training_collectives";
+inline constexpr std::string_view job_records = "job_records";
 inline constexpr std::string_view host_read_count = "host_read_count";
 inline constexpr std::string_view fault_injector = "fault_injector";
 inline constexpr std::string_view detectors = "detectors";

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <future>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -72,14 +73,15 @@ c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, Optio
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
-std::string describe(const RankHeartbeat& beat) {
-  if (!beat.seen) return fmt::format("rank {} never published a heartbeat", beat.rank);
-  return fmt::format("rank {} last entered collective #{} '{}' at step {}", beat.rank, beat.sequence, beat.op,
-                     beat.step);
+// `who`: the rank as messages name it (world rank, and the group-local index in a subgroup).
+std::string describe(const RankHeartbeat& beat, const std::string& who) {
+  if (!beat.seen) return fmt::format("{} never published a heartbeat", who);
+  return fmt::format("{} last entered collective #{} '{}' at step {}", who, beat.sequence, beat.op, beat.step);
 }
 
-nlohmann::json to_json(const RankHeartbeat& beat) {
-  return {{"rank", beat.rank}, {"seen", beat.seen}, {"step", beat.step}, {"sequence", beat.sequence}, {"op", beat.op}};
+nlohmann::json to_json(const RankHeartbeat& beat, int world_rank) {
+  return {{"rank", beat.rank}, {"world_rank", world_rank},  {"seen", beat.seen},
+          {"step", beat.step}, {"sequence", beat.sequence}, {"op", beat.op}};
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
@@ -227,6 +229,9 @@ struct Communicator::Impl {
   // The process group's name in messages: the world's; subgroups (tensor / data parallel) name theirs.
   std::string group_name = "world";
   std::string group_label = "world";  // the same, bare: what samples carry (CollectiveSample::group)
+  // Each group rank's world rank (the world: 0..n-1). Messages and findings name world ranks:
+  // a group-local index alone names the wrong process.
+  std::vector<int> world_ranks;
   std::chrono::milliseconds timeout{0};
   std::string store_address;  // "host:port", for messages
   std::string store_server;   // who serves it, for messages: "rank 0" or the launcher
@@ -243,6 +248,19 @@ struct Communicator::Impl {
 
   double timeout_s() const { return std::chrono::duration<double>(timeout).count(); }
 
+  bool is_subgroup() const { return group_label != "world"; }
+  int world_rank_of(int group_rank) const { return world_ranks.at(group_rank); }
+  // "rank 3", or in a subgroup "rank 3 (group rank 1)".
+  std::string who(int group_rank) const {
+    if (!is_subgroup()) return fmt::format("rank {}", group_rank);
+    return fmt::format("rank {} (group rank {})", world_rank_of(group_rank), group_rank);
+  }
+  std::vector<int> world_ranks_of(const std::vector<int>& group_ranks) const {
+    std::vector<int> out;
+    for (const int r : group_ranks) out.push_back(world_rank_of(r));
+    return out;
+  }
+
   const c10::intrusive_ptr<C10dGroup>& group_for(const torch::Tensor& tensor) const {
     return tensor.is_cpu() ? host_group : group;
   }
@@ -258,7 +276,8 @@ struct Communicator::Impl {
     evidence["backend"] = backend;
     evidence["timeout_s"] = timeout_s();
     evidence["store"] = store_address;
-    return Finding{component::rccl, signature, Severity::fail, step, rank, std::move(message), std::move(evidence)};
+    return Finding{component::rccl,     signature,          Severity::fail,     step,
+                   world_rank_of(rank), std::move(message), std::move(evidence)};
   }
 
   void publish_heartbeat(const std::string& op) {
@@ -298,6 +317,15 @@ struct Communicator::Impl {
     return future.get();
   }
 
+  // "rank 3" / "ranks 1,3" in world ranks, then the group ranks in a subgroup.
+  std::string ranks_clause(const std::vector<int>& group_ranks) const {
+    std::string text =
+        fmt::format("rank{} {}", group_ranks.size() > 1 ? "s" : "", fmt::join(world_ranks_of(group_ranks), ","));
+    if (is_subgroup())
+      text += fmt::format(" (group rank{} {})", group_ranks.size() > 1 ? "s" : "", fmt::join(group_ranks, ","));
+    return text;
+  }
+
   // Who never reached collective #`seq` (0: the rendezvous), from the heartbeats, as a clause
   // for an error message; fills evidence with the heartbeats and the missing ranks.
   std::string absentees(int64_t seq, const std::string& verb, nlohmann::json& evidence) const {
@@ -318,17 +346,17 @@ struct Communicator::Impl {
     std::vector<std::string> details;
     nlohmann::json all = nlohmann::json::array();
     for (const auto& beat : *beats) {
-      all.push_back(to_json(beat));
+      all.push_back(to_json(beat, world_rank_of(beat.rank)));
       if (beat.rank != rank && (!beat.seen || beat.sequence < seq)) {
         missing.push_back(beat.rank);
-        details.push_back(describe(beat));
+        details.push_back(describe(beat, who(beat.rank)));
       }
     }
     evidence["heartbeats"] = all;
-    evidence["missing_ranks"] = missing;
+    evidence["missing_ranks"] = missing;  // group ranks (the world's: world ranks), as ever
+    evidence["missing_world_ranks"] = world_ranks_of(missing);
     if (missing.empty()) return "every rank " + verb + ", so the transport itself stalled or failed";
-    return fmt::format("rank{} {} never {} ({})", missing.size() > 1 ? "s" : "", fmt::join(missing, ","), verb,
-                       fmt::join(details, "; "));
+    return fmt::format("{} never {} ({})", ranks_clause(missing), verb, fmt::join(details, "; "));
   }
 
   // Why collective #`seq` failed: who never entered it, or that everyone did and the
@@ -339,10 +367,10 @@ struct Communicator::Impl {
     nlohmann::json evidence = {{"op", op},        {"kind", to_string(kind)}, {"group", group_name},
                                {"sequence", seq}, {"elapsed_s", elapsed_s},  {"error", error}};
     std::string message = fmt::format(
-        "rank {}: collective #{} '{}' ({} in group '{}' of {} ranks) at step {} {} after "
+        "{}: collective #{} '{}' ({} in group '{}' of {} ranks) at step {} {} after "
         "{:.1f} s: {}",
-        rank, seq, op, to_string(kind), group_name, world_size, step, timed_out ? "timed out" : "failed", elapsed_s,
-        absentees(seq, "entered it", evidence));
+        who(rank), seq, op, to_string(kind), group_name, world_size, step, timed_out ? "timed out" : "failed",
+        elapsed_s, absentees(seq, "entered it", evidence));
     if (!timed_out) message += " [" + first_line(error) + "]";
     return failure(timed_out ? "collective_timeout" : "collective_error", message, evidence);
   }
@@ -440,6 +468,7 @@ std::unique_ptr<Communicator> Communicator::connect(const LaunchInfo& launch, co
   impl->world_size = launch.world_size;
   impl->device = device;
   impl->backend = collective_backend(device);
+  for (int r = 0; r < launch.world_size; ++r) impl->world_ranks.push_back(r);
   if (!device.is_cpu() && impl->backend == "gloo")
     spdlog::warn(
         "rank {}: this {} libtorch has no c10d NCCL process group (RCCL on ROCm): collectives of "
@@ -497,6 +526,7 @@ std::unique_ptr<Communicator> Communicator::split(const std::string& name, const
   impl->backend = world.backend;
   impl->group_name = fmt::format("{} (world ranks {})", name, fmt::join(ranks, ","));
   impl->group_label = name;
+  impl->world_ranks = ranks;
   impl->timeout = world.timeout;
   impl->store_address = world.store_address;
   impl->store_server = world.store_server;
@@ -513,7 +543,7 @@ std::unique_ptr<Communicator> Communicator::split(const std::string& name, const
     const std::string who = impl->absentees(0, "joined", evidence);
     throw CollectiveError(
         impl->failure("rendezvous_failed",
-                      fmt::format("rank {}: {} subgroup '{}' rendezvous through {} failed: {} [{}]", world.rank,
+                      fmt::format("{}: {} subgroup '{}' rendezvous through {} failed: {} [{}]", impl->who(impl->rank),
                                   impl->backend, impl->group_name, impl->store_address, who, first_line(e.what())),
                       evidence));
   }
@@ -682,11 +712,13 @@ std::vector<int64_t> Communicator::exchange_through_store(const std::string& nam
     }
     throw CollectiveError(d.failure(
         "exchange_timeout",
-        fmt::format("rank {}: store exchange '{}' at step {} failed after {:.1f} s: rank{} {} did not arrive [{}]",
-                    d.rank, name, d.step, seconds_since(started), missing.size() > 1 ? "s" : "",
-                    missing.empty() ? std::string("(unknown)") : fmt::format("{}", fmt::join(missing, ",")),
-                    first_line(e.what())),
-        {{"exchange", name}, {"missing_ranks", missing}, {"error", e.what()}}));
+        fmt::format("{}: store exchange '{}' at step {} failed after {:.1f} s: {} did not arrive [{}]", d.who(d.rank),
+                    name, d.step, seconds_since(started),
+                    missing.empty() ? std::string("rank (unknown)") : d.ranks_clause(missing), first_line(e.what())),
+        {{"exchange", name},
+         {"missing_ranks", missing},
+         {"missing_world_ranks", d.world_ranks_of(missing)},
+         {"error", e.what()}}));
   }
   std::vector<int64_t> values;
   std::istringstream in(combined);
@@ -703,6 +735,78 @@ std::vector<int64_t> Communicator::exchange_through_store(const std::string& nam
   return values;
 }
 
-std::optional<std::vector<RankHeartbeat>> Communicator::read_heartbeats() const { return impl_->read_heartbeats(); }
+std::optional<std::vector<RankHeartbeat>> Communicator::read_heartbeats() const {
+  return impl_->read_heartbeats_bounded();
+}
+
+std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout; }
+
+namespace {
+std::string record_key(const std::string& name, int rank) { return fmt::format("record/{}/{}", name, rank); }
+
+// `work` on a helper thread that owns what it uses, given at most `limit`: a store blocked by a
+// stopped peer must not hold the caller. nullopt when it did not finish in time.
+template <typename T>
+std::optional<T> within_limit(std::chrono::milliseconds limit, std::function<T()> work) {
+  auto result = std::make_shared<std::promise<T>>();
+  auto future = result->get_future();
+  std::thread([work = std::move(work), result] {
+    try {
+      result->set_value(work());
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (future.wait_for(limit) != std::future_status::ready) return std::nullopt;
+  try {
+    return future.get();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+}  // namespace
+
+bool Communicator::put_record(const std::string& name, const std::string& value, std::chrono::milliseconds limit) {
+  const std::string key = record_key(name, impl_->world_rank_of(impl_->rank));
+  const auto done = within_limit<bool>(limit, [store = impl_->store, key, value] {
+    store->set(key, to_bytes(value));
+    return true;
+  });
+  return done.value_or(false);
+}
+
+std::vector<std::optional<std::string>> Communicator::collect_records(const std::string& name,
+                                                                      std::chrono::milliseconds limit) const {
+  using Records = std::vector<std::optional<std::string>>;
+  const int world = static_cast<int>(impl_->world_ranks.size());
+  // What arrived so far, shared with the helper: a store that stops answering mid-way still
+  // leaves the records already read.
+  auto got = std::make_shared<std::pair<std::mutex, Records>>();
+  got->second.resize(world);
+  const auto deadline = Clock::now() + limit;
+  within_limit<bool>(limit, [store = impl_->store, name, world, got, deadline] {
+    for (;;) {
+      bool all = true;
+      for (int r = 0; r < world; ++r) {
+        {
+          std::lock_guard<std::mutex> lock(got->first);
+          if (got->second[r]) continue;
+        }
+        const std::string key = record_key(name, r);
+        if (store->check({key})) {
+          std::string value = from_bytes(store->get(key));
+          std::lock_guard<std::mutex> lock(got->first);
+          got->second[r] = std::move(value);
+        } else {
+          all = false;
+        }
+      }
+      if (all || Clock::now() >= deadline) return all;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::lock_guard<std::mutex> lock(got->first);
+  return got->second;
+}
 
 }  // namespace rcl

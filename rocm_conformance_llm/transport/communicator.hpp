@@ -150,8 +150,19 @@ class Communicator {
   // exchange (e.g. carry the step); ranks missing after the timeout give a CollectiveError.
   std::vector<int64_t> exchange_through_store(const std::string& name, int64_t value);
 
-  // Every rank's last heartbeat; nullopt when the store (hosted by rank 0) is unreachable.
+  // Every rank's last heartbeat; nullopt when the store (hosted by rank 0) is unreachable or
+  // does not answer within the collective timeout (at most a few seconds).
   std::optional<std::vector<RankHeartbeat>> read_heartbeats() const;
+
+  // Job-level records through the store, not the collective transport: they still travel when a
+  // rank is lost. `put_record` sets this rank's record `name` (overwriting its previous one);
+  // false when the store did not take it within `limit`. `collect_records` (any rank; the job
+  // report's is rank 0) returns every world rank's record `name`, waiting at most `limit` for
+  // them all: nullopt for a rank whose record never came.
+  bool put_record(const std::string& name, const std::string& value, std::chrono::milliseconds limit);
+  std::vector<std::optional<std::string>> collect_records(const std::string& name,
+                                                          std::chrono::milliseconds limit) const;
+  std::chrono::milliseconds timeout() const;
 
   struct Impl;
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -60,10 +61,16 @@ std::vector<std::string> child_environment(const std::map<std::string, std::stri
   return env;
 }
 
-// rocm-conformance-llm with `args`, stdout and stderr into `log`.
+// Runs a command as if on another node: its own UTS namespace named `host` (loopback networking
+// unchanged: Gloo binds 127.0.0.1 for a loopback rendezvous).
+constexpr const char* kUnshare = "/usr/bin/unshare";
+
+// rocm-conformance-llm with `args`, stdout and stderr into `log`; with `host`, under that host name.
 pid_t spawn_binary(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                   const fs::path& log) {
+                   const fs::path& log, const std::string& host = "") {
   std::vector<std::string> argv_strings = {RCL_BINARY};
+  if (!host.empty())
+    argv_strings = {kUnshare, "-u", "sh", "-c", "hostname \"$1\" && shift && exec \"$0\" \"$@\"", RCL_BINARY, host};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   const std::vector<std::string> env_strings = child_environment(env);
   std::vector<char*> argv, envp;
@@ -76,7 +83,7 @@ pid_t spawn_binary(const std::vector<std::string>& args, const std::map<std::str
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, RCL_BINARY, &actions, nullptr, argv.data(), envp.data());
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw std::runtime_error("cannot start " + std::string(RCL_BINARY));
   return pid;
@@ -116,17 +123,24 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-// `world` processes with a torchrun-style environment, all writing into `out`.
-Ranks launch(int world, const std::vector<std::string>& args, const fs::path& out) {
+// Whether this process may give a child a host name of its own (root, or user namespaces).
+bool can_name_hosts() { return std::system((std::string(kUnshare) + " -u true 2>/dev/null").c_str()) == 0; }
+
+// `world` processes with a torchrun-style environment, all writing into `out`; with `hosts`, rank
+// r runs as host hosts[r] (local rank: its index among that host's ranks).
+Ranks launch(int world, const std::vector<std::string>& args, const fs::path& out,
+             const std::vector<std::string>& hosts = {}) {
   const std::string port = std::to_string(test::free_port());
   Ranks ranks;
   for (int r = 0; r < world; ++r) {
+    const std::string host = hosts.empty() ? "" : hosts[r];
+    const auto local_rank = hosts.empty() ? r : std::count(hosts.begin(), hosts.begin() + r, host);
     const std::map<std::string, std::string> env = {{"RANK", std::to_string(r)},
                                                     {"WORLD_SIZE", std::to_string(world)},
-                                                    {"LOCAL_RANK", std::to_string(r)},
+                                                    {"LOCAL_RANK", std::to_string(local_rank)},
                                                     {"MASTER_ADDR", "127.0.0.1"},
                                                     {"MASTER_PORT", port}};
-    ranks.pids.push_back(spawn_binary(args, env, out / ("rank" + std::to_string(r) + ".log")));
+    ranks.pids.push_back(spawn_binary(args, env, out / ("rank" + std::to_string(r) + ".log"), host));
   }
   return ranks;
 }
@@ -185,7 +199,12 @@ TEST_P(DataParallelTrainingTest, LossTrajectoryMatchesOneProcessWithTheSameGloba
   ASSERT_LT(reference_.back(), reference_.front() - 1.0) << "the reference run did not train";
 
   const fs::path out = fresh_dir("world" + std::to_string(world));
-  Ranks ranks = launch(world, training_args(world, out), out);
+  // Four ranks run as two nodes where a UTS namespace is allowed: the job report's clean
+  // two-host case, where no odd node may be named.
+  const std::vector<std::string> hosts = world == 4 && can_name_hosts()
+                                             ? std::vector<std::string>{"nodeA", "nodeA", "nodeB", "nodeB"}
+                                             : std::vector<std::string>{};
+  Ranks ranks = launch(world, training_args(world, out), out, hosts);
   const auto codes = ranks.wait_all(180);
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(codes[r], 0) << "rank " << r << ":\n" << read_text(out / ("rank" + std::to_string(r) + ".log"));
@@ -212,6 +231,24 @@ TEST_P(DataParallelTrainingTest, LossTrajectoryMatchesOneProcessWithTheSameGloba
     EXPECT_NE(std::find(rccl.at("checks").begin(), rccl.at("checks").end(), "comm_monitor"), rccl.at("checks").end());
   }
   EXPECT_EQ(nlohmann::json::parse(read_text(out / "config.json")).at("collective_backend"), "gloo");  // CPU ranks
+  // Rank 0's job report: a row per rank from its own verdict, one host, nobody suspected.
+  const auto job = nlohmann::json::parse(read_text(out / "job_report.json"));
+  EXPECT_EQ(job.at("exit_code"), 0);
+  ASSERT_EQ(job.at("ranks").size(), static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const auto& row = job.at("ranks").at(r);
+    EXPECT_EQ(row.at("world_rank"), r);
+    EXPECT_EQ(row.at("source"), "report");
+    EXPECT_EQ(row.at("last_step"), kSteps);
+    EXPECT_GT(row.at("tokens_per_s").get<double>(), 0.0);
+  }
+  EXPECT_EQ(job.at("hosts").size(), hosts.empty() ? 1u : 2u);
+  for (int r = 0; r < world && !hosts.empty(); ++r) {
+    EXPECT_EQ(job.at("ranks").at(r).at("host"), hosts[r]);
+    EXPECT_EQ(job.at("ranks").at(r).at("local_rank"), r % 2);
+  }
+  EXPECT_TRUE(job.at("suspect_hosts").empty()) << job.dump(2);
+  EXPECT_TRUE(job.at("findings").empty()) << job.dump(2);  // no odd node
   fs::remove_all(out);
 }
 
@@ -997,6 +1034,95 @@ TEST(CommModeTest, RankStalledInReduceScatterIsNamedWithTheKindAndGroup) {
             std::string::npos)
       << timeout->dump(2);
   fs::remove_all(out);
+}
+
+// Four ranks under --stress comm: tensor-parallel groups (0,1) (2,3), expert groups (0,2) (1,3).
+// World rank 3 freezes in its backward: its subgroup peers name it by its world rank (group rank
+// 1 follows, labelled), where group rank 1 used to read as "rank 1". Rank 0, waiting on rank 1
+// (itself waiting on rank 3), names rank 1 as absent; its job report, gathered through the store
+// with rank 3's row from its last heartbeat, names rank 3 alone as the suspect, not rank 1.
+TEST(SubgroupFailureTest, RankFrozenInASubgroupIsNamedByItsWorldRankInEveryReport) {
+  const fs::path out = fresh_dir("subgroup-stop");
+  std::vector<std::string> args = comm_mode_args(out, "5");
+  args[5] = "12";  // --steps
+  args.insert(args.end(), {"--set", "collective_timeout_s=5", "--set", "collective_check_interval=0", "--inject",
+                           "rank-stop@phase=backward@step=4@rank=3"});
+  Ranks ranks = launch(4, args, out);
+  std::vector<nlohmann::json> timeouts;
+  for (int r = 0; r < 3; ++r) {
+    const std::optional<int> code = wait_exit(ranks.pids[r], 90);
+    ASSERT_TRUE(code.has_value()) << "rank " << r << ":\n" << read_text(out / ("rank" + std::to_string(r) + ".log"));
+    ranks.pids[r] = -1;  // reaped
+    EXPECT_EQ(*code, kExitCrashOrHang) << read_text(out / ("rank" + std::to_string(r) + ".log"));
+    const auto report = nlohmann::json::parse(read_text(out / rank_file("report", "json", r)));
+    EXPECT_EQ(report.at("identity").at("world_rank"), r);
+    EXPECT_EQ(report.at("identity").at("local_rank"), r);
+    EXPECT_EQ(report.at("identity").at("device"), "cpu");
+    const std::string junit = read_text(out / rank_file("junit", "xml", r));
+    EXPECT_NE(junit.find(fmt::format("<property name=\"world_rank\" value=\"{}\"/>", r)), std::string::npos) << junit;
+    for (const auto& f : report.at("findings")) {
+      if (f.at("signature") != "collective_timeout" && f.at("signature") != "exchange_timeout") continue;
+      timeouts.push_back(f);
+      EXPECT_EQ(f.at("rank"), r) << f.dump(2);  // the finding's rank is the world rank that saw it
+      const auto message = f.at("message").get<std::string>();
+      const auto& evidence = f.at("evidence");
+      const std::string group = evidence.value("group", "world");
+      if (group.find("world ranks") != std::string::npos && group.find("3") != std::string::npos) {
+        // A subgroup with rank 3 in it: rank 3 is the one named, in world ranks.
+        EXPECT_EQ(evidence.at("missing_world_ranks"), nlohmann::json({3})) << f.dump(2);
+        EXPECT_NE(message.find("rank 3 (group rank 1) never entered it"), std::string::npos) << message;
+      }
+    }
+  }
+  ASSERT_FALSE(timeouts.empty());
+  const bool rank3_named = std::any_of(timeouts.begin(), timeouts.end(), [](const auto& f) {
+    return f.at("evidence").value("missing_world_ranks", nlohmann::json::array()) == nlohmann::json({3});
+  });
+  EXPECT_TRUE(rank3_named) << nlohmann::json(timeouts).dump(2);
+
+  const auto job = nlohmann::json::parse(read_text(out / "job_report.json"));
+  EXPECT_EQ(job.at("verdict"), "CRASHED");
+  EXPECT_EQ(job.at("exit_code"), kExitCrashOrHang);
+  ASSERT_EQ(job.at("ranks").size(), 4u);
+  const auto& lost = job.at("ranks").at(3);
+  EXPECT_EQ(lost.at("source"), "heartbeat") << lost.dump(2);
+  EXPECT_EQ(lost.at("verdict"), "LOST");
+  EXPECT_GE(lost.at("last_step").get<int>(), 3) << lost.dump(2);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(job.at("ranks").at(r).at("source"), "report") << r;
+  ASSERT_EQ(job.at("suspect_hosts").size(), 1u) << job.at("suspect_hosts").dump(2);
+  EXPECT_EQ(job.at("suspect_hosts").at(0).at("world_ranks"), nlohmann::json({3})) << job.at("suspect_hosts").dump(2);
+  EXPECT_EQ(job.at("suspect_hosts").at(0).at("host"), job.at("ranks").at(3).at("host"));
+  EXPECT_NE(read_text(out / "job_junit.xml").find("<failure"), std::string::npos);
+  if (!HasFailure()) fs::remove_all(out);
+}
+
+// Two "nodes" on loopback (UTS namespaces nodeA: ranks 0,1; nodeB: ranks 2,3), nodeB's ranks
+// slowed (slow-step): rank 0's job report names nodeB the odd node out (odd_node_slow, warn) and
+// no suspect. The clean two-host case is DataParallelTrainingTest's four ranks.
+TEST(JobReportTest, TwoHostsTheSlowedNodeIsTheOddOneOut) {
+  if (!can_name_hosts()) GTEST_SKIP() << "unshare -u not permitted here (needs root or user namespaces)";
+  const std::vector<std::string> hosts = {"nodeA", "nodeA", "nodeB", "nodeB"};
+  const fs::path out = fresh_dir("odd-node");
+  std::vector<std::string> args = training_args(4, out);
+  args[3] = "12";  // --steps: 7 timed after diagnostics.warmup_steps
+  args.insert(args.end(), {"--inject", "slow-step=0.25@rank=2,slow-step=0.25@rank=3"});
+  Ranks ranks = launch(4, args, out, hosts);
+  const auto codes = ranks.wait_all(240);
+  ranks.pids.clear();  // reaped
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(codes[r], 0) << read_text(out / ("rank" + std::to_string(r) + ".log"));
+  const auto job = nlohmann::json::parse(read_text(out / "job_report.json"));
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(job.at("ranks").at(r).at("host"), hosts[r]);
+  ASSERT_EQ(job.at("hosts").size(), 2u);
+  EXPECT_TRUE(job.at("suspect_hosts").empty()) << job.dump(2);
+  const auto& findings = job.at("findings");
+  ASSERT_EQ(findings.size(), 1u) << job.dump(2);
+  EXPECT_EQ(findings[0].at("signature"), "odd_node_slow");
+  EXPECT_EQ(findings[0].at("severity"), "warn");
+  EXPECT_EQ(findings[0].at("evidence").at("host"), "nodeB");
+  EXPECT_EQ(findings[0].at("evidence").at("world_ranks"), nlohmann::json({2, 3}));
+  EXPECT_EQ(job.at("verdict"), "WARN");
+  EXPECT_EQ(job.at("exit_code"), 0);
+  if (!HasFailure()) fs::remove_all(out);
 }
 
 // A stop signal to rank 0 while a peer is frozen (the signal torchrun sends the survivors after a

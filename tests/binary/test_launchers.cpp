@@ -38,10 +38,12 @@ constexpr int kSteps = 12;
 constexpr int kLimitS = 120;  // per run; a run here takes 2-7 s
 
 // What one rank of a clean 2-rank run leaves in --output-dir; config.json comes from rank 0 only.
-const std::set<std::string> kExpectedFiles = {
-    "config.json",        "metrics.jsonl",  "metrics.rank1.jsonl",  "report.json", "report.rank1.json", "junit.xml",
-    "junit.rank1.xml",    "heartbeat.json", "heartbeat.rank1.json", "report.html", "report.rank1.html", "metrics.prom",
-    "metrics.rank1.prom", "ocp.jsonl",      "ocp.rank1.jsonl"};
+const std::set<std::string> kExpectedFiles = {"config.json",        "metrics.jsonl",     "metrics.rank1.jsonl",
+                                              "report.json",        "report.rank1.json", "junit.xml",
+                                              "junit.rank1.xml",    "heartbeat.json",    "heartbeat.rank1.json",
+                                              "report.html",        "report.rank1.html", "metrics.prom",
+                                              "metrics.rank1.prom", "ocp.jsonl",         "ocp.rank1.jsonl",
+                                              "job_report.json",    "job_report.html",   "job_junit.xml"};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);

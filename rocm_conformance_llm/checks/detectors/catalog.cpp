@@ -238,6 +238,8 @@ std::vector<DetectorSpec> builtin_detectors() {
          check_config}},
        {"training.collective_timeout_s"},
        {}},
+      // Rank 0's job report (reports/job_report.hpp), from every rank's row through the store.
+      {"job_report", "run", {{"odd_node_slow", component::host, warn, 1, "slow-step", isolate_node}}, {}, {}},
       // The node under the job (checks/monitors/telemetry.hpp): ROCm SMI samples and the amdgpu
       // kernel log, read by the runner's NodeMonitor on its own thread.
       {"telemetry",

@@ -1,0 +1,138 @@
+// The job report: rank 0's one view of the whole job (job_report.json, job_report.html,
+// job_junit.xml), a row per rank gathered through the job's own c10d store, so it needs no shared
+// filesystem and still exists when a node dies (a lost rank's row is its last heartbeat through
+// the store). From the rows: a roll-up per host, the suspect node(s) (the hosts whose ranks own
+// the decisive findings), and the odd node out (a host whose ranks are all slower). Keys:
+// docs/outputs.md.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rocm_conformance_llm/base/finding.hpp"
+#include "rocm_conformance_llm/loop/step_record.hpp"
+#include "rocm_conformance_llm/reports/run_summary.hpp"
+
+namespace rcl {
+
+class Communicator;
+
+// Who a rank is: what every job-level row and finding names.
+struct RankIdentity {
+  int world_rank = 0;
+  int local_rank = 0;
+  std::string host;
+  std::string device;      // "cpu", "cuda:1" (the GPU index)
+  std::string pci_bus_id;  // empty where no GPU (or the runtime does not say)
+};
+nlohmann::json to_json(const RankIdentity& id);
+// "rank 3 (host nodeB, local rank 1, cpu)"
+std::string describe(const RankIdentity& id);
+
+// A finding of one rank, as the job report weighs it.
+struct RowFinding {
+  int rank = 0;  // the world rank it is attributed to
+  std::string signature;
+  Severity severity = Severity::warn;
+  std::string message;
+  std::vector<int> blames;  // world ranks it names as absent (missing_world_ranks)
+};
+
+// One rank's row. `source`: "report" (its own verdict), "heartbeat" (no verdict came: its last
+// heartbeat through the store; the rank is lost), "none" (nothing came at all).
+struct RankRow {
+  RankIdentity id;
+  std::string source = "report";
+  std::string verdict;  // report.json's verdict; "LOST" for a row without one
+  int exit_code = -1;   // -1: unknown (lost)
+  int info = 0, warn = 0, fail = 0;
+  int64_t steps = 0;  // steps timed (post-warm-up where there are some)
+  std::optional<double> median_step_s, median_busy_s, tokens_per_s;
+  std::optional<int64_t> peak_memory_bytes;
+  int64_t last_step = 0;
+  std::string last_phase;
+  std::vector<RowFinding> findings;  // warn and fail ones
+};
+nlohmann::json to_json(const RankRow& row);
+RankRow rank_row_from_json(const nlohmann::json& j);
+
+// This rank's row from the steps it ran and its findings (`verdict`/`exit_code` empty/-1 for a
+// heartbeat while it runs). Timing figures over post-warm-up steps (all when there are none).
+RankRow rank_row(const RankIdentity& id, const std::vector<StepPoint>& steps, int64_t warmup_steps,
+                 const std::vector<Finding>& findings, const std::string& phase);
+
+struct HostRollup {
+  std::string host;
+  std::vector<int> ranks;
+  std::string verdict;  // the worst of its ranks'
+  int info = 0, warn = 0, fail = 0, lost = 0;
+  std::optional<double> median_step_s, median_busy_s;
+};
+std::vector<HostRollup> roll_up_hosts(const std::vector<RankRow>& rows);  // hosts in order of first rank
+
+struct Suspect {
+  std::string host;
+  std::vector<int> ranks;             // its decisive ranks
+  std::vector<std::string> evidence;  // one line per decisive fact
+};
+// The hosts whose ranks own the decisive findings: a rank lost (no verdict came), a rank others
+// name as absent that itself waited on nobody, a rank's own fail finding that is not about a peer.
+// A rank that only observed a peer's failure (a collective timeout naming another rank) never
+// makes its host a suspect.
+std::vector<Suspect> suspect_hosts(const std::vector<RankRow>& rows);
+
+// The odd node out: a host every one of whose ranks spends, per step, more than (1 + margin) x
+// the median of the other hosts' ranks outside collectives (busy time: in synchronous training a
+// slow node's peers wait inside collectives, so their step times match its own). Needs two hosts
+// or more, every rank with kOddNodeMinSteps timed steps, and at most half the hosts odd.
+inline constexpr double kOddNodeMargin = 0.5;
+inline constexpr int64_t kOddNodeMinSteps = 5;
+struct OddNode {
+  std::string host;
+  double host_busy_s = 0;    // the median of its ranks' median busy times
+  double others_busy_s = 0;  // the median of the other ranks'
+  std::vector<int> ranks;
+};
+std::vector<OddNode> odd_nodes(const std::vector<RankRow>& rows, double margin = kOddNodeMargin);
+// The warn finding (odd_node_slow, component host) for one odd node, attributed to its first rank.
+Finding odd_node_finding(const OddNode& odd, int64_t step);
+
+struct JobSummary {
+  std::string verdict;  // the worst of the rows' and the job's own findings'; "CRASHED" for a lost rank
+  int exit_code = 0;
+};
+JobSummary job_summary(const std::vector<RankRow>& rows, const std::vector<Finding>& job_findings);
+
+// job_report.json's document, its HTML view and its JUnit (a testcase per rank, one per host).
+nlohmann::json job_report_json(const std::vector<RankRow>& rows, const std::vector<Finding>& job_findings);
+std::string job_report_html(const nlohmann::json& job_report);
+std::string job_junit_xml(const nlohmann::json& job_report);
+
+// The store side. Every rank publishes its heartbeat row (throttled to one a second) while it
+// trains and its final row with its verdict; rank 0 then gathers every row, waiting at most the
+// collective timeout, takes a missing one from the last heartbeat (marked "heartbeat"), and
+// writes the job files into its output directory.
+class JobRecords final : public StepObserver {
+ public:
+  JobRecords(Communicator& world, RankIdentity id, int64_t warmup_steps);
+  void on_step(const StepRecord& r) override;
+  // This rank's final row; then, on rank 0, the gathering and the job files. `limit`: how long
+  // rank 0 waits for the others' rows.
+  void finish(const std::filesystem::path& output_dir, const std::string& verdict, int exit_code,
+              const std::vector<Finding>& findings, const std::string& phase, std::chrono::milliseconds limit);
+
+ private:
+  Communicator& world_;
+  const RankIdentity id_;
+  const int64_t warmup_steps_;
+  RunSummary steps_;
+  std::chrono::steady_clock::time_point last_beat_{};
+};
+
+}  // namespace rcl

@@ -1,0 +1,202 @@
+// The job report's logic over synthetic rank rows of several hosts: the roll-up per host, the
+// suspect node (the host of the rank that failed, never one whose ranks only observed it), the odd
+// node out (a host all of whose ranks are slower), and the job's verdict.
+#include <gtest/gtest.h>
+
+#include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/reports/job_report.hpp"
+
+namespace rcl {
+namespace {
+namespace RCL_UNITY_ID {
+
+// Ranks 0..n-1, `per_host` to a host ("node0", "node1", ...), each clean with `busy_s` a step.
+std::vector<RankRow> clean_rows(int n, int per_host, double busy_s = 0.1) {
+  std::vector<RankRow> rows;
+  for (int r = 0; r < n; ++r) {
+    RankRow row;
+    row.id = {
+        .world_rank = r, .local_rank = r % per_host, .host = "node" + std::to_string(r / per_host), .device = "cpu"};
+    row.verdict = "PASS";
+    row.exit_code = 0;
+    row.steps = 20;
+    row.median_busy_s = busy_s;
+    row.median_step_s = busy_s + 0.05;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+RowFinding timeout_naming(int observer, std::vector<int> absent) {
+  return {.rank = observer,
+          .signature = "collective_timeout",
+          .severity = Severity::fail,
+          .message = "timed out",
+          .blames = std::move(absent)};
+}
+
+void crash(RankRow& row, RowFinding f) {
+  row.verdict = "CRASHED";
+  row.exit_code = kExitCrashOrHang;
+  row.fail = 1;
+  row.findings.push_back(std::move(f));
+}
+
+void lose(RankRow& row) {
+  row.source = "heartbeat";
+  row.verdict = "LOST";
+  row.exit_code = -1;
+  row.last_step = 9;
+  row.last_phase = "entering collective #120 'tp:all_reduce.block0.mlp.bwd'";
+}
+
+TEST(JobReportSuspects, TheLostRanksHostNotTheHostsOfItsObservers) {
+  // node0: ranks 0,1; node1: ranks 2,3. Rank 3 stops: its subgroup peers 1 and 2 time out naming
+  // it; rank 0 times out waiting on rank 1, which was itself waiting on rank 3.
+  auto rows = clean_rows(4, 2);
+  lose(rows[3]);
+  crash(rows[0], timeout_naming(0, {1}));
+  crash(rows[1], timeout_naming(1, {3}));
+  crash(rows[2], timeout_naming(2, {3}));
+  const auto suspects = suspect_hosts(rows);
+  ASSERT_EQ(suspects.size(), 1u);
+  EXPECT_EQ(suspects[0].host, "node1");
+  EXPECT_EQ(suspects[0].ranks, std::vector<int>({3}));
+  ASSERT_FALSE(suspects[0].evidence.empty());
+  EXPECT_NE(suspects[0].evidence[0].find("rank 3 (host node1, local rank 1, cpu) sent no verdict"), std::string::npos)
+      << suspects[0].evidence[0];
+  const JobSummary job = job_summary(rows, {});
+  EXPECT_EQ(job.verdict, "CRASHED");
+  EXPECT_EQ(job.exit_code, kExitCrashOrHang);
+}
+
+TEST(JobReportSuspects, ARankNamedAbsentThatWaitedOnNobodyIsDecisiveEvenWithItsOwnReport) {
+  // Rank 2 froze and came back too late (its report says it crashed, naming nobody).
+  auto rows = clean_rows(4, 2);
+  crash(rows[0], timeout_naming(0, {2}));
+  rows[2].verdict = "HUNG";
+  const auto suspects = suspect_hosts(rows);
+  ASSERT_EQ(suspects.size(), 1u);
+  EXPECT_EQ(suspects[0].host, "node1");
+  EXPECT_EQ(suspects[0].ranks, std::vector<int>({2}));
+}
+
+TEST(JobReportSuspects, AnOwnFailFindingNamesItsHostAndWarningsNameNone) {
+  auto rows = clean_rows(6, 2);
+  rows[4].findings.push_back({.rank = 4,
+                              .signature = "parameter_divergence",
+                              .severity = Severity::fail,
+                              .message = "rank 4's parameters differ"});
+  rows[1].findings.push_back({.rank = 1, .signature = "straggler_rank", .severity = Severity::warn, .message = "slow"});
+  const auto suspects = suspect_hosts(rows);
+  ASSERT_EQ(suspects.size(), 1u);
+  EXPECT_EQ(suspects[0].host, "node2");
+  EXPECT_EQ(suspects[0].ranks, std::vector<int>({4}));
+}
+
+TEST(JobReportSuspects, CleanJobHasNoSuspectAndPasses) {
+  const auto rows = clean_rows(4, 2);
+  EXPECT_TRUE(suspect_hosts(rows).empty());
+  const JobSummary job = job_summary(rows, {});
+  EXPECT_EQ(job.verdict, "PASS");
+  EXPECT_EQ(job.exit_code, kExitClean);
+}
+
+TEST(JobReportRollup, OneEntryPerHostWithItsWorstVerdictAndLostRanks) {
+  auto rows = clean_rows(4, 2);
+  lose(rows[3]);
+  rows[2].verdict = "WARN";
+  rows[2].warn = 2;
+  const auto hosts = roll_up_hosts(rows);
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0].host, "node0");
+  EXPECT_EQ(hosts[0].verdict, "PASS");
+  EXPECT_EQ(hosts[1].ranks, std::vector<int>({2, 3}));
+  EXPECT_EQ(hosts[1].verdict, "LOST");
+  EXPECT_EQ(hosts[1].warn, 2);
+  EXPECT_EQ(hosts[1].lost, 1);
+  ASSERT_TRUE(hosts[0].median_busy_s.has_value());
+  EXPECT_DOUBLE_EQ(*hosts[0].median_busy_s, 0.1);
+}
+
+TEST(JobReportOddNode, TheHostWhoseRanksAreAllSlowerIsNamedAsAWarning) {
+  auto rows = clean_rows(6, 2);  // node0..node2
+  rows[2].median_busy_s = 0.31;
+  rows[3].median_busy_s = 0.29;
+  rows[0].median_busy_s = 0.12;  // noise within the margin stays silent
+  const auto odd = odd_nodes(rows);
+  ASSERT_EQ(odd.size(), 1u);
+  EXPECT_EQ(odd[0].host, "node1");
+  EXPECT_EQ(odd[0].ranks, std::vector<int>({2, 3}));
+  EXPECT_NEAR(odd[0].host_busy_s, 0.30, 1e-9);
+  EXPECT_NEAR(odd[0].others_busy_s, 0.10, 1e-9);
+  const Finding f = odd_node_finding(odd[0], 20);
+  EXPECT_EQ(f.signature, "odd_node_slow");
+  EXPECT_EQ(f.severity, Severity::warn);
+  EXPECT_EQ(f.component, component::host);
+  EXPECT_EQ(f.evidence.at("host"), "node1");
+  const JobSummary job = job_summary(rows, {f});
+  EXPECT_EQ(job.verdict, "WARN");
+  EXPECT_EQ(job.exit_code, kExitClean);
+}
+
+TEST(JobReportOddNode, NoOddNodeWhenOneRankOfTheHostIsFastOneHostOrTooFewSteps) {
+  auto rows = clean_rows(6, 2);
+  rows[2].median_busy_s = 0.3;  // rank 3 stays fast: not the whole node
+  EXPECT_TRUE(odd_nodes(rows).empty());
+  auto one_host = clean_rows(4, 4);
+  one_host[0].median_busy_s = one_host[1].median_busy_s = 0.5;
+  EXPECT_TRUE(odd_nodes(one_host).empty());
+  auto short_run = clean_rows(4, 2);
+  short_run[2].median_busy_s = short_run[3].median_busy_s = 0.5;
+  EXPECT_EQ(odd_nodes(short_run).size(), 1u);  // two hosts: the slower one is the odd one
+  for (auto& r : short_run) r.steps = kOddNodeMinSteps - 1;
+  EXPECT_TRUE(odd_nodes(short_run).empty());
+}
+
+TEST(JobReportOddNode, MoreThanHalfTheHostsSlowerIsNoOddNode) {
+  auto rows = clean_rows(10, 2);  // 5 hosts: 3 slower than the other 2 is the job, not a node
+  for (int r = 4; r < 10; ++r) rows[r].median_busy_s = 0.4;
+  EXPECT_TRUE(odd_nodes(rows).empty());
+  rows.resize(8);  // 4 hosts, 2 slower: both named
+  const auto odd = odd_nodes(rows);
+  ASSERT_EQ(odd.size(), 2u);
+  EXPECT_EQ(odd[0].host, "node2");
+  EXPECT_EQ(odd[1].host, "node3");
+}
+
+TEST(JobReportRows, BusyTimeIsTheStepOutsideItsCollectivesAndRowsRoundTrip) {
+  std::vector<StepPoint> steps;
+  for (int s = 1; s <= 7; ++s)
+    steps.push_back({.step = s, .step_time_s = 0.5, .collective_s = 0.2, .tokens = 100, .peak_memory_bytes = 1000 * s});
+  Finding peer{component::rccl, "collective_timeout", Severity::fail, 7, 1, "rank 1: rank 3 never entered it", {}};
+  peer.evidence["missing_world_ranks"] = {3};
+  const RankRow row =
+      rank_row({.world_rank = 1, .local_rank = 1, .host = "nodeA", .device = "cpu"}, steps, 2, {peer}, "backward");
+  EXPECT_EQ(row.steps, 5);  // after the warm-up
+  EXPECT_NEAR(*row.median_busy_s, 0.3, 1e-12);
+  EXPECT_NEAR(*row.tokens_per_s, 200.0, 1e-9);
+  EXPECT_EQ(*row.peak_memory_bytes, 7000);
+  EXPECT_EQ(row.last_step, 7);
+  ASSERT_EQ(row.findings.size(), 1u);
+  EXPECT_EQ(row.findings[0].blames, std::vector<int>({3}));
+  const RankRow back = rank_row_from_json(to_json(row));
+  EXPECT_EQ(to_json(back), to_json(row));
+}
+
+TEST(JobReportFiles, JunitFailsTheLostRankAndTheSuspectHostOnly) {
+  auto rows = clean_rows(4, 2);
+  lose(rows[3]);
+  crash(rows[2], timeout_naming(2, {3}));
+  const auto doc = job_report_json(rows, {});
+  EXPECT_EQ(doc.at("suspect_hosts").size(), 1u);
+  const std::string xml = job_junit_xml(doc);
+  EXPECT_NE(xml.find("tests=\"6\" failures=\"3\""), std::string::npos) << xml;  // ranks 2, 3; host node1
+  EXPECT_NE(xml.find("name=\"rank 3 (node1, local rank 1, cpu)\">\n      <failure"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("name=\"node0\">\n    </testcase>"), std::string::npos) << xml;
+  EXPECT_NE(job_report_html(doc).find("<b>node1</b>"), std::string::npos);
+}
+
+}  // namespace RCL_UNITY_ID
+}  // namespace
+}  // namespace rcl
