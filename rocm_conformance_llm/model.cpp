@@ -438,7 +438,7 @@ GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
+torch::Tensor GPTImpl::final_hidden(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
   const int64_t seq = tokens.size(1);
   TORCH_CHECK(wpe_.is_empty() || seq <= cfg_.seq_len, "sequence of ", seq,
               " tokens is longer than the learned position table (seq_len=", cfg_.seq_len, ")");
@@ -461,9 +461,23 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   }
   x = final_norm_(x);
   if (parallel_.sequence_parallel) x = gather_sequence_for_replicated(x, *parallel_.tensor, "lm_head.in");
-  auto logits = tapped_linear(x, wte_->weight, {}, "lm_head");  // LM head tied to the token embedding
+  return x;
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
+  const auto x = final_hidden(tokens, block_outputs);
+  // LM head tied to the token embedding.
+  auto logits = tapped_linear(x, padded_head_weight(wte_->weight), {}, "lm_head").narrow(-1, 0, cfg_.vocab_size);
   if (fsdp_) fsdp_->end_forward();
   return logits;
+}
+
+torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets, const LogitsHook& on_logits,
+                            std::vector<torch::Tensor>* block_outputs) {
+  const auto x = final_hidden(tokens, block_outputs);
+  auto loss = chunked_lm_loss(x.reshape({-1, x.size(-1)}), wte_->weight, targets.reshape({-1}), on_logits);
+  if (fsdp_) fsdp_->end_forward();
+  return loss;
 }
 
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {

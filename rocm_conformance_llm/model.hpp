@@ -12,6 +12,7 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
+#include "rocm_conformance_llm/workload/lm_head.hpp"
 #include "rocm_conformance_llm/workload/model_parallel.hpp"
 #include "rocm_conformance_llm/workload/model_widths.hpp"
 #include "rocm_conformance_llm/workload/moe.hpp"
@@ -208,7 +209,12 @@ class GPTImpl : public torch::nn::Module {
   // tokens [B,T] int64 -> logits [B,T,vocab]. With `block_outputs`, the hidden state after
   // the embedding and after each block is appended (size num_layers + 1), so a detector can
   // name the first block whose output turned non-finite.
+  // The head runs over padded_vocab(vocab) rows (lm_head.hpp); the pad columns are cut off.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs = nullptr);
+  // Mean cross-entropy against the next tokens `targets` [B,T] without the whole batch's logits
+  // (chunked_lm_loss); `on_logits` hears each chunk's logits. `block_outputs` as in forward.
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets, const LogitsHook& on_logits = {},
+                     std::vector<torch::Tensor>* block_outputs = nullptr);
 
   // AdamW groups: weight decay applies to the Linear weight matrices only (not to norms,
   // biases, embeddings, nor the identity-initialised Q/K/V convolution).
@@ -228,6 +234,8 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   std::vector<torch::Tensor> parameters_with_decay(bool decayed);
+  // Embedding, blocks and final norm: the LM head's input [B,T,C] (FSDP's root stays gathered).
+  torch::Tensor final_hidden(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs);
 
   TrainingConfig cfg_;
   torch::nn::Embedding wte_{nullptr};
