@@ -127,6 +127,13 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // The kernel a training call with these Q, K, V would run on (sdpa_kernel_choice, with this
   // layer's mask, dropout and V layout), or "explicit" where the layer does not call SDPA.
   std::string training_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
+  // The keys each query may attend to in a batch of this shape: the padding mask, the test-only
+  // self mask, the explicit path's causal mask; undefined where SDPA's is_causal serves.
+  torch::Tensor allowed_keys(int64_t batch, int64_t seq, torch::Device device) const;
+  // The model builds that mask once per forward and hands it to every layer.
+  void use_allowed_keys(torch::Tensor allowed) { allowed_ = std::move(allowed); }
+  // qkv_conv's causal filter on the Q/K/V projection's output: [B, T, C] -> [B, T, C] contiguous.
+  torch::Tensor causal_conv(const torch::Tensor& x) const;
 
   torch::nn::Linear qkv{nullptr};       // Q, K, V rows: hidden, then key_value_width twice
   torch::nn::Linear proj{nullptr};      // residual projection (scaled init)
@@ -139,7 +146,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   bool calls_sdpa() const { return backend_ != AttentionBackend::math && !self_only_; }
-  torch::Tensor allowed_keys(const torch::Tensor& q) const;  // undefined: causal only
+  torch::Tensor allowed_keys(const torch::Tensor& q) const;  // the handed mask where it fits q's batch
 
   int64_t num_heads_;
   int64_t kv_heads_;  // < num_heads_: grouped-query attention
@@ -151,6 +158,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   double pad_fraction_;
   bool strided_v_;
   AttentionInputs* capture_ = nullptr;
+  torch::Tensor allowed_;  // the forward's mask (use_allowed_keys)
   TensorParallelLink tp_;  // inactive unless split
   int64_t conv_kernel_;
   Norm q_norm_{nullptr};

@@ -498,6 +498,71 @@ TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
   EXPECT_EQ(grad.k, cfg.batch_size * cfg.seq_len);
 }
 
+// --- the forward's fast path: one mask, norms in the compute dtype, the conv without layout trips ---
+
+TEST(Model, TheQkvConvolutionIsTheConv1dOnTheChannelsAndLeavesQkvContiguous) {
+  auto cfg = tiny_config();
+  cfg.qkv_conv_kernel = 3;
+  torch::manual_seed(21);
+  CausalSelfAttention attn(cfg, ModelOptions{});
+  attn->to(torch::kDouble);
+  torch::NoGradGuard no_grad;
+  attn->qkv_conv->weight.normal_();  // not the identity it starts as
+  const auto x = torch::randn({2, cfg.seq_len, 3 * cfg.hidden_size}, torch::kDouble);
+  // The reference: channels first, left-padded by k - 1, the module's Conv1d.
+  const auto channels_first = torch::nn::functional::pad(x.transpose(1, 2), torch::nn::functional::PadFuncOptions({2, 0}));
+  const auto want = attn->qkv_conv(channels_first).transpose(1, 2);
+  const auto got = attn->causal_conv(x);
+  EXPECT_TRUE(got.is_contiguous());
+  EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12));
+}
+
+TEST(Model, PaddedBatchesOfAnotherSizeGetTheirOwnMask) {
+  auto cfg = tiny_config();
+  cfg.attention_pad_fraction = 0.5;
+  torch::manual_seed(22);
+  GPT model(cfg);
+  torch::manual_seed(22);
+  GPT fresh(cfg);
+  model->eval();
+  fresh->eval();
+  torch::NoGradGuard no_grad;
+  const auto tokens = random_tokens(3, cfg.seq_len, cfg.vocab_size, 23);
+  model->forward(random_tokens(2, cfg.seq_len, cfg.vocab_size, 24));  // a mask for two sequences first
+  const auto got = model->forward(tokens);
+  EXPECT_TRUE(torch::equal(got, fresh->forward(tokens)));
+  // The mask is the padded one: in the padded (odd) sequence no later query sees a padded key,
+  // in the full one they do.
+  const int64_t kept = padded_length(cfg.seq_len, cfg.attention_pad_fraction);
+  auto changed = tokens.clone();
+  changed.select(1, kept).add_(1).remainder_(cfg.vocab_size);
+  const auto again = model->forward(changed);
+  EXPECT_TRUE(torch::equal(again[1].slice(0, kept + 1), got[1].slice(0, kept + 1)));
+  EXPECT_FALSE(torch::equal(again[0].slice(0, kept + 1), got[0].slice(0, kept + 1)));
+}
+
+TEST(Model, NormsComputeInTheInputsDtypeCloseToFloat32) {
+  for (const auto kind : {NormKind::layernorm, NormKind::rmsnorm}) {
+    torch::manual_seed(25);
+    Norm norm(kind, 64);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : norm->parameters()) p.normal_();
+    }
+    const auto x = torch::randn({4, 7, 64}) * 3 + 1;
+    const auto want = norm(x);
+    const auto got = [&] {
+      const AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
+      return norm(x.to(torch::kBFloat16));
+    }();
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16) << name_of(kind);
+    // bf16 rounding of the input, the weights and the output: a few bf16 ulps of the output's scale.
+    const double err = (got.to(torch::kFloat) - want).abs().max().item<double>();
+    EXPECT_LT(err, 4.0 / 128 * want.abs().max().item<double>()) << name_of(kind);
+    EXPECT_FALSE(torch::equal(got.to(torch::kFloat), want)) << name_of(kind);  // really computed in bf16
+  }
+}
+
 // --- the LM head: padded vocabulary, chunked loss ---
 
 TEST(LmHead, PadsTheVocabularyToAMultipleOf64WithZeroRows) {
