@@ -8,6 +8,7 @@
 #include "rocm_conformance_llm/workload/checkpointing.hpp"
 #include "rocm_conformance_llm/workload/gemm_checks.hpp"
 #include "rocm_conformance_llm/workload/op_tap.hpp"
+#include "rocm_conformance_llm/workload/precision.hpp"
 
 // at::scaled_dot_product_attention and its backend switches are public from libtorch 2.0;
 // on 1.13 the explicit "math" path is the only attention.
@@ -267,13 +268,15 @@ NormImpl::NormImpl(NormKind kind, int64_t dim) : rms_(kind == NormKind::rmsnorm)
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
-  // Statistics in >= float32. A bf16/fp16 input (a GEMM output under autocast: QK-norm and
-  // sandwich norms) would otherwise meet float32 weights, which CPU autocast does not reconcile.
-  const auto xc = x.to(at_least_float(x.scalar_type()));
-  if (!rms_) return tapped_layer_norm(xc, weight_, bias_, kNormEps).to(x.scalar_type());
-  // RMSNorm has no fused op in libtorch 1.13.
-  const auto normed = xc * torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + kNormEps);
-  return (normed * weight_).to(x.scalar_type());
+  // In x's dtype, statistics accumulated in >= float32, no float32 copy of x: a bf16/fp16 input (a
+  // GEMM output under autocast: QK-norm and sandwich norms) meets its weights cast to bf16/fp16.
+  // Autocast, off here, would run layer_norm in float32 and the model cast it back.
+  const AutocastGuard no_autocast(x.device().type(), AutocastState{.enabled = false});
+  const auto dtype = x.scalar_type();
+  if (!rms_) return tapped_layer_norm(x, weight_.to(dtype), bias_.to(dtype), kNormEps);
+  // RMSNorm has no fused op in libtorch 1.13: the mean square summed in >= float32.
+  const auto mean_square = x.square().mean(-1, /*keepdim=*/true, at_least_float(dtype));
+  return x * torch::rsqrt(mean_square + kNormEps).to(dtype) * weight_.to(dtype);
 }
 
 // --- attention ---
@@ -317,14 +320,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   const int64_t batch = x.size(0), seq = x.size(1);
   auto qkv_out = tapped_linear(qkv, x, "attn.qkv");  // [B, T, C + 2 KV] (tensor parallel: this rank's heads' share)
   const int64_t width = num_heads_ * head_dim_;
-  if (conv_kernel_ > 0) {
-    // Left padding only: position t sees t-k+1..t, never the future. Back to channels-last in
-    // memory: a transposed view gives Q/K/V a last-dimension stride of T, which every fused SDPA
-    // kernel refuses, so the dispatcher fell back to the math path (on an H200, seq 8192: a 24 GiB
-    // float32 score gradient where the fused kernel needs 1.8 GiB, and an out-of-memory).
-    const auto channels_first = F::pad(qkv_out.transpose(1, 2), F::PadFuncOptions({conv_kernel_ - 1, 0}));
-    qkv_out = qkv_conv(channels_first).transpose(1, 2).contiguous();
-  }
+  if (conv_kernel_ > 0) qkv_out = causal_conv(qkv_out);
   const int64_t kv_width = kv_heads_ * head_dim_;
   const auto parts = qkv_out.split_with_sizes({width, kv_width, kv_width}, -1);
   auto heads = [&](const torch::Tensor& t, int64_t count) {
@@ -354,26 +350,47 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   return tp_.row_parallel_linear(y, proj->weight, proj->bias, "attn.proj");
 }
 
+torch::Tensor CausalSelfAttentionImpl::causal_conv(const torch::Tensor& x) const {
+  // Left padding only: position t sees t-k+1..t, never the future. The [B, T, C] activations are
+  // already a channels-last image [B, C, 1, T] (a permuted view, no copy), so the depthwise conv
+  // runs as a 2-D one on it and, where the backend keeps channels-last (MIOpen/cuDNN NHWC), its
+  // output permuted back is [B, T, C] contiguous: the last-dimension stride 1 every fused SDPA
+  // kernel needs (a stride of T sent them to the math path: on an H200 at seq 8192, a 24 GiB
+  // float32 score gradient and an out-of-memory). A backend that answers channels-first gets the
+  // copy `contiguous` makes.
+  const auto padded = F::pad(x, F::PadFuncOptions({0, 0, conv_kernel_ - 1, 0}));  // [B, T + k - 1, C]
+  const auto image = padded.unsqueeze(1).permute({0, 3, 1, 2});                    // [B, C, 1, T + k - 1]
+  const auto& weight = qkv_conv->weight;  // [C, 1, k]
+  const std::vector<int64_t> ones{1, 1}, zeros{0, 0};  // stride, padding, dilation
+  const auto out = at::conv2d(image, weight.unsqueeze(2), torch::Tensor(), ones, zeros, ones, weight.size(0));
+  return out.squeeze(2).permute({0, 2, 1}).contiguous();
+}
+
 void CausalSelfAttentionImpl::use_tensor_parallel(TensorParallelLink link, int degree) {
   num_heads_ /= degree;
   kv_heads_ /= degree;
   tp_ = std::move(link);
 }
 
-torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) const {
-  const int64_t seq = q.size(2);
-  if (self_only_) return torch::eye(seq, torch::TensorOptions().dtype(torch::kBool).device(q.device()));
-  if (pad_fraction_ > 0.0) return padded_causal_mask(q.size(0), seq, pad_fraction_, q.device());
+torch::Tensor CausalSelfAttentionImpl::allowed_keys(int64_t batch, int64_t seq, torch::Device device) const {
+  const auto bools = torch::TensorOptions().dtype(torch::kBool).device(device);
+  if (self_only_) return torch::eye(seq, bools);
+  if (pad_fraction_ > 0.0) return padded_causal_mask(batch, seq, pad_fraction_, device);
+  if (!calls_sdpa()) return torch::ones({seq, seq}, bools).tril();
   return {};
+}
+
+torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) const {
+  const int64_t batch = q.size(0), seq = q.size(2);
+  const bool fits = allowed_.defined() && allowed_.device() == q.device() && allowed_.size(-1) == seq &&
+                    (allowed_.dim() < 4 || allowed_.size(0) == batch);
+  return fits ? allowed_ : allowed_keys(batch, seq, q.device());
 }
 
 torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const double dropout = is_training() ? dropout_ : 0.0;
-  auto allowed = allowed_keys(q);
+  const auto allowed = allowed_keys(q);
   if (calls_sdpa()) return sdpa_attention(q, k, v, allowed, dropout);
-  const int64_t seq = q.size(2);
-  if (!allowed.defined())
-    allowed = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
   return explicit_attention(q, k, v, allowed, dropout, is_training());
 }
 
@@ -460,7 +477,7 @@ GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
+torch::Tensor GPTImpl::final_hidden(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
   const int64_t seq = tokens.size(1);
   TORCH_CHECK(wpe_.is_empty() || seq <= cfg_.seq_len, "sequence of ", seq,
               " tokens is longer than the learned position table (seq_len=", cfg_.seq_len, ")");
@@ -471,6 +488,11 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   if (parallel_.sequence_parallel) x = split_sequence(x, *parallel_.tensor, "embedding.out");
   if (block_outputs) block_outputs->push_back(x);
 
+  // One mask for every layer (all share the config), not one per layer.
+  if (!blocks_.empty()) {
+    const auto allowed = blocks_.front()->attn->allowed_keys(tokens.size(0), seq, tokens.device());
+    for (auto& block : blocks_) block->attn->use_allowed_keys(allowed);
+  }
   // FSDP recomputes every block in its backward already: activation checkpointing is implied.
   const bool recompute = cfg_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -483,9 +505,23 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::T
   }
   x = final_norm_(x);
   if (parallel_.sequence_parallel) x = gather_sequence_for_replicated(x, *parallel_.tensor, "lm_head.in");
-  auto logits = tapped_linear(x, wte_->weight, {}, "lm_head");  // LM head tied to the token embedding
+  return x;
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs) {
+  const auto x = final_hidden(tokens, block_outputs);
+  // LM head tied to the token embedding.
+  auto logits = tapped_linear(x, padded_head_weight(wte_->weight), {}, "lm_head").narrow(-1, 0, cfg_.vocab_size);
   if (fsdp_) fsdp_->end_forward();
   return logits;
+}
+
+torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets, const LogitsHook& on_logits,
+                            std::vector<torch::Tensor>* block_outputs) {
+  const auto x = final_hidden(tokens, block_outputs);
+  auto loss = chunked_lm_loss(x.reshape({-1, x.size(-1)}), wte_->weight, targets.reshape({-1}), on_logits);
+  if (fsdp_) fsdp_->end_forward();
+  return loss;
 }
 
 std::vector<torch::Tensor> GPTImpl::parameters_with_decay(bool decayed) {

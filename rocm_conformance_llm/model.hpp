@@ -12,6 +12,7 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
+#include "rocm_conformance_llm/workload/lm_head.hpp"
 #include "rocm_conformance_llm/workload/model_parallel.hpp"
 #include "rocm_conformance_llm/workload/model_widths.hpp"
 #include "rocm_conformance_llm/workload/moe.hpp"
@@ -131,6 +132,13 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // The kernel a training call with these Q, K, V would run on (sdpa_kernel_choice, with this
   // layer's mask, dropout and V layout), or "explicit" where the layer does not call SDPA.
   std::string training_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
+  // The keys each query may attend to in a batch of this shape: the padding mask, the test-only
+  // self mask, the explicit path's causal mask; undefined where SDPA's is_causal serves.
+  torch::Tensor allowed_keys(int64_t batch, int64_t seq, torch::Device device) const;
+  // The model builds that mask once per forward and hands it to every layer.
+  void use_allowed_keys(torch::Tensor allowed) { allowed_ = std::move(allowed); }
+  // qkv_conv's causal filter on the Q/K/V projection's output: [B, T, C] -> [B, T, C] contiguous.
+  torch::Tensor causal_conv(const torch::Tensor& x) const;
 
   torch::nn::Linear qkv{nullptr};       // Q, K, V rows: hidden, then key_value_width twice
   torch::nn::Linear proj{nullptr};      // residual projection (scaled init)
@@ -143,7 +151,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   bool calls_sdpa() const { return backend_ != AttentionBackend::math && !self_only_; }
-  torch::Tensor allowed_keys(const torch::Tensor& q) const;  // undefined: causal only
+  torch::Tensor allowed_keys(const torch::Tensor& q) const;  // the handed mask where it fits q's batch
 
   int64_t num_heads_;
   int64_t kv_heads_;  // < num_heads_: grouped-query attention
@@ -155,6 +163,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   double pad_fraction_;
   bool strided_v_;
   AttentionInputs* capture_ = nullptr;
+  torch::Tensor allowed_;  // the forward's mask (use_allowed_keys)
   TensorParallelLink tp_;  // inactive unless split
   int64_t conv_kernel_;
   Norm q_norm_{nullptr};
@@ -213,7 +222,12 @@ class GPTImpl : public torch::nn::Module {
   // tokens [B,T] int64 -> logits [B,T,vocab]. With `block_outputs`, the hidden state after
   // the embedding and after each block is appended (size num_layers + 1), so a detector can
   // name the first block whose output turned non-finite.
+  // The head runs over padded_vocab(vocab) rows (lm_head.hpp); the pad columns are cut off.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs = nullptr);
+  // Mean cross-entropy against the next tokens `targets` [B,T] without the whole batch's logits
+  // (chunked_lm_loss); `on_logits` hears each chunk's logits. `block_outputs` as in forward.
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets, const LogitsHook& on_logits = {},
+                     std::vector<torch::Tensor>* block_outputs = nullptr);
 
   // AdamW groups: weight decay applies to the Linear weight matrices only (not to norms,
   // biases, embeddings, nor the identity-initialised Q/K/V convolution).
@@ -233,6 +247,8 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   std::vector<torch::Tensor> parameters_with_decay(bool decayed);
+  // Embedding, blocks and final norm: the LM head's input [B,T,C] (FSDP's root stays gathered).
+  torch::Tensor final_hidden(const torch::Tensor& tokens, std::vector<torch::Tensor>* block_outputs);
 
   TrainingConfig cfg_;
   torch::nn::Embedding wte_{nullptr};

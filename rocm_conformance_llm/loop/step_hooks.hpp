@@ -65,7 +65,9 @@ class StepHooks {
   virtual void on_step_begin(int64_t /*step*/) {}
   // Before each micro-batch's forward (inside autocast); `first` is the step's first micro-batch.
   virtual void before_forward(int64_t /*step*/, bool /*first*/) {}
-  // The forward's logits, before the loss: a hook may return other logits.
+  // The forward's logits, before the loss: a hook may return other logits. Called once per chunk
+  // of tokens the LM head computes (workload/lm_head.hpp), in order; the first is the first
+  // tokens' logits [tokens, padded vocabulary].
   virtual torch::Tensor on_logits(torch::Tensor logits, int64_t /*step*/) { return logits; }
   // Gradients are final (averaged across ranks, still loss-scaled under fp16), the optimizer has
   // not run. `params` in the optimizer's buffer order; `loss_sum`: the micro-batches' summed

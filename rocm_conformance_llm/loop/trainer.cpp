@@ -151,7 +151,7 @@ std::optional<double> Trainer::evaluate() {
   for (int64_t i = 0; i < ctx_.cfg.eval_batches; ++i) {
     const Batch batch = data_->val_batch(i);
     AutocastGuard autocast(ctx_.device.type(), autocast_);
-    total += lm_loss(model_->forward(batch.inputs), batch.targets);
+    total += model_->loss(batch.inputs, batch.targets);
   }
   model_->train();
   return total.item<double>() / double(ctx_.cfg.eval_batches);
@@ -160,8 +160,8 @@ std::optional<double> Trainer::evaluate() {
 torch::Tensor Trainer::forward_loss(const Batch& batch, int64_t step, bool first_micro_batch,
                                     std::vector<torch::Tensor>* block_outputs) {
   hooks_.before_forward(step, first_micro_batch);
-  const auto logits = hooks_.on_logits(model_->forward(batch.inputs, block_outputs), step);
-  return lm_loss(logits, batch.targets);
+  const auto on_logits = [this, step](torch::Tensor logits) { return hooks_.on_logits(std::move(logits), step); };
+  return model_->loss(batch.inputs, batch.targets, on_logits, block_outputs);
 }
 
 // One optimizer step, in the order the work happens: data -> forward -> backward -> gradient

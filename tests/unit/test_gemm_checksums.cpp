@@ -222,6 +222,24 @@ TEST(ObservedLinear, EveryLinearOfTheModelReportsItsThreeGemmsAndAllAreClean) {
   for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
 }
 
+TEST(ObservedLinear, TheChunkedLossReportsEachChunksHeadGemmsAndItsRecomputation) {
+  torch::manual_seed(7);
+  const auto hidden = torch::randn({7, 8}).requires_grad_(true), table = torch::randn({13, 8}).requires_grad_(true);
+  const auto targets = torch::randint(13, {7}, torch::kLong);
+  RecordingObserver observer;
+  torch::Tensor loss;
+  {
+    const ObservedGemms armed(&observer);
+    loss = chunked_lm_loss(hidden, table, targets, {}, /*chunk_tokens=*/3);
+  }
+  loss.backward();  // outside the armed scope: the recomputation re-arms what the forward ran under
+  std::vector<std::string> expected(3, "lm_head forward");
+  for (int chunk = 0; chunk < 3; ++chunk)
+    expected.insert(expected.end(), {"lm_head forward", "lm_head backward dX", "lm_head backward dW"});
+  EXPECT_EQ(observer.names, expected);
+  for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+}
+
 }  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -498,6 +498,178 @@ TEST(Model, CanaryGemmShapesMatchTheLayersWeights) {
   EXPECT_EQ(grad.k, cfg.batch_size * cfg.seq_len);
 }
 
+// --- the forward's fast path: one mask, norms in the compute dtype, the conv without layout trips ---
+
+TEST(Model, TheQkvConvolutionIsTheConv1dOnTheChannelsAndLeavesQkvContiguous) {
+  auto cfg = tiny_config();
+  cfg.qkv_conv_kernel = 3;
+  torch::manual_seed(21);
+  CausalSelfAttention attn(cfg, ModelOptions{});
+  attn->to(torch::kDouble);
+  torch::NoGradGuard no_grad;
+  attn->qkv_conv->weight.normal_();  // not the identity it starts as
+  const auto x = torch::randn({2, cfg.seq_len, 3 * cfg.hidden_size}, torch::kDouble);
+  // The reference: channels first, left-padded by k - 1, the module's Conv1d.
+  const auto channels_first = torch::nn::functional::pad(x.transpose(1, 2), torch::nn::functional::PadFuncOptions({2, 0}));
+  const auto want = attn->qkv_conv(channels_first).transpose(1, 2);
+  const auto got = attn->causal_conv(x);
+  EXPECT_TRUE(got.is_contiguous());
+  EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12));
+}
+
+TEST(Model, PaddedBatchesOfAnotherSizeGetTheirOwnMask) {
+  auto cfg = tiny_config();
+  cfg.attention_pad_fraction = 0.5;
+  torch::manual_seed(22);
+  GPT model(cfg);
+  torch::manual_seed(22);
+  GPT fresh(cfg);
+  model->eval();
+  fresh->eval();
+  torch::NoGradGuard no_grad;
+  const auto tokens = random_tokens(3, cfg.seq_len, cfg.vocab_size, 23);
+  model->forward(random_tokens(2, cfg.seq_len, cfg.vocab_size, 24));  // a mask for two sequences first
+  const auto got = model->forward(tokens);
+  EXPECT_TRUE(torch::equal(got, fresh->forward(tokens)));
+  // The mask is the padded one: in the padded (odd) sequence no later query sees a padded key,
+  // in the full one they do.
+  const int64_t kept = padded_length(cfg.seq_len, cfg.attention_pad_fraction);
+  auto changed = tokens.clone();
+  changed.select(1, kept).add_(1).remainder_(cfg.vocab_size);
+  const auto again = model->forward(changed);
+  EXPECT_TRUE(torch::equal(again[1].slice(0, kept + 1), got[1].slice(0, kept + 1)));
+  EXPECT_FALSE(torch::equal(again[0].slice(0, kept + 1), got[0].slice(0, kept + 1)));
+}
+
+TEST(Model, NormsComputeInTheInputsDtypeCloseToFloat32) {
+  for (const auto kind : {NormKind::layernorm, NormKind::rmsnorm}) {
+    torch::manual_seed(25);
+    Norm norm(kind, 64);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : norm->parameters()) p.normal_();
+    }
+    const auto x = torch::randn({4, 7, 64}) * 3 + 1;
+    const auto want = norm(x);
+    const auto got = [&] {
+      const AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
+      return norm(x.to(torch::kBFloat16));
+    }();
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16) << name_of(kind);
+    // bf16 rounding of the input, the weights and the output: a few bf16 ulps of the output's scale.
+    const double err = (got.to(torch::kFloat) - want).abs().max().item<double>();
+    EXPECT_LT(err, 4.0 / 128 * want.abs().max().item<double>()) << name_of(kind);
+    EXPECT_FALSE(torch::equal(got.to(torch::kFloat), want)) << name_of(kind);  // really computed in bf16
+  }
+}
+
+// --- the LM head: padded vocabulary, chunked loss ---
+
+TEST(LmHead, PadsTheVocabularyToAMultipleOf64WithZeroRows) {
+  EXPECT_EQ(padded_vocab(50257), 50304);
+  EXPECT_EQ(padded_vocab(64), 64);
+  EXPECT_EQ(padded_vocab(13), 64);
+  const auto table = torch::randn({13, 4}).requires_grad_(true);
+  const auto padded = padded_head_weight(table);
+  ASSERT_EQ(padded.sizes(), (std::vector<int64_t>{64, 4}));
+  EXPECT_TRUE(torch::equal(padded.narrow(0, 0, 13), table));
+  EXPECT_EQ(padded.narrow(0, 13, 51).abs().sum().item<double>(), 0.0);
+  padded.sum().backward();  // the gradient reaches the real rows only: there is no pad parameter
+  EXPECT_EQ(table.grad().sizes(), table.sizes());
+}
+
+// The whole batch's logits through a plain linear and cross-entropy, `hook` applied to the logits
+// of tokens [first, first + count): the reference the chunked loss must equal.
+std::vector<torch::Tensor> whole_batch_loss(const torch::Tensor& hidden, const torch::Tensor& table,
+                                            const torch::Tensor& targets, int64_t first, int64_t count,
+                                            const std::function<torch::Tensor(torch::Tensor)>& hook) {
+  const auto h = hidden.detach().clone().requires_grad_(true), w = table.detach().clone().requires_grad_(true);
+  auto logits = torch::nn::functional::linear(h, w);
+  if (hook) {
+    auto parts = logits.split_with_sizes({first, count, logits.size(0) - first - count});
+    parts[1] = hook(parts[1]);
+    logits = torch::cat(parts);
+  }
+  const auto loss = lm_loss(logits, targets);
+  loss.backward();
+  return {loss.detach(), h.grad(), w.grad()};
+}
+
+std::vector<torch::Tensor> chunked_loss(const torch::Tensor& hidden, const torch::Tensor& table,
+                                        const torch::Tensor& targets, const LogitsHook& hook, int64_t chunk) {
+  const auto h = hidden.detach().clone().requires_grad_(true), w = table.detach().clone().requires_grad_(true);
+  const auto loss = chunked_lm_loss(h, w, targets, hook, chunk);
+  loss.backward();
+  return {loss.detach(), h.grad(), w.grad()};
+}
+
+void expect_same_loss_and_gradients(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want) {
+  const char* names[] = {"loss", "hidden gradient", "table gradient"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << names[i];
+    EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-12)) << names[i];
+  }
+}
+
+TEST(LmHead, ChunkedLossHasTheWholeBatchLossAndGradients) {
+  torch::manual_seed(11);
+  const auto hidden = torch::randn({37, 8}, torch::kDouble), table = torch::randn({13, 8}, torch::kDouble);
+  const auto targets = torch::randint(13, {37}, torch::kLong);
+  const auto want = whole_batch_loss(hidden, table, targets, 0, 0, {});
+  for (const int64_t chunk : {5, 37, 64}) {  // a partial last chunk, one chunk, a chunk past the end
+    SCOPED_TRACE(chunk);
+    expect_same_loss_and_gradients(chunked_loss(hidden, table, targets, {}, chunk), want);
+  }
+  // Without gradients (evaluation) the same loss, and no graph.
+  const torch::NoGradGuard no_grad;
+  const auto eval = chunked_lm_loss(hidden, table, targets, {}, 5);
+  EXPECT_FALSE(eval.requires_grad());
+  EXPECT_TRUE(torch::allclose(eval, want[0], 1e-12, 1e-12));
+}
+
+TEST(LmHead, AHookThatChangesOneChunksLogitsReachesItsLossAndGradients) {
+  torch::manual_seed(12);
+  const auto hidden = torch::randn({17, 8}, torch::kDouble), table = torch::randn({13, 8}, torch::kDouble);
+  const auto targets = torch::randint(13, {17}, torch::kLong);
+  // Chunks of 5: the hook triples the second chunk's logits (tokens 5..9), the fault hooks' kind of change.
+  int calls = 0;
+  std::vector<int64_t> widths;
+  const LogitsHook hook = [&](torch::Tensor logits) {
+    widths.push_back(logits.size(1));
+    return ++calls == 2 ? logits * 3.0 : logits;
+  };
+  const auto got = chunked_loss(hidden, table, targets, hook, 5);
+  EXPECT_EQ(calls, 4);  // once per chunk, in the forward only
+  EXPECT_EQ(widths, std::vector<int64_t>(4, 64));  // the padded vocabulary's logits
+  const auto want = whole_batch_loss(hidden, table, targets, 5, 5, [](torch::Tensor l) { return l * 3.0; });
+  expect_same_loss_and_gradients(got, want);
+  EXPECT_FALSE(torch::allclose(got[0], whole_batch_loss(hidden, table, targets, 0, 0, {})[0]));
+}
+
+TEST(LmHead, TheModelsLossIsTheCrossEntropyOfItsLogits) {
+  auto cfg = tiny_config();
+  torch::manual_seed(13);
+  GPT model(cfg);
+  model->to(torch::kDouble);
+  const auto tokens = random_tokens(3, cfg.seq_len, cfg.vocab_size, 14);
+  const auto targets = random_tokens(3, cfg.seq_len, cfg.vocab_size, 15);
+  const auto logits = model->forward(tokens);
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, cfg.seq_len, cfg.vocab_size}));  // pad columns cut off
+  const auto want = lm_loss(logits, targets);
+  want.backward();
+  std::vector<torch::Tensor> want_grads;
+  for (auto& p : model->parameters()) {
+    want_grads.push_back(p.grad().clone());
+    p.mutable_grad() = torch::Tensor();
+  }
+  const auto got = model->loss(tokens, targets);
+  got.backward();
+  EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12));
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_TRUE(torch::allclose(params[i].grad(), want_grads[i], 1e-10, 1e-12)) << i;
+}
+
 }  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl
