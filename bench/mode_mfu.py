@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-mode MFU on one GPU: each stress mode alone, all of them, all but one, each speed lever off.
+"""Per-mode MFU on one GPU: each stress mode alone, all of them, all but one.
 
 Run by scripts/gpu/run.sh (stage `mfu`) on a GPU machine. One bf16 GEMM peak is measured first
 (the best 8192^3 torch.mm) and handed to every run as --device-peak-tflops, so each report.json
@@ -9,6 +9,9 @@ is which). Each run is time-boxed (--duration) so the whole table fits one devic
 time is the median of the steps after the first --warmup, as the trainer timed them.
 The 10-minute main job's optimizer steps are estimated as (600 s - start-up) / step time, the
 start-up being what the run spent before its first step.
+The speed levers have no switch (each is how the model now computes, shown to keep the CPU
+losses: bench/loss-tolerance.md): measure one on and off by running this script with the build
+before it (--binary) and after it, on the same machine.
 Writes a markdown table to --output (and prints it); each run's report and log go to
 mfu-runs/ beside it.
 """
@@ -33,9 +36,6 @@ MAIN_JOB_S = 600  # the README's main job
 # The goals each row is held to (fraction of the measured peak), by label.
 GOALS = {"small (no stress)": 0.40, "large (no stress)": 0.55, "small --stress all": 0.30}
 MAIN_JOB_STEPS_GOAL = 100  # optimizer steps of `--stress all` on small in the 10-minute main job
-# Speed levers: (name, the --set arguments that turn it off). Each is measured off against the
-# default (on) with every mode on `small`, where it matters most.
-LEVERS = []
 
 
 def run_cpp(binary, device, preset, extra, duration_s, warmup, peak_tflops, runs_dir, label):
@@ -91,7 +91,7 @@ def main():
     parser.add_argument("--binary", type=Path, required=True)
     parser.add_argument("--duration", type=int, default=25, help="seconds per run (time-boxed)")
     parser.add_argument("--warmup", type=int, default=3, help="leading steps left out of the step time")
-    parser.add_argument("--only", default="", help="comma list of groups: base,alone,all,but,levers (default all)")
+    parser.add_argument("--only", default="", help="comma list of groups: base,alone,all,but (default all)")
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
                         help="cpu: a dry run of this script's plumbing (with --presets smoke,smoke)")
@@ -100,7 +100,7 @@ def main():
     if args.device == "gpu" and not torch.cuda.is_available():
         sys.exit("mode_mfu: no GPU visible to torch")
     small, large = args.presets.split(",")
-    groups = set(filter(None, args.only.split(","))) or {"base", "alone", "all", "but", "levers"}
+    groups = set(filter(None, args.only.split(","))) or {"base", "alone", "all", "but"}
 
     started = datetime.datetime.now(datetime.timezone.utc)
     peak_tflops = (measure_peak_gflops(torch.bfloat16, 1, size=8192, seconds=3.0, device="cuda") if args.device == "gpu"
@@ -116,8 +116,6 @@ def main():
         plan.append(("small --stress all", small, ["--stress", "all"]))
     if "but" in groups:
         plan += [(f"small, all but {m}", small, ["--stress", ",".join(x for x in MODES if x != m)]) for m in MODES]
-    if "levers" in groups:
-        plan += [(f"small --stress all, {name} off", small, ["--stress", "all", *off]) for name, off in LEVERS]
     rows = [(label, run_cpp(args.binary, args.device, preset, extra, args.duration, args.warmup, peak_tflops,
                             runs_dir, label))
             for label, preset, extra in plan]
@@ -126,7 +124,7 @@ def main():
               f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB" if args.device == "gpu"
               else f"CPU (a dry run: presets {args.presets})")
     lines = [
-        "# rocm-conformance-llm on one GPU: MFU per stress mode, all, all but one, each lever off",
+        "# rocm-conformance-llm on one GPU: MFU per stress mode, all, all but one",
         "",
         f"- date: {started:%Y-%m-%d %H:%M} UTC; written by `bench/mode_mfu.py` (via scripts/gpu/run.sh mfu)",
         f"- device: {device}; torch {torch.__version__}",
