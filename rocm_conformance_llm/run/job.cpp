@@ -314,7 +314,7 @@ class Job {
     if (run_.resume == kResumeAuto)
       report().add_section("restarts", record_attempt(run_.output_dir, s_.launch.rank, s_.resume_from));
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
-    outputs_.metrics.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
+    outputs_.metrics.emplace(run_.output_dir, s_.launch.rank, s_.launch.local_rank, host_name(), run_.stress_modes,
                              s_.resume_in_place && s_.resume_from ? std::optional(s_.resume_from->step) : std::nullopt);
     outputs_.prometheus.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, records_.findings);
     outputs_.console.emplace(run_.stress_modes, run_.training, run_.diagnostics.summary_interval_s, records_.findings,
