@@ -23,6 +23,7 @@
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
+#include "rocm_conformance_llm/platform/datasheet_peaks.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/console_observer.hpp"
 #include "rocm_conformance_llm/reports/heartbeat.hpp"
@@ -31,8 +32,8 @@
 #include "rocm_conformance_llm/reports/progress.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
-#include "rocm_conformance_llm/reports/throughput.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
+#include "rocm_conformance_llm/reports/throughput.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
@@ -162,7 +163,8 @@ class Job {
     return {.world_rank = s_.launch.rank,
             .local_rank = s_.launch.local_rank,
             .host = host_name(),
-            .device = s_.device.str()};
+            .device = s_.device.str(),
+            .pci_bus_id = s_.device.is_cuda() && s_.device.has_index() ? gpu_pci_bus_id(s_.device.index()) : ""};
   }
 
   // Several ranks: each publishes its rows through the world's store; rank 0 writes the job report
@@ -465,11 +467,11 @@ class Job {
   // How much of the device the steady steps used (docs/performance.md).
   nlohmann::json throughput() const {
     const auto steps = summarize_steps(records_.summary.steps(), run_.diagnostics.warmup_steps);
-    return throughput_section(run_.training, {.tokens_per_s = steps.value("tokens_per_s", nlohmann::json::object())
-                                                                   .value("overall", 0.0),
-                                              .measured_peak_tflops = run_.measured_peak_tflops,
-                                              .ranks_per_token = s_.parallel.tensor_degree,
-                                              .device_model = s_.device.is_cpu() ? std::nullopt : gpu_model_name()});
+    return throughput_section(
+        run_.training, {.tokens_per_s = steps.value("tokens_per_s", nlohmann::json::object()).value("overall", 0.0),
+                        .measured_peak_tflops = run_.measured_peak_tflops,
+                        .ranks_per_token = s_.parallel.tensor_degree,
+                        .device_model = s_.device.is_cpu() ? std::nullopt : gpu_model_name()});
   }
 
   void add_sections(const nlohmann::json& sections) {
