@@ -17,8 +17,9 @@ each node with its own address, hostname and output directory), one case per cal
   node_killed   every process of node 1 killed mid-run: rank 0 fails RCCL, naming rank 1 (or, struck
                 inside a collective, saying every rank entered it).
   link_cut      node 1's link set down mid-run: the same.
-Every case reads node 0's job_report.json too: a clean run names no suspect and no odd node; a lost
-rank's job report ends CRASHED (exit 3) naming node 1, and only node 1, with the lost world rank.
+Every case reads node 0's job_report.json and job_ocp.jsonl (valid by ocp_rules.py) too: a clean run
+names no suspect and no odd node; a lost rank's job report ends CRASHED (exit 3) naming node 1, and
+only node 1, with the lost world rank (a FAIL diagnosis for each, the run ERROR and FAIL).
   slurm         scripts/slurm/multi_node.sbatch through Slurm, one slurmd per node
                 (scripts/slurm/local_cluster.sh inside the simulated cluster): 2 nodes x 2 ranks PASS.
 
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 
+from ocp_rules import Violation, check_lines
 from test_slurm_templates import fail, job_log, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,6 +109,20 @@ def job_report(run_dir, nproc):
     return job
 
 
+def job_ocp(run_dir):
+    """Node 0's job_ocp.jsonl, checked against the OCP output rules: its diagnoses (verdict, type,
+    hardwareInfoId) and its testRunEnd (status, result)."""
+    try:
+        artifacts = check_lines(open(f"{run_dir}/job_ocp.jsonl").read().splitlines())
+    except (OSError, Violation) as e:
+        fail(f"job_ocp.jsonl: {e}")
+    bodies = [a["testStepArtifact"] for a in artifacts if "testStepArtifact" in a]
+    diagnoses = [(b["diagnosis"]["verdict"], b["diagnosis"]["type"], b["diagnosis"]["hardwareInfoId"])
+                 for b in bodies if "diagnosis" in b]
+    end = artifacts[-1]["testRunArtifact"]["testRunEnd"]
+    return diagnoses, (end["status"], end["result"])
+
+
 def suspects(job):
     return [(s["host"], s["world_ranks"]) for s in job["suspect_hosts"]]
 
@@ -139,6 +155,9 @@ def check_clean(tmp, nnodes, nproc, steps):
     if job["verdict"] != "PASS" or job["exit_code"] != 0 or job["suspect_hosts"] or job["findings"] or \
             len(job["hosts"]) != nnodes or any(row["source"] != "report" for row in job["ranks"]):
         fail(f"clean run's job report: {json.dumps(job, indent=1)[:3000]}")
+    diagnoses, end = job_ocp(dirs[0])
+    if end != ("COMPLETE", "PASS") or any(d[1] != "PASS" for d in diagnoses) or len(diagnoses) != world + nnodes:
+        fail(f"clean run's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
     print(f"ok: {nnodes} nodes x {nproc} ranks over torchrun: PASS without a finding, node-local files; "
           f"the job report names no suspect and no odd node")
 
@@ -157,6 +176,9 @@ def slow_node(tmp):
             (job["verdict"], job["exit_code"]) != ("WARN", 0):
         fail(f"slowed node 1: job report {job['verdict']} (exit {job['exit_code']}), findings {odd}, "
              f"suspects {suspects(job)}")
+    diagnoses, end = job_ocp(dirs[0])
+    if end != ("COMPLETE", "PASS") or ("odd_node_slow", "UNKNOWN", "hw-rank-2") not in diagnoses:
+        fail(f"slowed node 1's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
     print(f"ok: node 1 slowed: the job report's odd_node_slow names {odd[0][2]} ranks {odd[0][3]}, no suspect: "
           f"{job['findings'][0]['message']}")
 
@@ -242,7 +264,15 @@ def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
         fail(f"job report: {job['verdict']} (exit {job['exit_code']}), suspects {suspects(job)}, rows without a "
              f"verdict {lost_rows}; expected CRASHED (exit 3), [{node_env(1)['HOST']!r}, [{lost}]]:\n"
              f"{json.dumps(job['suspect_hosts'], indent=1)}\n{node_log(tmp, 0)}")
-    print(f"ok: job report CRASHED (exit 3), suspect {suspects(job)}: {job['suspect_hosts'][0]['evidence'][0]}")
+    diagnoses, end = job_ocp(run_dir)
+    failed = sorted(d for d in diagnoses if d[1] == "FAIL")
+    first_of_node1 = nproc  # node 1's host diagnosis names its first rank's hardware
+    if end != ("ERROR", "FAIL") or ("suspect-node", "FAIL", f"hw-rank-{first_of_node1}") not in failed or \
+            ("rank-LOST", "FAIL", f"hw-rank-{lost}") not in failed or \
+            any(d[0] == "suspect-node" and d[2] != f"hw-rank-{first_of_node1}" for d in failed):
+        fail(f"job_ocp.jsonl: {end}, FAIL diagnoses {failed}")
+    print(f"ok: job report CRASHED (exit 3), suspect {suspects(job)}: {job['suspect_hosts'][0]['evidence'][0]}; "
+          f"job_ocp.jsonl {end}")
 
 
 def kill_node(k):
