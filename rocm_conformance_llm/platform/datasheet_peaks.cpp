@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string_view>
 
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/platform/rocm_dlopen.hpp"
@@ -48,6 +50,31 @@ std::vector<std::string> nvidia_proc_models(const std::filesystem::path& root) {
   }
   return models;
 }
+
+// The driver's GPU folders, named by PCI bus id, in bus order.
+std::vector<std::string> nvidia_proc_bus_ids(const std::filesystem::path& root) {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& gpu : std::filesystem::directory_iterator(root, ec))
+    if (gpu.is_directory(ec)) ids.push_back(lowercase(gpu.path().filename().string()));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// The physical index behind visible index `index`: CUDA_VISIBLE_DEVICES's `index`-th entry when it
+// is a list of indices; nullopt for UUIDs, MIG names or an index it does not list.
+std::optional<int> physical_index(int index, const std::optional<std::string>& visible) {
+  if (!visible) return index;
+  std::string_view rest = *visible;
+  for (int position = 0; !rest.empty(); ++position) {
+    const size_t comma = std::min(rest.find(','), rest.size());
+    const auto value = parse_number<int>(trim(rest.substr(0, comma)));
+    if (!value || *value < 0) return std::nullopt;  // not indices: this process cannot map it
+    if (position == index) return *value;
+    rest.remove_prefix(std::min(comma + 1, rest.size()));
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 std::optional<DatasheetPeak> find_datasheet_peak(const std::string& device_name) {
@@ -65,6 +92,22 @@ std::optional<std::string> gpu_model_name(const GpuModelSources& sources) {
   const std::set<std::string> distinct(models.begin(), models.end());
   if (distinct.size() != 1) return std::nullopt;
   return *distinct.begin();
+}
+
+CudaDeviceOrder cuda_device_order_from_env() {
+  const char* order = std::getenv("CUDA_DEVICE_ORDER");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return {order ? order : "", visible ? std::optional<std::string>(visible) : std::nullopt};
+}
+
+std::string gpu_pci_bus_id(int index, const GpuModelSources& sources, const CudaDeviceOrder& order) {
+  if (sources.ask_hip)
+    if (auto id = hip_device_pci_bus_id(index)) return lowercase(*id);
+  if (order.device_order != "PCI_BUS_ID") return "";
+  const auto physical = physical_index(index, order.visible_devices);
+  const auto ids = nvidia_proc_bus_ids(sources.nvidia_proc_root);
+  if (!physical || *physical >= static_cast<int>(ids.size())) return "";
+  return ids[*physical];
 }
 
 }  // namespace rcl

@@ -99,17 +99,26 @@ std::optional<HipMemInfo> hip_mem_info() {
   return std::nullopt;
 }
 
-std::optional<std::string> hip_device_name(int index) {
+namespace {
+// A HIP query that writes one device's text (char* out, int length, int device):
+// hipDeviceGetName, hipDeviceGetPCIBusId.
+std::optional<std::string> hip_device_text(const char* function, int index) {
 #ifdef RCL_HAVE_HIP_HEADERS
-  using DeviceGetName = hipError_t (*)(char*, int, int);
-  static auto fn = symbol<DeviceGetName>(hip_library(), "hipDeviceGetName");
-  char name[256] = {};
-  if (fn && fn(name, sizeof name - 1, index) == hipSuccess && name[0] != '\0') return std::string(name);
+  using DeviceText = hipError_t (*)(char*, int, int);
+  const auto fn = symbol<DeviceText>(hip_library(), function);
+  char text[256] = {};
+  if (fn && fn(text, sizeof text - 1, index) == hipSuccess && text[0] != '\0') return std::string(text);
 #else
+  (void)function;
   (void)index;
 #endif
   return std::nullopt;
 }
+}  // namespace
+
+std::optional<std::string> hip_device_name(int index) { return hip_device_text("hipDeviceGetName", index); }
+
+std::optional<std::string> hip_device_pci_bus_id(int index) { return hip_device_text("hipDeviceGetPCIBusId", index); }
 
 nlohmann::json hip_runtime_report() {
   nlohmann::json out = {{"available", false}};

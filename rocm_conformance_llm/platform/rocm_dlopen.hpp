@@ -19,6 +19,8 @@ struct HipMemInfo {
 std::optional<HipMemInfo> hip_mem_info();
 // hipDeviceGetName of device `index` ("AMD Instinct MI300X"), when libamdhip64 loads and answers.
 std::optional<std::string> hip_device_name(int index);
+// hipDeviceGetPCIBusId of device `index` ("0000:c1:00.0"), when libamdhip64 loads and answers.
+std::optional<std::string> hip_device_pci_bus_id(int index);
 // HIP runtime and driver versions and the device count when available.
 nlohmann::json hip_runtime_report();
 

@@ -14,6 +14,7 @@
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/checks/findings/robust_stats.hpp"
+#include "rocm_conformance_llm/reports/ocp_output.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
 
@@ -465,7 +466,10 @@ void JobRecords::finish(const std::filesystem::path& output_dir, const std::stri
   try {
     write_file_atomically(output_dir / "job_report.json", doc.dump(2) + "\n");
     write_file_atomically(output_dir / "job_junit.xml", job_junit_xml(doc));
-    write_file_atomically(output_dir / "job_report.html", job_report_html(doc));
+    write_file_atomically(
+        output_dir / "job_ocp.jsonl",
+        ocp_jsonl(job_ocp_artifacts(doc, {this_command_line(), id_.host, started_, std::chrono::system_clock::now()})));
+    write_file_atomically(output_dir / "job_report.html", job_report_html(doc));  // the last: a waiter's sign
   } catch (const std::exception& e) {
     spdlog::error("cannot write the job report in {}: {}", output_dir.string(), e.what());
     return;

@@ -1,7 +1,7 @@
-// The job report: rank 0's one view of the whole job (job_report.json, job_report.html,
-// job_junit.xml), a row per rank gathered through the job's own c10d store, so it needs no shared
-// filesystem and still exists when a node dies (a lost rank's row is its last heartbeat through
-// the store). From the rows: a roll-up per host, the suspect node(s) (the hosts whose ranks own
+// The job report: rank 0's one view of the whole job (job_report.json, job_junit.xml,
+// job_ocp.jsonl, job_report.html), a row per rank gathered through the job's own c10d store, so
+// it needs no shared filesystem and still exists when a node dies (a lost rank's row is its last
+// heartbeat through the store). From the rows: a roll-up per host, the suspect node(s) (the hosts whose ranks own
 // the decisive findings), and the odd node out (a host whose ranks are all slower). Keys:
 // docs/outputs.md.
 #pragma once
@@ -133,6 +133,7 @@ class JobRecords final : public StepObserver {
   const int64_t warmup_steps_;
   RunSummary steps_;
   std::chrono::steady_clock::time_point last_beat_{};
+  const std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();  // job_ocp.jsonl's
 };
 
 }  // namespace rcl

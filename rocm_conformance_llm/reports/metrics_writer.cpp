@@ -84,8 +84,13 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& output_dir, int rank, 
   if (!out_) throw std::runtime_error("cannot write " + path_.string());
 }
 
+void MetricsWriter::set_identity(int world_rank, int local_rank, const std::string& host) {
+  identity_ = {{"world_rank", world_rank}, {"local_rank", local_rank}, {"hostname", host}};
+}
+
 void MetricsWriter::write(const StepRecord& r, const nlohmann::json& telemetry) {
   auto j = to_json(r);
+  j.update(identity_);
   j["stress_modes"] = stress_modes_;
   if (!telemetry.is_null()) j["telemetry"] = telemetry;
   out_ << j.dump() << '\n';

@@ -23,6 +23,9 @@ class MetricsWriter {
  public:
   MetricsWriter(const std::filesystem::path& output_dir, int rank, std::vector<std::string> stress_modes,
                 std::optional<int64_t> keep_through_step = std::nullopt);
+  // Who writes it, on every line from now on: "world_rank", "local_rank" and "hostname" ("host"
+  // is the host-contention object).
+  void set_identity(int world_rank, int local_rank, const std::string& host);
   // `telemetry`: the node monitor's latest sample (NodeMonitor::latest_sample), when not null.
   void write(const StepRecord& r, const nlohmann::json& telemetry = nullptr);
   const std::filesystem::path& path() const { return path_; }
@@ -31,6 +34,7 @@ class MetricsWriter {
   std::filesystem::path path_;
   std::ofstream out_;
   std::vector<std::string> stress_modes_;
+  nlohmann::json identity_ = nlohmann::json::object();
 };
 
 }  // namespace rcl

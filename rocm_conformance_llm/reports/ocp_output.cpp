@@ -261,6 +261,83 @@ std::vector<json> ocp_artifacts(const json& report, const std::filesystem::path&
   return s.take();
 }
 
+namespace {
+std::string rank_hardware_id(int world_rank) { return fmt::format("hw-rank-{}", world_rank); }
+
+// A job report row's verdict as a diagnosis type: as a finding's severity would be.
+const char* diagnosis_type(const std::string& verdict) {
+  if (verdict == "PASS") return "PASS";
+  return verdict == "WARN" ? "UNKNOWN" : "FAIL";
+}
+}  // namespace
+
+std::vector<json> job_ocp_artifacts(const json& job, const OcpRunInfo& info) {
+  json hardware = json::array();
+  for (const auto& r : job.at("ranks")) {
+    const std::string bus = r.value("pci_bus_id", std::string());
+    hardware.push_back(
+        {{"hardwareInfoId", rank_hardware_id(r.at("world_rank").get<int>())},
+         {"name", r.value("device", std::string("unknown"))},
+         {"computerSystem", r.value("host", std::string())},
+         {"location", !bus.empty() ? bus
+                                   : fmt::format("world rank {}, local rank {}", r.at("world_rank").get<int>(),
+                                                 r.value("local_rank", 0))}});
+  }
+  Stream s;
+  s.add(info.started, {{"schemaVersion", {{"major", 2}, {"minor", 0}}}});
+  s.add(info.started,
+        {{"testRunArtifact",
+          {{"testRunStart",
+            {{"name", "rocm-conformance-llm job"},
+             {"version", RCL_SOURCE_VERSION},
+             {"commandLine", info.command_line},
+             {"parameters", {{"world_size", job.at("world_size")}, {"hosts", job.at("hosts").size()}}},
+             {"dutInfo", {{"dutInfoId", "job"}, {"name", info.hostname}, {"hardwareInfos", hardware}}}}}}}});
+  const std::string id = "step-job";
+  s.step(info.ended, id, {{"testStepStart", {{"name", "job"}}}});
+  for (const auto& r : job.at("ranks")) {
+    const std::string verdict = r.at("verdict").get<std::string>();
+    s.step(info.ended, id,
+           {{"diagnosis",
+             {{"verdict", "rank-" + verdict},
+              {"type", r.at("source") == "report" ? diagnosis_type(verdict) : "FAIL"},
+              {"message", fmt::format("rank {} on {}: {} (source {}, exit {}, last step {} {})",
+                                      r.at("world_rank").get<int>(), r.value("host", std::string()), verdict,
+                                      r.at("source").get<std::string>(), r.value("exit_code", -1),
+                                      r.value("last_step", int64_t{0}), r.value("last_phase", std::string()))},
+              {"hardwareInfoId", rank_hardware_id(r.at("world_rank").get<int>())}}}});
+  }
+  for (const auto& h : job.at("hosts")) {
+    const std::string host = h.at("host").get<std::string>();
+    std::string evidence;
+    for (const auto& suspect : job.at("suspect_hosts"))
+      if (suspect.at("host") == host)
+        for (const auto& line : suspect.at("evidence"))
+          evidence += (evidence.empty() ? "" : "; ") + line.get<std::string>();
+    s.step(info.ended, id,
+           {{"diagnosis",
+             {{"verdict", evidence.empty() ? "node-not-suspect" : "suspect-node"},
+              {"type", evidence.empty() ? "PASS" : "FAIL"},
+              {"message", fmt::format("host {} (world ranks {}): {}", host, h.at("world_ranks").dump(),
+                                      evidence.empty() ? "owns no decisive finding" : evidence)},
+              {"hardwareInfoId", rank_hardware_id(h.at("world_ranks").at(0).get<int>())}}}});
+  }
+  for (const auto& f : job.at("findings")) {
+    json d = diagnosis_of(f);
+    d["hardwareInfoId"] = rank_hardware_id(f.value("rank", 0));
+    s.step(info.ended, id, {{"diagnosis", std::move(d)}});
+  }
+  // A lost rank or a crash ends the job's step in ERROR; a fail finding is a completed FAIL.
+  const std::string verdict = job.at("verdict").get<std::string>();
+  const bool completed = verdict == "PASS" || verdict == "WARN" || verdict == "FAIL";
+  s.step(info.ended, id, {{"testStepEnd", {{"status", completed ? "COMPLETE" : "ERROR"}}}});
+  s.add(info.ended, {{"testRunArtifact",
+                      {{"testRunEnd",
+                        {{"status", completed ? "COMPLETE" : "ERROR"},
+                         {"result", verdict == "PASS" || verdict == "WARN" ? "PASS" : "FAIL"}}}}}});
+  return s.take();
+}
+
 std::string ocp_jsonl(const std::vector<json>& artifacts) {
   std::string out;
   for (const auto& a : artifacts) out += a.dump() + "\n";

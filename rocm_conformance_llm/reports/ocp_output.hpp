@@ -27,6 +27,12 @@ struct OcpRunInfo {
 std::vector<nlohmann::json> ocp_artifacts(const nlohmann::json& report, const std::filesystem::path& metrics_path,
                                           const OcpRunInfo& info);
 
+// The job's verdict in the same format (job_ocp.jsonl beside job_report.json), from the job
+// report's document: a hardwareInfo per rank (its host the computerSystem), one test step "job"
+// with a diagnosis per rank and per host (FAIL for a suspect node, naming its evidence) and one
+// per job finding (the odd node out), and the job's result.
+std::vector<nlohmann::json> job_ocp_artifacts(const nlohmann::json& job_report, const OcpRunInfo& info);
+
 // The artifacts as JSON lines.
 std::string ocp_jsonl(const std::vector<nlohmann::json>& artifacts);
 

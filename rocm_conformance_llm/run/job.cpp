@@ -23,6 +23,7 @@
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/loop/training_state.hpp"
+#include "rocm_conformance_llm/platform/datasheet_peaks.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/console_observer.hpp"
 #include "rocm_conformance_llm/reports/heartbeat.hpp"
@@ -31,8 +32,8 @@
 #include "rocm_conformance_llm/reports/progress.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
 #include "rocm_conformance_llm/reports/report.hpp"
-#include "rocm_conformance_llm/reports/throughput.hpp"
 #include "rocm_conformance_llm/reports/run_summary.hpp"
+#include "rocm_conformance_llm/reports/throughput.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
@@ -162,7 +163,8 @@ class Job {
     return {.world_rank = s_.launch.rank,
             .local_rank = s_.launch.local_rank,
             .host = host_name(),
-            .device = s_.device.str()};
+            .device = s_.device.str(),
+            .pci_bus_id = s_.device.is_cuda() && s_.device.has_index() ? gpu_pci_bus_id(s_.device.index()) : ""};
   }
 
   // Several ranks: each publishes its rows through the world's store; rank 0 writes the job report
@@ -314,7 +316,7 @@ class Job {
     if (run_.resume == kResumeAuto)
       report().add_section("restarts", record_attempt(run_.output_dir, s_.launch.rank, s_.resume_from));
     // Resumed in place, metrics.jsonl keeps the steps up to the checkpoint and continues.
-    outputs_.metrics.emplace(run_.output_dir, s_.launch.rank, run_.stress_modes,
+    outputs_.metrics.emplace(run_.output_dir, s_.launch.rank, s_.launch.local_rank, host_name(), run_.stress_modes,
                              s_.resume_in_place && s_.resume_from ? std::optional(s_.resume_from->step) : std::nullopt);
     outputs_.prometheus.emplace(run_.output_dir, s_.launch.rank, run_.diagnostics.prom_interval, records_.findings);
     outputs_.console.emplace(run_.stress_modes, run_.training, run_.diagnostics.summary_interval_s, records_.findings,
@@ -465,11 +467,11 @@ class Job {
   // How much of the device the steady steps used (docs/performance.md).
   nlohmann::json throughput() const {
     const auto steps = summarize_steps(records_.summary.steps(), run_.diagnostics.warmup_steps);
-    return throughput_section(run_.training, {.tokens_per_s = steps.value("tokens_per_s", nlohmann::json::object())
-                                                                   .value("overall", 0.0),
-                                              .measured_peak_tflops = run_.measured_peak_tflops,
-                                              .ranks_per_token = s_.parallel.tensor_degree,
-                                              .device_model = s_.device.is_cpu() ? std::nullopt : gpu_model_name()});
+    return throughput_section(
+        run_.training, {.tokens_per_s = steps.value("tokens_per_s", nlohmann::json::object()).value("overall", 0.0),
+                        .measured_peak_tflops = run_.measured_peak_tflops,
+                        .ranks_per_token = s_.parallel.tensor_degree,
+                        .device_model = s_.device.is_cpu() ? std::nullopt : gpu_model_name()});
   }
 
   void add_sections(const nlohmann::json& sections) {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include "rocm_conformance_llm/base/strings.hpp"
+
 namespace rcl {
 
 void init_logging(int rank, int world_size, bool all_ranks_verbose) {
@@ -14,7 +16,8 @@ void init_logging(int rank, int world_size, bool all_ranks_verbose) {
     logger = spdlog::stderr_color_mt("rcl");
     spdlog::set_default_logger(logger);
   }
-  const std::string tag = world_size > 1 ? fmt::format("[rank {}/{}] ", rank, world_size) : "";
+  // The host too: the lines of a multi-node job's ranks meet in one log (torchrun, srun).
+  const std::string tag = world_size > 1 ? fmt::format("[rank {}/{} {}] ", rank, world_size, host_name()) : "";
   logger->set_pattern("%H:%M:%S.%e %^%l%$ " + tag + "%v");
   logger->set_level(rank == 0 || all_ranks_verbose ? spdlog::level::info : spdlog::level::warn);
   logger->flush_on(spdlog::level::info);

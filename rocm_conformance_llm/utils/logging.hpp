@@ -9,7 +9,8 @@
 
 namespace rcl {
 
-// Console logger named "rcl"; non-zero ranks log only warnings unless `all_ranks_verbose`.
+// Console logger named "rcl"; non-zero ranks log only warnings unless `all_ranks_verbose`. With
+// several ranks each line starts "[rank R/W HOST]".
 void init_logging(int rank, int world_size, bool all_ranks_verbose);
 
 // Bytes as MiB with one decimal ("n/a" for a negative count: not available).

@@ -1122,6 +1122,18 @@ TEST(JobReportTest, TwoHostsTheSlowedNodeIsTheOddOneOut) {
   EXPECT_EQ(findings[0].at("evidence").at("world_ranks"), nlohmann::json({2, 3}));
   EXPECT_EQ(job.at("verdict"), "WARN");
   EXPECT_EQ(job.at("exit_code"), 0);
+  // Identity in each rank's own outputs: the console prefix and every metrics line.
+  EXPECT_NE(read_text(out / "rank0.log").find("[rank 0/4 nodeA] "), std::string::npos) << read_text(out / "rank0.log");
+  std::ifstream metrics(out / "metrics.rank3.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    const auto row = nlohmann::json::parse(line);
+    EXPECT_EQ(row.at("hostname"), "nodeB");
+    EXPECT_EQ(row.at("world_rank"), 3);
+    EXPECT_EQ(row.at("local_rank"), 1);
+    EXPECT_EQ(row.at("rank"), 3);
+  }
+  EXPECT_EQ(lines, 12);
   if (!HasFailure()) fs::remove_all(out);
 }
 

@@ -8,11 +8,18 @@ each node with its own address, hostname and output directory), one case per cal
   preflight     a rank on node 1 refused before anything is written (exit 2), with a
                 configuration message naming the host and the fix: its own name missing from the
                 hosts file, GLOO_SOCKET_IFNAME naming no interface, MASTER_ADDR not answering.
+  slow_node     2 nodes x 2 ranks, node 1's ranks slowed by --inject slow-step: the job report's
+                odd_node_slow names node 1 and its ranks, and no suspect.
   rank_stopped  rank 3 (node 1) stopped by --inject rank-stop in the gradient sync: rank 0 fails
                 RCCL's collective_timeout naming world rank 3.
+  rank_stopped_optimizer  rank 2 (node 1) stopped in the optimizer step, outside any collective: the same,
+                naming world rank 2.
   node_killed   every process of node 1 killed mid-run: rank 0 fails RCCL, naming rank 1 (or, struck
                 inside a collective, saying every rank entered it).
   link_cut      node 1's link set down mid-run: the same.
+Every case reads node 0's job_report.json and job_ocp.jsonl (valid by ocp_rules.py) too: a clean run
+names no suspect and no odd node; a lost rank's job report ends CRASHED (exit 3) naming node 1, and
+only node 1, with the lost world rank (a FAIL diagnosis for each, the run ERROR and FAIL).
   slurm         scripts/slurm/multi_node.sbatch through Slurm, one slurmd per node
                 (scripts/slurm/local_cluster.sh inside the simulated cluster): 2 nodes x 2 ranks PASS.
 
@@ -27,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 
+from ocp_rules import Violation, check_lines
 from test_slurm_templates import fail, job_log, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,8 +44,9 @@ PORT = 29500  # every cluster has its own network namespaces: no other run holds
 TIMEOUT_S = 10  # collective_timeout_s of the fault cases: how long survivors wait for the lost rank
 RUN = ["--device", "cpu", "--preset", "smoke", "--set", "num_threads=1", "--set", "eval_interval=0"]
 # Nodes per case, and the hosts file entries left out.
-CASES = {"two_by_two": (2, []), "three_nodes": (3, []), "preflight": (2, [1]), "rank_stopped": (2, []),
-         "node_killed": (2, []), "link_cut": (2, []), "slurm": (2, [])}
+CASES = {"two_by_two": (2, []), "three_nodes": (3, []), "preflight": (2, [1]), "slow_node": (2, []),
+         "rank_stopped": (2, []), "rank_stopped_optimizer": (2, []), "node_killed": (2, []), "link_cut": (2, []),
+         "slurm": (2, [])}
 
 
 def node_env(k):
@@ -87,6 +96,37 @@ def report(run_dir, rank):
     return json.load(open(path))
 
 
+def job_report(run_dir, nproc):
+    """Node 0's job_report.json, its rows checked against the nodes' names."""
+    path = f"{run_dir}/job_report.json"
+    if not os.path.exists(path):
+        fail(f"missing {path}; the directory holds {sorted(os.listdir(run_dir))}")
+    job = json.load(open(path))
+    hosts = [row["host"] for row in job["ranks"]]
+    expected = [node_env(rank // nproc)["HOST"] for rank in range(len(hosts))]
+    if hosts != expected or [row["world_rank"] for row in job["ranks"]] != list(range(len(hosts))):
+        fail(f"job report rows name hosts {hosts}, expected {expected}")
+    return job
+
+
+def job_ocp(run_dir):
+    """Node 0's job_ocp.jsonl, checked against the OCP output rules: its diagnoses (verdict, type,
+    hardwareInfoId) and its testRunEnd (status, result)."""
+    try:
+        artifacts = check_lines(open(f"{run_dir}/job_ocp.jsonl").read().splitlines())
+    except (OSError, Violation) as e:
+        fail(f"job_ocp.jsonl: {e}")
+    bodies = [a["testStepArtifact"] for a in artifacts if "testStepArtifact" in a]
+    diagnoses = [(b["diagnosis"]["verdict"], b["diagnosis"]["type"], b["diagnosis"]["hardwareInfoId"])
+                 for b in bodies if "diagnosis" in b]
+    end = artifacts[-1]["testRunArtifact"]["testRunEnd"]
+    return diagnoses, (end["status"], end["result"])
+
+
+def suspects(job):
+    return [(s["host"], s["world_ranks"]) for s in job["suspect_hosts"]]
+
+
 def check_clean(tmp, nnodes, nproc, steps):
     dirs, codes = run_nodes(tmp, nnodes, nproc, ["--steps", str(steps)])
     for k, code in enumerate(codes):
@@ -111,7 +151,36 @@ def check_clean(tmp, nnodes, nproc, steps):
         fail(f"rank 0: verdict {r0['verdict']}, world {r0['coverage']['world_size']}, findings {r0['findings']}")
     if r0["summary"]["last_step"] != steps:
         fail(f"rank 0 ended at step {r0['summary']['last_step']}, not {steps}")
-    print(f"ok: {nnodes} nodes x {nproc} ranks over torchrun: PASS without a finding, node-local files")
+    job = job_report(dirs[0], nproc)
+    if job["verdict"] != "PASS" or job["exit_code"] != 0 or job["suspect_hosts"] or job["findings"] or \
+            len(job["hosts"]) != nnodes or any(row["source"] != "report" for row in job["ranks"]):
+        fail(f"clean run's job report: {json.dumps(job, indent=1)[:3000]}")
+    diagnoses, end = job_ocp(dirs[0])
+    if end != ("COMPLETE", "PASS") or any(d[1] != "PASS" for d in diagnoses) or len(diagnoses) != world + nnodes:
+        fail(f"clean run's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
+    print(f"ok: {nnodes} nodes x {nproc} ranks over torchrun: PASS without a finding, node-local files; "
+          f"the job report names no suspect and no odd node")
+
+
+def slow_node(tmp):
+    """Node 1's ranks 0.25 s slower a step, 6 steps timed after diagnostics.warmup_steps."""
+    args = ["--steps", "7", "--set", "diagnostics.warmup_steps=1",
+            "--inject", "slow-step=0.25@rank=2,slow-step=0.25@rank=3"]
+    dirs, codes = run_nodes(tmp, 2, 2, args)
+    if codes != [0, 0]:
+        fail(f"torchrun exits {codes}\n{node_log(tmp, 0)}")
+    job = job_report(dirs[0], 2)
+    odd = [(f["signature"], f["severity"], f["evidence"]["host"], f["evidence"]["world_ranks"])
+           for f in job["findings"]]
+    if odd != [("odd_node_slow", "warn", node_env(1)["HOST"], [2, 3])] or job["suspect_hosts"] or \
+            (job["verdict"], job["exit_code"]) != ("WARN", 0):
+        fail(f"slowed node 1: job report {job['verdict']} (exit {job['exit_code']}), findings {odd}, "
+             f"suspects {suspects(job)}")
+    diagnoses, end = job_ocp(dirs[0])
+    if end != ("COMPLETE", "PASS") or ("odd_node_slow", "UNKNOWN", "hw-rank-2") not in diagnoses:
+        fail(f"slowed node 1's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
+    print(f"ok: node 1 slowed: the job report's odd_node_slow names {odd[0][2]} ranks {odd[0][3]}, no suspect: "
+          f"{job['findings'][0]['message']}")
 
 
 def direct_rank(tmp, k, env, args=()):
@@ -156,7 +225,7 @@ def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
     """2 nodes; `act` strikes node 1 once rank 0 has published a step. `mid_collective`: the strike
     may find node 1 inside a collective, which then fails with every rank in it: rank 0 says the
     transport stalled (collective_timeout) or its peer reset (collective_error), naming no rank. Rank 0's report once it ends
-    (its junit.xml is the last file it writes); torchrun on node 0 then waits for its lost peer
+    (its junit.xml is the last file of its own; job_report.html the last of the job's); torchrun on node 0 then waits for its lost peer
     agent (torch 1.13's exit barrier, 300 s), so the cluster's teardown stops it."""
     run_dir = f"{tmp}/node0/run"
     logs = [open(f"{tmp}/node{k}.log", "w") for k in range(2)]
@@ -165,6 +234,8 @@ def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
     wait_for(lambda: last_step(run_dir) >= 2 or os.path.exists(f"{run_dir}/junit.xml"), "rank 0's second step", 120)
     act()
     wait_for(lambda: os.path.exists(f"{run_dir}/junit.xml"), "rank 0's end", 3 * TIMEOUT_S + 30)
+    # Then the job report: the gather waits for the lost rank's row at most the collective timeout.
+    wait_for(lambda: os.path.exists(f"{run_dir}/job_report.html"), "rank 0's job report", TIMEOUT_S + 15)
     for p in procs:
         p.terminate()
     for p in procs:
@@ -185,7 +256,23 @@ def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
     f = named[0]
     print(f"ok: rank 0 {r0['outcome']} (exit {r0['exit_code']}): [{f['component']}] {f['signature']}, "
           f"missing_ranks {missing(f)}: {f['message'][:300]}")
-    return r0, f
+    # The job report names node 1 alone, by the lost rank, whatever rank 0's own finding could tell.
+    job = job_report(run_dir, nproc)
+    lost_rows = [row["world_rank"] for row in job["ranks"] if row["source"] != "report"]
+    if (job["verdict"], job["exit_code"]) != ("CRASHED", 3) or suspects(job) != [(node_env(1)["HOST"], [lost])] or \
+            lost_rows != [lost]:
+        fail(f"job report: {job['verdict']} (exit {job['exit_code']}), suspects {suspects(job)}, rows without a "
+             f"verdict {lost_rows}; expected CRASHED (exit 3), [{node_env(1)['HOST']!r}, [{lost}]]:\n"
+             f"{json.dumps(job['suspect_hosts'], indent=1)}\n{node_log(tmp, 0)}")
+    diagnoses, end = job_ocp(run_dir)
+    failed = sorted(d for d in diagnoses if d[1] == "FAIL")
+    first_of_node1 = nproc  # node 1's host diagnosis names its first rank's hardware
+    if end != ("ERROR", "FAIL") or ("suspect-node", "FAIL", f"hw-rank-{first_of_node1}") not in failed or \
+            ("rank-LOST", "FAIL", f"hw-rank-{lost}") not in failed or \
+            any(d[0] == "suspect-node" and d[2] != f"hw-rank-{first_of_node1}" for d in failed):
+        fail(f"job_ocp.jsonl: {end}, FAIL diagnoses {failed}")
+    print(f"ok: job report CRASHED (exit 3), suspect {suspects(job)}: {job['suspect_hosts'][0]['evidence'][0]}; "
+          f"job_ocp.jsonl {end}")
 
 
 def kill_node(k):
@@ -229,6 +316,10 @@ def inside(case, tmp):
         preflight(tmp)
     elif case == "rank_stopped":
         lost_rank(tmp, 2, ["--inject", "rank-stop@phase=grad_sync@rank=3@step=3"], lambda: None, 3)
+    elif case == "rank_stopped_optimizer":
+        lost_rank(tmp, 2, ["--inject", "rank-stop@phase=optimizer@rank=2@step=3"], lambda: None, 2)
+    elif case == "slow_node":
+        slow_node(tmp)
     elif case == "node_killed":
         lost_rank(tmp, 1, [], lambda: kill_node(1), 1, mid_collective=True)
     elif case == "link_cut":

@@ -5,6 +5,7 @@
 
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/reports/job_report.hpp"
+#include "rocm_conformance_llm/reports/ocp_output.hpp"
 
 namespace rcl {
 namespace {
@@ -195,6 +196,32 @@ TEST(JobReportFiles, JunitFailsTheLostRankAndTheSuspectHostOnly) {
   EXPECT_NE(xml.find("name=\"rank 3 (node1, local rank 1, cpu)\">\n      <failure"), std::string::npos) << xml;
   EXPECT_NE(xml.find("name=\"node0\">\n    </testcase>"), std::string::npos) << xml;
   EXPECT_NE(job_report_html(doc).find("<b>node1</b>"), std::string::npos);
+}
+
+// job_ocp.jsonl: a FAIL diagnosis for the lost rank and the suspect host only, the run ERROR.
+TEST(JobReportFiles, JobOcpFailsTheLostRankAndTheSuspectHostOnly) {
+  auto rows = clean_rows(4, 2);
+  lose(rows[3]);
+  crash(rows[2], timeout_naming(2, {3}));
+  const auto now = std::chrono::system_clock::now();
+  const auto artifacts = job_ocp_artifacts(job_report_json(rows, {}), {"rocm-conformance-llm", "node0", now, now});
+  std::vector<std::string> failed, passed;
+  for (const auto& a : artifacts)
+    if (a.contains("testStepArtifact") && a.at("testStepArtifact").contains("diagnosis")) {
+      const auto& d = a.at("testStepArtifact").at("diagnosis");
+      (d.at("type") == "PASS" ? passed : failed)
+          .push_back(d.at("verdict").get<std::string>() + "@" + d.at("hardwareInfoId").get<std::string>());
+    }
+  EXPECT_EQ(failed,
+            (std::vector<std::string>{"rank-CRASHED@hw-rank-2", "rank-LOST@hw-rank-3", "suspect-node@hw-rank-2"}));
+  EXPECT_EQ(passed,
+            (std::vector<std::string>{"rank-PASS@hw-rank-0", "rank-PASS@hw-rank-1", "node-not-suspect@hw-rank-0"}));
+  EXPECT_EQ(artifacts.back().at("testRunArtifact").at("testRunEnd"),
+            nlohmann::json({{"status", "ERROR"}, {"result", "FAIL"}}));
+  const auto& hardware = artifacts.at(1).at("testRunArtifact").at("testRunStart").at("dutInfo").at("hardwareInfos");
+  ASSERT_EQ(hardware.size(), 4u);
+  EXPECT_EQ(hardware.at(3).at("computerSystem"), "node1");
+  EXPECT_EQ(hardware.at(3).at("location"), "world rank 3, local rank 1");
 }
 
 }  // namespace RCL_UNITY_ID

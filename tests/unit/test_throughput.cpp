@@ -59,17 +59,13 @@ TEST(Throughput, DatasheetPeaksAreFoundByTheNamesDevicesReport) {
     const char* reported;
     const char* model;
   };
-  for (const auto& c : {Case{"AMD Instinct MI300X", "AMD Instinct MI300X"},
-                        Case{"AMD Instinct MI300X OAM", "AMD Instinct MI300X"},
-                        Case{"AMD Instinct MI325X", "AMD Instinct MI325X"},
-                        Case{"AMD Instinct MI250X/MI250", "AMD Instinct MI250X"},
-                        Case{"AMD Instinct MI250", "AMD Instinct MI250"},
-                        Case{"AMD Instinct MI355X", "AMD Instinct MI355X"},
-                        Case{"NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"},
-                        Case{"NVIDIA H100 PCIe", "NVIDIA H100 PCIe"},
-                        Case{"NVIDIA H100 NVL", "NVIDIA H100 NVL"},
-                        Case{"NVIDIA H200", "NVIDIA H200 SXM"},
-                        Case{"nvidia h200 nvl", "NVIDIA H200 NVL"}}) {
+  for (const auto& c :
+       {Case{"AMD Instinct MI300X", "AMD Instinct MI300X"}, Case{"AMD Instinct MI300X OAM", "AMD Instinct MI300X"},
+        Case{"AMD Instinct MI325X", "AMD Instinct MI325X"}, Case{"AMD Instinct MI250X/MI250", "AMD Instinct MI250X"},
+        Case{"AMD Instinct MI250", "AMD Instinct MI250"}, Case{"AMD Instinct MI355X", "AMD Instinct MI355X"},
+        Case{"NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"}, Case{"NVIDIA H100 PCIe", "NVIDIA H100 PCIe"},
+        Case{"NVIDIA H100 NVL", "NVIDIA H100 NVL"}, Case{"NVIDIA H200", "NVIDIA H200 SXM"},
+        Case{"nvidia h200 nvl", "NVIDIA H200 NVL"}}) {
     const auto entry = find_datasheet_peak(c.reported);
     ASSERT_TRUE(entry) << c.reported;
     EXPECT_EQ(entry->model, c.model) << c.reported;
@@ -96,17 +92,19 @@ TEST(Throughput, TheDocsTableIsTheCodes) {
 class NvidiaProcTree : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("rcl-nvidia-proc-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = std::filesystem::temp_directory_path() / ("rcl-nvidia-proc-" + std::to_string(::getpid()) + "-" +
+                                                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(root_);
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
   void add_gpu(const std::string& bus_id, const std::string& model) {
     std::filesystem::create_directories(root_ / bus_id);
-    std::ofstream(root_ / bus_id / "information") << "Model: \t\t " << model << "\nIRQ:   \t\t 51\nBus Location: \t " << bus_id << "\n";
+    std::ofstream(root_ / bus_id / "information")
+        << "Model: \t\t " << model << "\nIRQ:   \t\t 51\nBus Location: \t " << bus_id << "\n";
   }
-  std::optional<std::string> model() const { return gpu_model_name({.nvidia_proc_root = root_.string(), .ask_hip = false}); }
+  std::optional<std::string> model() const {
+    return gpu_model_name({.nvidia_proc_root = root_.string(), .ask_hip = false});
+  }
   std::filesystem::path root_;
 };
 
@@ -114,6 +112,27 @@ TEST_F(NvidiaProcTree, OneModelOnEveryGpuNamesTheNode) {
   add_gpu("0000:18:00.0", "NVIDIA H100 80GB HBM3");
   add_gpu("0000:2a:00.0", "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(model(), "NVIDIA H100 80GB HBM3");
+}
+
+// GPU index -> bus id by the folders' sorted order, only where CUDA numbers the GPUs that way.
+TEST_F(NvidiaProcTree, PciBusIdFollowsBusOrderOnlyWhereCudaCountsThatWay) {
+  const GpuModelSources proc{.nvidia_proc_root = root_.string(), .ask_hip = false};
+  const CudaDeviceOrder bus_order{"PCI_BUS_ID", std::nullopt};
+  EXPECT_EQ(gpu_pci_bus_id(0, proc, bus_order), "");  // no driver tree
+  add_gpu("0000:2a:00.0", "NVIDIA H100 80GB HBM3");
+  add_gpu("0000:18:00.0", "NVIDIA H100 80GB HBM3");
+  add_gpu("0000:c1:00.0", "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(gpu_pci_bus_id(0, proc, bus_order), "0000:18:00.0");
+  EXPECT_EQ(gpu_pci_bus_id(2, proc, bus_order), "0000:c1:00.0");
+  EXPECT_EQ(gpu_pci_bus_id(3, proc, bus_order), "");
+  // CUDA's default order (fastest first) is not the bus order: unknown, not a guess.
+  EXPECT_EQ(gpu_pci_bus_id(0, proc, {"", std::nullopt}), "");
+  EXPECT_EQ(gpu_pci_bus_id(0, proc, {"FASTEST_FIRST", std::nullopt}), "");
+  // CUDA_VISIBLE_DEVICES renumbers: visible index 1 of "2,0" is physical GPU 0.
+  EXPECT_EQ(gpu_pci_bus_id(1, proc, {"PCI_BUS_ID", "2,0"}), "0000:18:00.0");
+  EXPECT_EQ(gpu_pci_bus_id(0, proc, {"PCI_BUS_ID", " 1"}), "0000:2a:00.0");
+  EXPECT_EQ(gpu_pci_bus_id(2, proc, {"PCI_BUS_ID", "2,0"}), "");
+  EXPECT_EQ(gpu_pci_bus_id(0, proc, {"PCI_BUS_ID", "GPU-8f3c2d1e"}), "");  // a UUID: not mappable here
 }
 
 TEST_F(NvidiaProcTree, MixedModelsOrNoneNameNothing) {
@@ -127,18 +146,19 @@ TEST(Throughput, EachMfuIsStatedAgainstItsPeakOrSaysWhyNot) {
   TrainingConfig cfg = gpt2_small_shape();
   cfg.mixed_precision = Precision::bf16;
   const double tokens_per_s = 100000;
-  const auto j = throughput_section(cfg, {.tokens_per_s = tokens_per_s, .measured_peak_tflops = 500,
-                                          .device_model = "AMD Instinct MI300X"});
+  const auto j = throughput_section(
+      cfg, {.tokens_per_s = tokens_per_s, .measured_peak_tflops = 500, .device_model = "AMD Instinct MI300X"});
   const double model_tflops = flops_per_token(cfg) * tokens_per_s / 1e12;
   EXPECT_DOUBLE_EQ(j["achieved_tflops"]["model"].get<double>(), model_tflops);
   EXPECT_DOUBLE_EQ(j["mfu"]["measured_peak"]["model"].get<double>(), model_tflops / 500);
   EXPECT_DOUBLE_EQ(j["mfu"]["datasheet_peak"]["model"].get<double>(), model_tflops / 1307.4);
-  EXPECT_LT(j["mfu"]["datasheet_peak"]["causal_useful"].get<double>(), j["mfu"]["datasheet_peak"]["model"].get<double>());
+  EXPECT_LT(j["mfu"]["datasheet_peak"]["causal_useful"].get<double>(),
+            j["mfu"]["datasheet_peak"]["model"].get<double>());
   EXPECT_EQ(j["mfu"]["datasheet_peak"]["table_model"], "AMD Instinct MI300X");
   EXPECT_TRUE(j["why_not"].empty());
   // Two tensor-parallel ranks count the same tokens and do half of each's work.
-  const auto split = throughput_section(cfg, {.tokens_per_s = tokens_per_s, .measured_peak_tflops = 500,
-                                              .ranks_per_token = 2});
+  const auto split =
+      throughput_section(cfg, {.tokens_per_s = tokens_per_s, .measured_peak_tflops = 500, .ranks_per_token = 2});
   EXPECT_DOUBLE_EQ(split["mfu"]["measured_peak"]["model"].get<double>(), model_tflops / 500 / 2);
 
   // Nothing measured, a model the table lacks, an fp32 run: each figure absent, and why.
