@@ -198,7 +198,10 @@ TEST(GemmChecksumRun, TheRotatingShareJudgesEveryGemmInTurn) {
   EXPECT_TRUE(checksum_findings(clean.findings).empty()) << clean.findings.dump(1);
   EXPECT_EQ(clean.checksums["mode"], "rotating");
   EXPECT_EQ(clean.checksums["distinct_gemms"], 27);
-  EXPECT_EQ(clean.checksums["calls_judged"], 8 * 4);
+  // 4 picks a step; the LM head's forward, when picked, is judged again where its chunk is
+  // recomputed in backward (workload/lm_head.hpp): at most one more call a step on smoke (one chunk).
+  EXPECT_GE(clean.checksums["calls_judged"].get<int64_t>(), 8 * 4);
+  EXPECT_LE(clean.checksums["calls_judged"].get<int64_t>(), 8 * 5);
   const auto run = run_with_shim("checksum-rotating-fault",
                                  "RCL_SHIM_MODE=large RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=10", "--steps 14");
   const auto found = checksum_findings(run.findings);

@@ -224,7 +224,7 @@ TEST(Subgroups, AMemberThatNeverJoinsIsNamedWithItsGroup) {
         }
       });
   EXPECT_NE(errors[0].find("subgroup 'tp (world ranks 0,1)'"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].find("rank 1 never"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 1 (group rank 1) never"), std::string::npos) << errors[0];
 }
 
 TEST(ParallelLayout, AWorldThatDoesNotAllowTheDegreeFallsBackAndSaysSo) {
