@@ -279,22 +279,32 @@ TEST(FaultInjectionBaseline, CleanStressAllRunHasNoWarnOrFailFinding) {
   EXPECT_GT(ops.value("aten::mm", 0) + ops.value("aten::addmm", 0) + ops.value("aten::bmm", 0), 0) << ops.dump();
 }
 
-// A replay check rewinds (saves a private checkpoint, reloads it with the checkpoint loader) and
-// re-runs steps, then training continues from the re-run: the logged trajectory is bitwise the one
-// a run without the check logs, so the loader restored every bit a step reads.
+// A replay check rewinds (its saved state copied back from host memory, or a private checkpoint
+// reloaded with the checkpoint loader) and re-runs steps, then training continues from the re-run:
+// the logged trajectory is bitwise the one a run without the check logs, so the reload restored
+// every bit a step reads.
 TEST(FaultInjectionBaseline, ReplayChecksLeaveTheLossTrajectoryUnchanged) {
-  const RunOutput checked = run_smoke("replay-on", "--stress rng --set replay_check_interval=8 --steps 20");
   const RunOutput unchecked = run_smoke("replay-off", "--stress rng --steps 20");  // rng's own interval: 50
-  ASSERT_EQ(checked.exit_code, 0) << checked.log;
   ASSERT_EQ(unchecked.exit_code, 0) << unchecked.log;
-  EXPECT_NE(checked.log.find("replay check: steps 9..10 reproduced bitwise"), std::string::npos);
-  EXPECT_NE(checked.log.find("replay check: steps 17..18 reproduced bitwise"), std::string::npos);
-  // The rewind went through the checkpoint writer and loader, and left no files behind.
-  EXPECT_NE(checked.log.find("replay check: state at step 16 saved to"), std::string::npos) << checked.log;
-  EXPECT_NE(checked.log.find("and reloaded by the checkpoint loader"), std::string::npos);
-  for (const auto& file : checked.files) EXPECT_EQ(file.find(".replay-checkpoint"), std::string::npos) << file;
   EXPECT_EQ(unchecked.log.find("replay check"), std::string::npos);
-  EXPECT_EQ(losses(checked), losses(unchecked));
+  // The saved state in host memory (the default), and through the checkpoint writer and loader.
+  for (const std::string where : {"host", "disk"}) {
+    const RunOutput checked = run_smoke("replay-on-" + where, "--stress rng --set replay_check_interval=8 --steps 20 "
+                                                              "--set replay_snapshot=" + where);
+    ASSERT_EQ(checked.exit_code, 0) << checked.log;
+    EXPECT_NE(checked.log.find("replay check: steps 9..10 reproduced bitwise"), std::string::npos) << where;
+    EXPECT_NE(checked.log.find("replay check: steps 17..18 reproduced bitwise"), std::string::npos) << where;
+    if (where == "host") {
+      EXPECT_NE(checked.log.find("replay check: state at step 16 copied to host memory and back"), std::string::npos)
+          << checked.log;
+    } else {
+      EXPECT_NE(checked.log.find("replay check: state at step 16 saved to"), std::string::npos) << checked.log;
+      EXPECT_NE(checked.log.find("and reloaded by the checkpoint loader"), std::string::npos);
+    }
+    // Either way no files are left behind.
+    for (const auto& file : checked.files) EXPECT_EQ(file.find(".replay-checkpoint"), std::string::npos) << file;
+    EXPECT_EQ(losses(checked), losses(unchecked)) << where;
+  }
 }
 
 // The anomaly re-run rewinds two steps, runs the spiked step again and puts the run back: the
