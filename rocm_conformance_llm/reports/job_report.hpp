@@ -27,9 +27,9 @@ class Communicator;
 struct RankIdentity {
   int world_rank = 0;
   int local_rank = 0;
-  std::string host;
-  std::string device;      // "cpu", "cuda:1" (the GPU index)
-  std::string pci_bus_id;  // empty where no GPU (or the runtime does not say)
+  std::string host{};
+  std::string device{};      // "cpu", "cuda:1" (the GPU index)
+  std::string pci_bus_id{};  // empty where no GPU (or the runtime does not say)
 };
 nlohmann::json to_json(const RankIdentity& id);
 // "rank 3 (host nodeB, local rank 1, cpu)"
@@ -68,18 +68,18 @@ RankRow rank_row(const RankIdentity& id, const std::vector<StepPoint>& steps, in
                  const std::vector<Finding>& findings, const std::string& phase);
 
 struct HostRollup {
-  std::string host;
-  std::vector<int> ranks;
-  std::string verdict;  // the worst of its ranks'
+  std::string host{};
+  std::vector<int> ranks{};
+  std::string verdict{};  // the worst of its ranks'
   int info = 0, warn = 0, fail = 0, lost = 0;
-  std::optional<double> median_step_s, median_busy_s;
+  std::optional<double> median_step_s{}, median_busy_s{};
 };
 std::vector<HostRollup> roll_up_hosts(const std::vector<RankRow>& rows);  // hosts in order of first rank
 
 struct Suspect {
-  std::string host;
-  std::vector<int> ranks;             // its decisive ranks
-  std::vector<std::string> evidence;  // one line per decisive fact
+  std::string host{};
+  std::vector<int> ranks{};             // its decisive ranks
+  std::vector<std::string> evidence{};  // one line per decisive fact
 };
 // The hosts whose ranks own the decisive findings: a rank lost (no verdict came), a rank others
 // name as absent that itself waited on nobody, a rank's own fail finding that is not about a peer.
@@ -97,7 +97,7 @@ struct OddNode {
   std::string host;
   double host_busy_s = 0;    // the median of its ranks' median busy times
   double others_busy_s = 0;  // the median of the other ranks'
-  std::vector<int> ranks;
+  std::vector<int> ranks{};
 };
 std::vector<OddNode> odd_nodes(const std::vector<RankRow>& rows, double margin = kOddNodeMargin);
 // The warn finding (odd_node_slow, component host) for one odd node, attributed to its first rank.

@@ -87,8 +87,8 @@ struct PreparedAttentionProbe {
   struct Case {
     torch::ScalarType dtype;
     const char* name;
-    torch::Tensor q, k, v;            // rounded to `dtype`, on the device
-    torch::Tensor reference[2];       // float64 on the host: [0] causal only, [1] with the padding mask
+    torch::Tensor q{}, k{}, v{};      // rounded to `dtype`, on the device
+    torch::Tensor reference[2]{};     // float64 on the host: [0] causal only, [1] with the padding mask
     double bound[2] = {0.0, 0.0};     // attention_bound(..) * max|V|, per mask
     double v_max = 0.0;
   };

@@ -124,8 +124,8 @@ class ReplayCheck final : public Detector {
   // after reloading it (the run that continues and is logged).
   // The state a replay rewinds to, where training.replay_snapshot keeps it.
   struct SavedState {
-    std::optional<LoopAccess::Snapshot> in_memory;
-    std::optional<LoopAccess::PrivateCheckpoint> on_disk;
+    std::optional<LoopAccess::Snapshot> in_memory{};
+    std::optional<LoopAccess::PrivateCheckpoint> on_disk{};
   };
   SavedState save_state(const std::filesystem::path& dir);
   void load_state(const SavedState& saved);
