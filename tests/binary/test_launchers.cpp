@@ -43,7 +43,8 @@ const std::set<std::string> kExpectedFiles = {"config.json",        "metrics.jso
                                               "junit.rank1.xml",    "heartbeat.json",    "heartbeat.rank1.json",
                                               "report.html",        "report.rank1.html", "metrics.prom",
                                               "metrics.rank1.prom", "ocp.jsonl",         "ocp.rank1.jsonl",
-                                              "job_report.json",    "job_report.html",   "job_junit.xml"};
+                                              "job_report.json",    "job_report.html",   "job_junit.xml",
+                                              "job_ocp.jsonl"};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
