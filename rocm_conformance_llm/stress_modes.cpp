@@ -19,15 +19,23 @@ std::vector<StressMode> builtin_modes() {
       // (QKV, projections, MLP, LM head), and bf16/fp16 send them down the reduced-precision
       // Tensile / hipBLASLt kernels, where precision-only NaNs and shape-specific bugs live.
       // hidden_size is rounded up so every head gets a multiple of 8 dimensions: keeps
-      // hidden % heads == 0 and the GEMMs on tile-friendly sizes.
+      // hidden % heads == 0 and the GEMMs on tile-friendly sizes. Heads are added first so the
+      // wider hidden does not widen each head past 128: the fused attention kernels' fast range
+      // (flash and memory-efficient SDPA, AOTriton/CK on ROCm), which `small`'s 12 heads over
+      // 2048 (head_dim 176) left by accident. A profile may raise the ceiling to stress them.
       {.name = "gemm",
        .targets = "rocBLAS, hipBLASLt",
        .components = {component::rocblas},
        .summary = "wider hidden and FFN layers, bf16/fp16 GEMMs",
        .intensities = {{"min_hidden_size", 256, at_least(1), "hidden_size floor"},
                        {"min_ffn_multiplier", 4.0, above(0), "ffn_multiplier floor"},
-                       {"precision", "bf16", one_of({"bf16", "fp16"}), "mixed_precision used when the base is fp32"}},
-       .rules = {raise_to_multiple("hidden_size", intensity("min_hidden_size"), "num_heads", 8),
+                       {"precision", "bf16", one_of({"bf16", "fp16"}), "mixed_precision used when the base is fp32"},
+                       {"max_head_dim", 128, at_least(8),
+                        "head_dim ceiling: num_heads is raised so hidden_size / num_heads stays at most this "
+                        "(rounded up to a multiple of 8)"}},
+       .rules = {raise_count_to_share_at_most("num_heads", intensity("max_head_dim"), "hidden_size",
+                                              "min_hidden_size", "num_key_value_heads"),
+                 raise_to_multiple("hidden_size", intensity("min_hidden_size"), "num_heads", 8),
                  raise_to("ffn_multiplier", intensity("min_ffn_multiplier")),
                  replace("mixed_precision", "fp32", intensity("precision"))}},
       // rocRAND: dropout and stochastic depth draw Philox masks every step on every layer;
@@ -163,6 +171,8 @@ void apply_mode(const StressMode& mode, const StressProfile& profile, const Capa
     if (rule.when.unmet(caps).empty()) apply_stress_rule(rule, intensities, config);
 }
 
+int64_t round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
+
 std::string value_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 // The allowed values of a one_of training field, weakest first (e.g. determinism: off, replay, all).
@@ -192,6 +202,14 @@ StressRule raise_to_multiple(std::string field, RuleValue value, std::string rea
   StressRule rule = raise_to(std::move(field), std::move(value));
   rule.multiple_of = std::move(read_field);
   rule.multiple_factor = factor;
+  return rule;
+}
+StressRule raise_count_to_share_at_most(std::string count_field, RuleValue cap, std::string width_field,
+                                        std::string width_floor, std::string aligned_to) {
+  StressRule rule = make_rule(std::move(count_field), StressOp::kShareAtMost, std::move(cap));
+  rule.width = std::move(width_field);
+  rule.width_floor = std::move(width_floor);
+  rule.aligned_to = std::move(aligned_to);
   return rule;
 }
 StressRule lower_to(std::string field, RuleValue value) {
@@ -243,7 +261,8 @@ std::vector<std::string> StressMode::writes() const {
 std::vector<std::string> StressMode::reads() const {
   std::vector<std::string> fields;
   for (const auto& rule : rules)
-    if (!rule.multiple_of.empty()) fields.push_back(rule.multiple_of);
+    for (const auto* read : {&rule.multiple_of, &rule.width, &rule.aligned_to})
+      if (!read->empty()) fields.push_back(*read);
   return fields;
 }
 
@@ -267,14 +286,18 @@ void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities
   nlohmann::json& slot = config.at(rule.field);
   switch (rule.op) {
     case StressOp::kAtLeast:
-      if (!below(rule.field, slot, value)) return;
-      if (rule.multiple_of.empty()) {
-        slot = value;
-      } else {
-        const int64_t step = config.at(rule.multiple_of).get<int64_t>() * rule.multiple_factor;
-        slot = (value.get<int64_t>() + step - 1) / step * step;
-      }
+      if (below(rule.field, slot, value)) slot = value;
+      if (!rule.multiple_of.empty())
+        slot = round_up(slot.get<int64_t>(), config.at(rule.multiple_of).get<int64_t>() * rule.multiple_factor);
       return;
+    case StressOp::kShareAtMost: {
+      const int64_t width =
+          std::max(config.at(rule.width).get<int64_t>(), intensities.at(rule.width_floor).get<int64_t>());
+      int64_t count = round_up(width, value.get<int64_t>()) / value.get<int64_t>();
+      if (const int64_t align = config.at(rule.aligned_to).get<int64_t>(); align > 0) count = round_up(count, align);
+      if (slot.get<int64_t>() < count) slot = count;
+      return;
+    }
     case StressOp::kAtMost:
       if (value < slot) slot = value;
       return;
@@ -309,6 +332,11 @@ std::string describe_op(const StressRule& rule, bool markdown) {
     case StressOp::kEvery: return field + " at least every " + value + " (0 = off counts as never)";
     case StressOp::kSet: return field + " = " + value;
     case StressOp::kReplace: return field + " " + value_text(rule.replaces) + " -> " + value;
+    case StressOp::kShareAtMost:
+      return fmt::format("{} >= max({}, {}) / {}, rounded up to a multiple of {} (where not 0)", field,
+                         code(rule.width),
+                         markdown ? "*" + rule.width_floor + "*" : "<" + rule.width_floor + ">", value,
+                         code(rule.aligned_to));
   }
   return field;
 }

@@ -3,9 +3,10 @@
 //
 // Why composition is order-independent: every rule only raises a field to at least its
 // intensity, lowers it to at most, switches it on, tightens an every-N interval, or sets it to
-// one value; no two modes write the same field, and no mode writes a field any mode reads
+// one value; no two modes write the same field, and no mode writes a field another mode reads
 // (tests check this for the whole registry; two modes may write one field with the very same
-// rule, which commutes with itself). Such changes commute, and applying one twice
+// rule, which commutes with itself). A mode may read the fields it writes itself: its rules
+// apply in their declared order, and no other mode's rule can come between them. Such changes commute, and applying one twice
 // changes nothing, so `--stress a,b` == `--stress b,a` == `--stress a,a,b`.
 #pragma once
 
@@ -28,6 +29,8 @@ enum class StressOp {
   kEvery,     // an every-N-steps interval at least this often (0 = off counts as never)
   kSet,       // set to the value (a string enum)
   kReplace,   // replace one specific value (`replaces`) by the value, leave any other alone
+  kShareAtMost,  // raise a count until a width split over it gives each part at most the value:
+                 // count >= ceil(max(width field, width floor) / value), a multiple of `aligned_to`
 };
 
 // What a run can do; a mode whose requirement does not hold is skipped with the reason.
@@ -57,6 +60,9 @@ struct StressRule {
   nlohmann::json replaces{};     // kReplace only
   std::string multiple_of{};     // kAtLeast only: a read field; a raised value is rounded up to
   int64_t multiple_factor = 1;   // a multiple of multiple_factor × that field
+  std::string width{};           // kShareAtMost only: the read field split over the count,
+  std::string width_floor{};     // the intensity that width is raised to by the mode's own rule,
+  std::string aligned_to{};      // and a read field the count stays a multiple of (0: any count)
   CapabilityRequirement when{};  // the rule applies only where the run meets this
 };
 
@@ -69,8 +75,14 @@ RuleValue intensity(std::string key);
 RuleValue fixed(nlohmann::json literal);
 
 StressRule raise_to(std::string field, RuleValue value);
-// raise_to, rounded up to a multiple of factor × `read_field` when it raises.
+// raise_to, then rounded up to a multiple of factor × `read_field` (also where the field was
+// already above the value: the read field may have been raised by the mode's earlier rule).
 StressRule raise_to_multiple(std::string field, RuleValue value, std::string read_field, int64_t factor);
+// count >= ceil(max(`width_field`, <width_floor>) / <cap>), rounded up to a multiple of
+// `aligned_to` where that is not 0: so the width, raised to its floor and split over the count,
+// gives each part at most the cap (num_heads for a head_dim ceiling).
+StressRule raise_count_to_share_at_most(std::string count_field, RuleValue cap, std::string width_field,
+                                        std::string width_floor, std::string aligned_to);
 StressRule lower_to(std::string field, RuleValue value);
 StressRule switch_on(std::string field);
 StressRule at_least_every(std::string field, RuleValue value);
@@ -89,7 +101,7 @@ struct StressMode {
   CapabilityRequirement requires_capability{};
 
   std::vector<std::string> writes() const;  // the fields its rules change, in rule order
-  std::vector<std::string> reads() const;   // fields its rules read (never written by any mode)
+  std::vector<std::string> reads() const;   // fields its rules read (written by no other mode)
 };
 
 // Every known mode, in canonical order (the built-in ones as stress_modes.cpp lists them, then

@@ -8,6 +8,7 @@
 
 #include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/model.hpp"
+#include "rocm_conformance_llm/workload/lm_head.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
 namespace rcl {
@@ -144,7 +145,12 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
   p.checkpointed_activation_bytes_per_layer = s.BT * s.r * s.C;
   const int64_t around_blocks =
       s.BT * ((s.dropout ? s.drop * s.C : 0) + s.r * s.C + s.a * s.C);  // embedding dropout, final norm in/out
-  const int64_t logits = s.BT * 12 * s.V;
+  // The chunked loss (workload/lm_head.hpp) holds one chunk's logits, float32 log-softmax and
+  // gradients at a time, beside the head weight cast over the padded rows, its float32 gradient
+  // and the gradient of the hidden rows: never the whole batch's logits.
+  const int64_t logits = std::min(s.BT, kLossChunkTokens) * 12 * s.V + (s.a + 4) * padded_vocab(s.V) * s.C +
+                         s.a * s.BT * s.C;
+  const std::string logits_formula = fmt::format("12 min(B T, {}) V + (a + 4) V_64 C + a B T C", kLossChunkTokens);
   const int64_t workspace = block_backward_workspace(s);
   if (s.autocast)
     p.step.push_back(
@@ -154,14 +160,14 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
     const int64_t recompute = p.activation_bytes_per_layer + workspace;
     p.step.push_back({"activations", s.L * p.checkpointed_activation_bytes_per_layer + around_blocks,
                       "L B T r C + B T (r + a) C (checkpointed: each block keeps its input)"});
-    if (logits >= recompute) p.step.push_back({"logits_and_loss", logits, "12 B T V"});
+    if (logits >= recompute) p.step.push_back({"logits_and_loss", logits, logits_formula});
     else p.step.push_back({"recomputed_block", recompute, "one block's activations, scores and backward workspace"});
   } else {
     p.step.push_back({"activations", s.L * s.BT * block_bytes_per_token(s) + around_blocks,
                       "L B T (per-block bytes per token) + B T (r + a) C"});
     if (const int64_t scores = s.L * block_score_bytes(s); scores > 0)
       p.step.push_back({"attention_scores", scores, s.math_scores ? "L (B H T^2 (4 + a) + mask)" : "L B T^2 a (mask)"});
-    p.step.push_back(logits >= workspace ? MemoryTerm{"logits_and_loss", logits, "12 B T V"}
+    p.step.push_back(logits >= workspace ? MemoryTerm{"logits_and_loss", logits, logits_formula}
                                          : MemoryTerm{"backward_workspace", workspace, "one block's gradients"});
   }
   // ATen's fused kernel (libtorch >= 2.4) updates the buffers in place; the plain update's

@@ -114,7 +114,8 @@ double stress_rank(const ConfigField& field, StressOp op, const nlohmann::json& 
                        ? double(std::find(allowed.begin(), allowed.end(), v.get<std::string>()) - allowed.begin())
                        : v.get<double>();
   switch (op) {
-    case StressOp::kAtLeast: return x;
+    case StressOp::kAtLeast:
+    case StressOp::kShareAtMost: return x;
     case StressOp::kAtMost: return -x;
     case StressOp::kEvery: return x == 0 ? -std::numeric_limits<double>::infinity() : -x;
     default: return 0;
@@ -129,6 +130,7 @@ std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std
   for (const auto& f : mode.intensities) intensities[f.name] = f.default_value;
   const nlohmann::json& value = rule.intensity.empty() ? rule.literal : intensities.at(rule.intensity);
   const bool numeric = rule.op == StressOp::kAtLeast || rule.op == StressOp::kAtMost || rule.op == StressOp::kEvery;
+  const bool share = rule.op == StressOp::kShareAtMost;
   for (int trial = 0; trial < 200; ++trial) {
     nlohmann::json a = random_valid_base(rng);
     a[rule.field] = random_value(field, value, rng);
@@ -142,7 +144,13 @@ std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std
     if (again != fa) return where + " is not idempotent";
     for (const auto& [key, v] : a.items())
       if (key != rule.field && fa.at(key) != v) return where + " changed " + key;
-    if (numeric) {
+    if (share) {
+      const int64_t count = y.get<int64_t>(), cap = value.get<int64_t>(), align = a.at(rule.aligned_to).get<int64_t>();
+      const int64_t width = std::max(a.at(rule.width).get<int64_t>(), intensities.at(rule.width_floor).get<int64_t>());
+      if (count < x.get<int64_t>()) return where + " moved against its direction";
+      if (count * cap < width) return where + " leaves a share above its cap";
+      if (count != x && align > 0 && count % align != 0) return where + " raised it off a multiple of " + rule.aligned_to;
+    } else if (numeric) {
       if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, x))
         return where + " moved against its direction";
       if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, value))
@@ -195,7 +203,7 @@ std::vector<std::string> registry_problems() {
   for (const auto& mode : stress_mode_registry()) {
     for (const auto& field : mode.reads()) {
       if (!fields.contains(field)) problems.push_back(mode.name + " reads unknown field " + field);
-      if (writer.count(field))
+      if (writer.count(field) && writer[field] != mode.name)
         problems.push_back(mode.name + " reads " + field + ", which " + writer[field] + " writes");
     }
   }
@@ -246,9 +254,9 @@ TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesF
   StressMode writes_seq_len = canary_mode({});
   writes_seq_len.rules = {raise_to("seq_len", intensity("min_eval_batches"))};
   expect_problem(writes_seq_len, "seq_len is written by memory and clash");
-  StressMode writes_heads = canary_mode({});
-  writes_heads.rules = {raise_to("num_heads", intensity("min_eval_batches"))};
-  expect_problem(writes_heads, "gemm reads num_heads, which clash writes");
+  StressMode writes_kv_heads = canary_mode({});
+  writes_kv_heads.rules = {raise_to("num_key_value_heads", intensity("min_eval_batches"))};
+  expect_problem(writes_kv_heads, "gemm reads num_key_value_heads, which clash writes");
   StressMode reads_hidden = canary_mode({});
   reads_hidden.rules = {raise_to_multiple("eval_batches", intensity("min_eval_batches"), "hidden_size", 1)};
   expect_problem(reads_hidden, "clash reads hidden_size, which gemm writes");
@@ -390,7 +398,8 @@ TEST(StressModes, EachModeHasTheSpecsEffectOnItsPreset) {
   const TrainingConfig& b = p.training;
   auto with = [&](const std::string& m) { return compose(b, {m}, p.stress); };
   EXPECT_GT(with("gemm").hidden_size, b.hidden_size);
-  EXPECT_EQ(with("gemm").hidden_size % b.num_heads, 0);
+  EXPECT_EQ(with("gemm").hidden_size % with("gemm").num_heads, 0);
+  EXPECT_GE(with("gemm").num_heads, b.num_heads);
   EXPECT_NE(with("gemm").mixed_precision, Precision::fp32);
   EXPECT_GT(with("rng").dropout, b.dropout);
   EXPECT_GT(with("rng").drop_path, 0.0);
@@ -441,6 +450,43 @@ TEST(StressModes, OnlyTheAttentionModePadsBatches) {
       const auto composed = compose_stress_modes(preset.training, subset, preset.stress, gpu2).training;
       EXPECT_EQ(composed.attention_pad_fraction > 0, attention) << preset.name << nlohmann::json(subset).dump();
     }
+}
+
+// The gemm mode widens hidden_size; it adds heads so no head grows past max_head_dim (128 by
+// default: the fused attention kernels' fast range), in every composition and preset, with the
+// grouped key/value heads still dividing the heads. A profile may declare a larger ceiling.
+TEST(StressModes, GemmModeKeepsHeadDimWithinItsCeiling) {
+  const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
+  for (const auto& preset : presets())
+    for (auto subset : all_subsets()) {
+      if (std::find(subset.begin(), subset.end(), "gemm") == subset.end()) continue;
+      const auto c = compose_stress_modes(preset.training, subset, preset.stress, gpu2).training;
+      EXPECT_LE(c.hidden_size / c.num_heads, 128) << preset.name << nlohmann::json(subset).dump();
+      EXPECT_EQ(c.num_heads % key_value_heads(c), 0) << preset.name;
+      EXPECT_NO_THROW(validate(c)) << preset.name << nlohmann::json(subset).dump();
+    }
+  // `small`: 12 heads over the floor 2048 would be head_dim 176; 16 heads of 128 instead.
+  const Preset& small = find_preset("small");
+  const auto gemm = compose(small.training, {"gemm"}, small.stress);
+  EXPECT_EQ(gemm.num_heads, 16);
+  EXPECT_EQ(gemm.hidden_size, 2048);
+  // A base with more heads than the ceiling needs keeps them.
+  TrainingConfig many_heads = small.training;
+  many_heads.num_heads = 32;
+  many_heads.hidden_size = 32 * 24;
+  EXPECT_EQ(compose(many_heads, {"gemm"}, small.stress).num_heads, 32);
+  // Grouped-query attention: the heads stay a multiple of the key/value heads (the large preset's 8).
+  TrainingConfig grouped = small.training;
+  grouped.num_key_value_heads = 12;
+  const auto grouped_gemm = compose(grouped, {"gemm"}, small.stress);
+  EXPECT_EQ(grouped_gemm.num_heads, 24);
+  EXPECT_EQ(grouped_gemm.hidden_size % (24 * 8), 0);
+  // Declared as the stress: a ceiling of 256 keeps small's 12 heads (hidden rounded to 2112).
+  StressProfile wide = small.stress;
+  wide.set("gemm", "max_head_dim", 256);
+  const auto wide_heads = compose(small.training, {"gemm"}, wide);
+  EXPECT_EQ(wide_heads.num_heads, 12);
+  EXPECT_EQ(wide_heads.hidden_size, 2112);
 }
 
 TEST(StressModes, ModesOnlyRaiseOrLowerTowardTheirIntensity) {
