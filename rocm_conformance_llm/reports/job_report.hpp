@@ -45,7 +45,8 @@ struct RowFinding {
 };
 
 // One rank's row. `source`: "report" (its own verdict), "heartbeat" (no verdict came: its last
-// heartbeat through the store; the rank is lost), "none" (nothing came at all).
+// heartbeat through the store; the rank is lost), "none" (lost, and nothing of it came at all),
+// "unknown" (a survivor's view without the store: its state could not be learned; not lost).
 struct RankRow {
   RankIdentity id;
   std::string source = "report";
@@ -103,6 +104,19 @@ std::vector<OddNode> odd_nodes(const std::vector<RankRow>& rows, double margin =
 // The warn finding (odd_node_slow, component host) for one odd node, attributed to its first rank.
 Finding odd_node_finding(const OddNode& odd, int64_t step);
 
+// Who wrote a job report and from what: rank 0 with every row through the store, or a survivor
+// when rank 0's row never came (its view may be partial).
+struct JobView {
+  int written_by = 0;
+  std::string basis = "rank 0 gathered every rank's row through the job's store";
+  std::vector<std::string> cut_links{};  // the writer's interfaces, when every one has lost its link
+  std::string unresolved{};              // why this view names no node ("" when it can)
+};
+// The suspects as this view can name them: none where it is unresolved; the writer's own host
+// alone where its links are cut and ranks of other hosts went unheard (a partition seen from the
+// cut side); else suspect_hosts.
+std::vector<Suspect> suspects_in_view(const std::vector<RankRow>& rows, const JobView& view);
+
 struct JobSummary {
   std::string verdict;  // the worst of the rows' and the job's own findings'; "CRASHED" for a lost rank
   int exit_code = 0;
@@ -110,17 +124,28 @@ struct JobSummary {
 JobSummary job_summary(const std::vector<RankRow>& rows, const std::vector<Finding>& job_findings);
 
 // job_report.json's document, its HTML view and its JUnit (a testcase per rank, one per host).
-nlohmann::json job_report_json(const std::vector<RankRow>& rows, const std::vector<Finding>& job_findings);
+nlohmann::json job_report_json(const std::vector<RankRow>& rows, const std::vector<Finding>& job_findings,
+                               const JobView& view = {});
 std::string job_report_html(const nlohmann::json& job_report);
 std::string job_junit_xml(const nlohmann::json& job_report);
+
+// Where the job's store is served: MASTER_ADDR:MASTER_PORT (rank 0, or its launcher on rank 0's node).
+struct StoreAddress {
+  std::string host{};
+  int port = 0;
+};
 
 // The store side. Every rank publishes its heartbeat row (throttled to one a second) while it
 // trains and its final row with its verdict; rank 0 then gathers every row, waiting at most the
 // collective timeout, takes a missing one from the last heartbeat (marked "heartbeat"), and
-// writes the job files into its output directory.
+// writes the job files into its output directory. When rank 0 itself may be lost (a survivor's
+// findings name a rank of its host absent, or the store stops answering), a survivor writes them:
+// the lowest rank whose row is in, where the store still answers; else each survivor from its own
+// view, naming rank 0's host only where the store's host refuses the connection (reachable, its
+// store gone), its own host where its own links are cut, and no node where it cannot tell.
 class JobRecords final : public StepObserver {
  public:
-  JobRecords(Communicator& world, RankIdentity id, int64_t warmup_steps);
+  JobRecords(Communicator& world, RankIdentity id, int64_t warmup_steps, StoreAddress store);
   void on_step(const StepRecord& r) override;
   // This rank's final row; then, on rank 0, the gathering and the job files. `limit`: how long
   // rank 0 waits for the others' rows.
@@ -128,9 +153,21 @@ class JobRecords final : public StepObserver {
               const std::vector<Finding>& findings, const std::string& phase, std::chrono::milliseconds limit);
 
  private:
+  // Every rank's row as rank 0 would gather it: rows from the store within `limit`, a lost
+  // rank's from its last heartbeat.
+  std::vector<RankRow> gather(const RankRow& mine, std::chrono::milliseconds limit) const;
+  // This rank's view alone, the store gone: the others' rows unknown, rank 0 judged by a probe.
+  std::vector<RankRow> rows_without_store(const RankRow& mine, JobView& view) const;
+  bool rank0_may_be_lost(const RankRow& mine) const;
+  void learn_roster(std::chrono::milliseconds limit);
+  void write_job_report(const std::filesystem::path& output_dir, const std::vector<RankRow>& rows,
+                        const JobView& view, int64_t step) const;
+
   Communicator& world_;
   const RankIdentity id_;
   const int64_t warmup_steps_;
+  const StoreAddress store_;
+  std::vector<std::optional<RankIdentity>> roster_;  // every rank's identity, from its heartbeats
   RunSummary steps_;
   std::chrono::steady_clock::time_point last_beat_{};
   const std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();  // job_ocp.jsonl's

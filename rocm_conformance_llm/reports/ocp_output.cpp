@@ -300,7 +300,9 @@ std::vector<json> job_ocp_artifacts(const json& job, const OcpRunInfo& info) {
     s.step(info.ended, id,
            {{"diagnosis",
              {{"verdict", "rank-" + verdict},
-              {"type", r.at("source") == "report" ? diagnosis_type(verdict) : "FAIL"},
+              {"type", r.at("source") == "report"    ? diagnosis_type(verdict)
+                       : r.at("source") == "unknown" ? "UNKNOWN"  // a survivor's view without the store
+                                                     : "FAIL"},
               {"message", fmt::format("rank {} on {}: {} (source {}, exit {}, last step {} {})",
                                       r.at("world_rank").get<int>(), r.value("host", std::string()), verdict,
                                       r.at("source").get<std::string>(), r.value("exit_code", -1),
@@ -314,10 +316,14 @@ std::vector<json> job_ocp_artifacts(const json& job, const OcpRunInfo& info) {
       if (suspect.at("host") == host)
         for (const auto& line : suspect.at("evidence"))
           evidence += (evidence.empty() ? "" : "; ") + line.get<std::string>();
+    // A host none of whose ranks this view heard from is not cleared, only not named.
+    const bool unheard = std::all_of(h.at("world_ranks").begin(), h.at("world_ranks").end(), [&](const json& rank) {
+      return job.at("ranks").at(rank.get<size_t>()).at("source") == "unknown";
+    });
     s.step(info.ended, id,
            {{"diagnosis",
-             {{"verdict", evidence.empty() ? "node-not-suspect" : "suspect-node"},
-              {"type", evidence.empty() ? "PASS" : "FAIL"},
+             {{"verdict", !evidence.empty() ? "suspect-node" : unheard ? "node-unheard" : "node-not-suspect"},
+              {"type", !evidence.empty() ? "FAIL" : unheard ? "UNKNOWN" : "PASS"},
               {"message", fmt::format("host {} (world ranks {}): {}", host, h.at("world_ranks").dump(),
                                       evidence.empty() ? "owns no decisive finding" : evidence)},
               {"hardwareInfoId", rank_hardware_id(h.at("world_ranks").at(0).get<int>())}}}});

@@ -174,7 +174,8 @@ class Job {
   void open_job_records(RunWiring& wiring) {
     auto group = std::dynamic_pointer_cast<ProcessGroupSync>(training_.sync);
     if (!group) return;
-    job_records_.emplace(group->world(), identity(), run_.diagnostics.warmup_steps);
+    job_records_.emplace(group->world(), identity(), run_.diagnostics.warmup_steps,
+                         StoreAddress{s_.launch.master_addr, s_.launch.master_port});
     wiring.add(part::job_records, &*job_records_);
     const auto timeout = group->world().timeout();
     report().set_after_write([this, timeout](const Verdict& v, const std::vector<Finding>& findings) {

@@ -776,18 +776,22 @@ bool Communicator::put_record(const std::string& name, const std::string& value,
 }
 
 std::vector<std::optional<std::string>> Communicator::collect_records(const std::string& name,
-                                                                      std::chrono::milliseconds limit) const {
+                                                                      std::chrono::milliseconds limit,
+                                                                      const std::vector<int>& only) const {
   using Records = std::vector<std::optional<std::string>>;
   const int world = static_cast<int>(impl_->world_ranks.size());
+  std::vector<int> wanted = only;
+  if (wanted.empty())
+    for (int r = 0; r < world; ++r) wanted.push_back(r);
   // What arrived so far, shared with the helper: a store that stops answering mid-way still
   // leaves the records already read.
   auto got = std::make_shared<std::pair<std::mutex, Records>>();
   got->second.resize(world);
   const auto deadline = Clock::now() + limit;
-  within_limit<bool>(limit, [store = impl_->store, name, world, got, deadline] {
+  within_limit<bool>(limit, [store = impl_->store, name, wanted, got, deadline] {
     for (;;) {
       bool all = true;
-      for (int r = 0; r < world; ++r) {
+      for (const int r : wanted) {
         {
           std::lock_guard<std::mutex> lock(got->first);
           if (got->second[r]) continue;

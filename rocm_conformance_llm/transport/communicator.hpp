@@ -158,10 +158,11 @@ class Communicator {
   // rank is lost. `put_record` sets this rank's record `name` (overwriting its previous one);
   // false when the store did not take it within `limit`. `collect_records` (any rank; the job
   // report's is rank 0) returns every world rank's record `name`, waiting at most `limit` for
-  // them all: nullopt for a rank whose record never came.
+  // them all: nullopt for a rank whose record never came. `only`: just these world ranks (the
+  // others stay nullopt); empty: every rank.
   bool put_record(const std::string& name, const std::string& value, std::chrono::milliseconds limit);
-  std::vector<std::optional<std::string>> collect_records(const std::string& name,
-                                                          std::chrono::milliseconds limit) const;
+  std::vector<std::optional<std::string>> collect_records(const std::string& name, std::chrono::milliseconds limit,
+                                                          const std::vector<int>& only = {}) const;
   std::chrono::milliseconds timeout() const;
 
   struct Impl;

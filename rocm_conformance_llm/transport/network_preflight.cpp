@@ -68,17 +68,19 @@ struct Socket {
 };
 
 // One non-blocking connect, given at most `wait` to complete.
-bool connects(const addrinfo& addr, std::chrono::milliseconds wait) {
+TcpProbe connect_once(const addrinfo& addr, std::chrono::milliseconds wait) {
   Socket s(addr.ai_family);
-  if (s.fd < 0) return false;
+  if (s.fd < 0) return TcpProbe::silent;
   ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
-  if (::connect(s.fd, addr.ai_addr, addr.ai_addrlen) == 0) return true;
-  if (errno != EINPROGRESS) return false;
+  if (::connect(s.fd, addr.ai_addr, addr.ai_addrlen) == 0) return TcpProbe::answers;
+  if (errno == ECONNREFUSED) return TcpProbe::refused;
+  if (errno != EINPROGRESS) return TcpProbe::silent;
   pollfd p{s.fd, POLLOUT, 0};
-  if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return false;
+  if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return TcpProbe::silent;
   int error = 0;
   socklen_t length = sizeof(error);
-  return ::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+  if (::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return TcpProbe::silent;
+  return error == 0 ? TcpProbe::answers : error == ECONNREFUSED ? TcpProbe::refused : TcpProbe::silent;
 }
 
 // The first of `names` that is set and a whole number: its name and value.
@@ -193,7 +195,8 @@ std::vector<NetInterface> list_interfaces() {
   for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
     auto it = std::ranges::find(interfaces, std::string(a->ifa_name), &NetInterface::name);
     if (it == interfaces.end()) {
-      interfaces.push_back({a->ifa_name, (a->ifa_flags & IFF_UP) != 0, (a->ifa_flags & IFF_LOOPBACK) != 0, {}});
+      interfaces.push_back({a->ifa_name, (a->ifa_flags & IFF_UP) != 0, (a->ifa_flags & IFF_LOOPBACK) != 0, {},
+                            (a->ifa_flags & IFF_RUNNING) != 0});
       it = std::prev(interfaces.end());
     }
     if (a->ifa_addr == nullptr) continue;
@@ -261,11 +264,33 @@ bool tcp_answers(const std::string& host, int port, std::chrono::milliseconds wa
     const AddrInfoList list = resolve(host, service.c_str());
     for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      if (connects(*a, std::clamp(left, std::chrono::milliseconds(1), kConnectWait))) return true;
+      if (connect_once(*a, std::clamp(left, std::chrono::milliseconds(1), kConnectWait)) == TcpProbe::answers)
+        return true;
     }
     if (SteadyClock::now() + kProbeRetry >= deadline) return false;
     std::this_thread::sleep_for(kProbeRetry);
   }
+}
+
+TcpProbe tcp_probe(const std::string& host, int port, std::chrono::milliseconds wait) {
+  const AddrInfoList list = resolve(host, std::to_string(port).c_str());
+  TcpProbe met = TcpProbe::silent;  // a refusal from any of the host's addresses outweighs silence
+  for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
+    const TcpProbe probe = connect_once(*a, wait);
+    if (probe == TcpProbe::answers) return probe;
+    if (probe == TcpProbe::refused) met = probe;
+  }
+  return met;
+}
+
+std::vector<std::string> cut_links(const std::vector<NetInterface>& interfaces) {
+  std::vector<std::string> cut;
+  for (const auto& i : interfaces) {
+    if (i.loopback) continue;
+    if (i.up && i.running) return {};
+    cut.push_back(i.name);
+  }
+  return cut;
 }
 
 nlohmann::json network_variables(const std::vector<std::pair<std::string, std::string>>& environment) {

@@ -22,6 +22,7 @@ struct NetInterface {
   bool up = false;
   bool loopback = false;
   std::vector<std::string> addresses;  // numeric IPv4 / IPv6 addresses on it
+  bool running = false;                // IFF_RUNNING: up with a link (a carrier)
 };
 
 // This host's interfaces (getifaddrs), one entry per name.
@@ -45,6 +46,16 @@ std::optional<std::string> spans_hosts(const LaunchInfo& launch, const EnvLookup
 
 // One TCP connect to host:port, tried until it succeeds or `wait` has passed.
 bool tcp_answers(const std::string& host, int port, std::chrono::milliseconds wait);
+
+// What one TCP connect to host:port met within `wait`: a listener; a refusal (the host is up and
+// reachable, nothing listens on the port: the process that served it is gone); or silence (the
+// host down, or the path to it cut: from one side the two look the same).
+enum class TcpProbe { answers, refused, silent };
+TcpProbe tcp_probe(const std::string& host, int port, std::chrono::milliseconds wait);
+
+// The non-loopback interfaces of `interfaces` when every one of them is without a link (down, or
+// up with no carrier): this host's own network is cut. Empty when any has a link, or there is none.
+std::vector<std::string> cut_links(const std::vector<NetInterface>& interfaces);
 
 // The network variables in effect (GLOO_*, NCCL_*, RCCL_*, MASTER_ADDR/PORT, ...), by name.
 nlohmann::json network_variables(const std::vector<std::pair<std::string, std::string>>& environment);

@@ -17,6 +17,15 @@ each node with its own address, hostname and output directory), one case per cal
   node_killed   every process of node 1 killed mid-run: rank 0 fails RCCL, naming rank 1 (or, struck
                 inside a collective, saying every rank entered it).
   link_cut      node 1's link set down mid-run: the same.
+  rank0_stopped rank 0 stopped by --inject rank-stop in the backward: torchrun's agent on node 0 still
+                serves the store, so rank 1, the lowest survivor, gathers every row and writes node 0's
+                job report, naming node 0 and world rank 0.
+  node0_killed  every process of node 0 killed (the store's server with them), one rank a node: node 1's
+                own job report names node 0 and world rank 0, because node 0 refuses the connection to
+                the store (reachable, its store gone).
+  node0_link_cut node 0's link set down, one rank a node: node 0's job report names node 0 itself (its
+                only interface has lost its link) and node 1's names no node, saying why (the store went
+                silent: node 0 down or the path cut, which one side cannot tell).
 Every case reads node 0's job_report.json and job_ocp.jsonl (valid by ocp_rules.py) too: a clean run
 names no suspect and no odd node; a lost rank's job report ends CRASHED (exit 3) naming node 1, and
 only node 1, with the lost world rank (a FAIL diagnosis for each, the run ERROR and FAIL).
@@ -46,7 +55,7 @@ RUN = ["--device", "cpu", "--preset", "smoke", "--set", "num_threads=1", "--set"
 # Nodes per case, and the hosts file entries left out.
 CASES = {"two_by_two": (2, []), "three_nodes": (3, []), "preflight": (2, [1]), "slow_node": (2, []),
          "rank_stopped": (2, []), "rank_stopped_optimizer": (2, []), "node_killed": (2, []), "link_cut": (2, []),
-         "slurm": (2, [])}
+         "rank0_stopped": (2, []), "node0_killed": (2, []), "node0_link_cut": (2, []), "slurm": (2, [])}
 
 
 def node_env(k):
@@ -275,6 +284,72 @@ def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
           f"job_ocp.jsonl {end}")
 
 
+def strike_rank0(tmp, nproc, args, act, writers):
+    """2 nodes; `act` strikes rank 0's side once it has published a step. Waits for the job
+    report of every node in `writers` (job_report.html, the last file of it), then stops every torchrun."""
+    dirs = [f"{tmp}/node{k}/run" for k in range(2)]
+    logs = [open(f"{tmp}/node{k}.log", "w") for k in range(2)]
+    run = ["--steps", "500", "--set", f"collective_timeout_s={TIMEOUT_S}"] + args
+    procs = [torchrun(k, 2, nproc, dirs[k], run, logs[k]) for k in range(2)]
+    # (A fault of rank 0's own may strike before its heartbeat file shows a second step.)
+    reported = lambda: all(os.path.exists(f"{dirs[k]}/job_report.html") for k in writers)
+    wait_for(lambda: last_step(dirs[0]) >= 2 or reported(), "rank 0's second step", 120)
+    act()
+    # A survivor ends after its collective timeout, waits the gather's limit for rank 0's row, then writes.
+    wait_for(reported, f"the job reports of nodes {writers}", 4 * TIMEOUT_S + 30)
+    for p in procs:
+        p.kill()
+        p.wait(timeout=15)
+    return dirs
+
+
+def expect_job(job, written_by, named, what, tmp):
+    """A survivor's job report: CRASHED (exit 3), written by `written_by`, naming exactly `named`
+    ([(host, world ranks)]); its job_ocp.jsonl valid."""
+    if (job["verdict"], job["exit_code"], job["written_by"]) != ("CRASHED", 3, written_by) or suspects(job) != named:
+        fail(f"{what}: job report {job['verdict']} (exit {job['exit_code']}) by rank {job['written_by']}, suspects "
+             f"{suspects(job)}; expected CRASHED (exit 3) by rank {written_by}, {named}:\n"
+             f"{json.dumps({k: job[k] for k in ('basis', 'unresolved', 'cut_links', 'suspect_hosts')}, indent=1)}\n"
+             f"{node_log(tmp, 0)}\n{node_log(tmp, 1)}")
+    print(f"ok: {what}: written by rank {written_by} ({job['basis']}), suspects {named}: "
+          f"{(job['suspect_hosts'] or [{'evidence': [job['unresolved']]}])[0]['evidence'][0]}")
+
+
+def rank0_stopped(tmp):
+    dirs = strike_rank0(tmp, 2, ["--inject", "rank-stop@phase=backward@rank=0@step=3"], lambda: None, [0])
+    job = job_report(dirs[0], 2)
+    rank0 = job["ranks"][0]
+    if rank0["source"] != "heartbeat" or [r["source"] for r in job["ranks"][1:]] != ["report"] * 3:
+        fail(f"rank 0 stopped: rows' sources {[r['source'] for r in job['ranks']]}")
+    expect_job(job, 1, [(node_env(0)["HOST"], [0])], "rank 0 stopped in the backward", tmp)
+    job_ocp(dirs[0])
+
+
+def node0_killed(tmp):
+    dirs = strike_rank0(tmp, 1, [], lambda: kill_node(0), [1])
+    job = job_report(dirs[1], 1)
+    if [r["source"] for r in job["ranks"]] != ["none", "report"]:
+        fail(f"node 0 killed: rows' sources {[r['source'] for r in job['ranks']]}")
+    expect_job(job, 1, [(node_env(0)["HOST"], [0])], "node 0 killed, seen from node 1", tmp)
+    job_ocp(dirs[1])
+
+
+def node0_link_cut(tmp):
+    dirs = strike_rank0(tmp, 1, [], lambda: subprocess.run(["ip", "link", "set", node_env(0)["IF"], "down"],
+                                                            check=True), [0, 1])
+    mine = job_report(dirs[0], 1)
+    expect_job(mine, 0, [(node_env(0)["HOST"], [0])], "node 0's link cut, seen from node 0", tmp)
+    if mine["cut_links"] != ["eth0"]:
+        fail(f"node 0's job report: cut_links {mine['cut_links']}")
+    theirs = job_report(dirs[1], 1)
+    expect_job(theirs, 1, [], "node 0's link cut, seen from node 1", tmp)
+    if not theirs["unresolved"] or [r["source"] for r in theirs["ranks"]] != ["unknown", "report"]:
+        fail(f"node 1's view: unresolved {theirs['unresolved']!r}, sources {[r['source'] for r in theirs['ranks']]}")
+    diagnoses, _ = job_ocp(dirs[1])
+    if ("node-unheard", "UNKNOWN", "hw-rank-0") not in diagnoses:
+        fail(f"node 1's job_ocp.jsonl: node 0 not left unknown: {diagnoses}")
+
+
 def kill_node(k):
     pids = subprocess.run(["ip", "netns", "pids", node_env(k)["NS"]], capture_output=True, text=True).stdout.split()
     for pid in pids:
@@ -325,6 +400,12 @@ def inside(case, tmp):
     elif case == "link_cut":
         lost_rank(tmp, 1, [], lambda: subprocess.run(["ip", "link", "set", node_env(1)["IF"], "down"], check=True), 1,
                   mid_collective=True)
+    elif case == "rank0_stopped":
+        rank0_stopped(tmp)
+    elif case == "node0_killed":
+        node0_killed(tmp)
+    elif case == "node0_link_cut":
+        node0_link_cut(tmp)
     elif case == "slurm":
         slurm(tmp)
 

@@ -103,6 +103,71 @@ TEST(JobReportSuspects, CleanJobHasNoSuspectAndPasses) {
   EXPECT_EQ(job.exit_code, kExitClean);
 }
 
+// A survivor's view without the store: the other ranks' state unknown (never lost, never a
+// suspect by itself), rank 0 lost only where the store's host refused the connection.
+std::vector<RankRow> survivor_view(int n, int per_host, int writer) {
+  auto rows = clean_rows(n, per_host);
+  for (auto& row : rows) {
+    if (row.id.world_rank == writer) continue;
+    row = RankRow{.id = row.id, .source = "unknown", .verdict = "UNKNOWN"};
+  }
+  return rows;
+}
+
+TEST(JobReportView, UnknownRowsAreNeitherLostNorSuspectsUnlessNamedAbsent) {
+  auto rows = survivor_view(4, 2, 2);
+  crash(rows[2], timeout_naming(2, {}));  // every rank entered it: nobody named
+  EXPECT_TRUE(suspect_hosts(rows).empty());
+  EXPECT_EQ(roll_up_hosts(rows)[0].lost, 0);
+  EXPECT_EQ(job_summary(rows, {}).verdict, "CRASHED");  // the writer's own
+  // The store's host refused: rank 0 lost with that evidence; rank 1, which the writer names absent, too.
+  rows[0].source = "none";
+  rows[0].verdict = "LOST";
+  rows[0].last_phase = "host node0 refuses connections to the store";
+  rows[2].findings = {timeout_naming(2, {1})};
+  const auto suspects = suspect_hosts(rows);
+  ASSERT_EQ(suspects.size(), 1u);
+  EXPECT_EQ(suspects[0].host, "node0");
+  EXPECT_EQ(suspects[0].ranks, std::vector<int>({0, 1}));
+  EXPECT_NE(suspects[0].evidence[0].find("sent no verdict and no heartbeat reached this view: host node0 refuses"),
+            std::string::npos)
+      << suspects[0].evidence[0];
+}
+
+TEST(JobReportView, AnUnresolvedViewNamesNoNodeAndACutWriterNamesItself) {
+  auto rows = survivor_view(4, 2, 2);
+  crash(rows[2], timeout_naming(2, {0, 1}));
+  JobView unresolved{.written_by = 2, .unresolved = "the store did not answer"};
+  EXPECT_TRUE(suspects_in_view(rows, unresolved).empty());
+  const auto doc = job_report_json(rows, {}, unresolved);
+  EXPECT_EQ(doc.at("unresolved"), "the store did not answer");
+  EXPECT_EQ(doc.at("written_by"), 2);
+  EXPECT_TRUE(doc.at("suspect_hosts").empty());
+  EXPECT_EQ(doc.at("verdict"), "CRASHED");
+  // Without the view's doubt the peer it names absent would be the suspect.
+  EXPECT_EQ(suspects_in_view(rows, JobView{.written_by = 2}).at(0).host, "node0");
+  // The writer's own links are cut: the ranks it did not hear from are behind its cut, not lost.
+  const JobView cut{.written_by = 2, .cut_links = {"eth0"}};
+  const auto own = suspects_in_view(rows, cut);
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].host, "node1");
+  EXPECT_EQ(own[0].ranks, std::vector<int>({2}));
+  EXPECT_NE(own[0].evidence[0].find("every network interface of host node1 has lost its link (eth0)"),
+            std::string::npos);
+  // Rank 0's gather, its link cut: the lost ranks of node1 are not named, node0 is.
+  auto gathered = clean_rows(4, 2);
+  lose(gathered[2]);
+  lose(gathered[3]);
+  const auto at_rank0 = suspects_in_view(gathered, JobView{.written_by = 0, .cut_links = {"eth0"}});
+  ASSERT_EQ(at_rank0.size(), 1u);
+  EXPECT_EQ(at_rank0[0].host, "node0");
+  // A cut that hid nobody of another host (one host's lost rank) changes nothing.
+  auto one_host = clean_rows(2, 2);
+  lose(one_host[1]);
+  EXPECT_EQ(suspects_in_view(one_host, JobView{.written_by = 0, .cut_links = {"eth0"}}).at(0).ranks,
+            std::vector<int>({1}));
+}
+
 TEST(JobReportRollup, OneEntryPerHostWithItsWorstVerdictAndLostRanks) {
   auto rows = clean_rows(4, 2);
   lose(rows[3]);

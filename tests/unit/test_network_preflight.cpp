@@ -73,11 +73,13 @@ std::string refusal(const LaunchInfo& launch, const Env& variables, const std::s
   return message;
 }
 
+using Names = std::vector<std::string>;
+
 const std::vector<NetInterface> kInterfaces = {
-    {"lo", true, true, {"127.0.0.1", "::1"}},
-    {"eth0", true, false, {"10.0.0.1"}},
-    {"eth10", true, false, {"10.0.0.2"}},
-    {"ib0", true, false, {}},  // no address: NCCL cannot use it
+    {"lo", true, true, {"127.0.0.1", "::1"}, true},
+    {"eth0", true, false, {"10.0.0.1"}, true},
+    {"eth10", true, false, {"10.0.0.2"}, true},
+    {"ib0", true, false, {}, true},  // no address: NCCL cannot use it
 };
 
 TEST(NetworkPreflightTest, ListsThisHostsLoopbackInterface) {
@@ -89,7 +91,6 @@ TEST(NetworkPreflightTest, ListsThisHostsLoopbackInterface) {
 }
 
 TEST(NetworkPreflightTest, NcclIfnameTakesPrefixesExactNamesAndExclusions) {
-  using Names = std::vector<std::string>;
   EXPECT_EQ(nccl_interfaces("eth", kInterfaces), (Names{"eth0", "eth10"}));
   EXPECT_EQ(nccl_interfaces("=eth1", kInterfaces), Names{});
   EXPECT_EQ(nccl_interfaces("=eth10", kInterfaces), Names{"eth10"});
@@ -177,6 +178,28 @@ TEST(NetworkPreflightTest, RefusesARendezvousThatDoesNotAnswerAndRecordsTheVaria
   EXPECT_EQ(record.at("variables").at("NCCL_DEBUG"), "INFO");
   EXPECT_EQ(network_variables({{"PATH", "/bin"}, {"GLOO_SOCKET_IFNAME", "eth0"}, {"MASTER_PORT", "1"}}),
             (nlohmann::json{{"GLOO_SOCKET_IFNAME", "eth0"}, {"MASTER_PORT", "1"}}));
+}
+
+// What a survivor learns of the store's host when the store stops answering: a refusal proves the
+// host reachable and the store's process gone; silence proves nothing about either side.
+TEST(NetworkPreflightTest, TcpProbeTellsAListenerARefusalAndSilenceApart) {
+  const LoopbackPort port;
+  EXPECT_EQ(tcp_probe("127.0.0.1", port.port, milliseconds(500)), TcpProbe::refused);  // bound, not listening
+  port.listen();
+  EXPECT_EQ(tcp_probe("127.0.0.1", port.port, milliseconds(500)), TcpProbe::answers);
+  // No answer at all (a name that never resolves, RFC 6761): silence, never a refusal. Silence on a
+  // cut path is proved end to end by binary.SimCluster.Node0LinkCutNamesNode0AndNode1NamesNoNode.
+  EXPECT_EQ(tcp_probe("store.invalid", 9, milliseconds(200)), TcpProbe::silent);
+}
+
+TEST(NetworkPreflightTest, ALinkIsCutOnlyWhenEveryNonLoopbackInterfaceHasLostIt) {
+  std::vector<NetInterface> host = {{"lo", true, true, {"127.0.0.1"}, true}, {"eth0", true, false, {"10.0.0.1"}, false}};
+  EXPECT_EQ(cut_links(host), Names{"eth0"});  // up, no carrier
+  host.push_back({"eth1", false, false, {}, false});
+  EXPECT_EQ(cut_links(host), (Names{"eth0", "eth1"}));
+  host.push_back({"eth2", true, false, {"10.0.2.1"}, true});
+  EXPECT_EQ(cut_links(host), Names{});
+  EXPECT_EQ(cut_links({{"lo", true, true, {"127.0.0.1"}, true}}), Names{});  // loopback only: nothing to cut
 }
 
 }  // namespace RCL_UNITY_ID
