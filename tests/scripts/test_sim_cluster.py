@@ -4,7 +4,7 @@ each node with its own address, hostname and output directory), one case per cal
 
   two_by_two    torchrun --nnodes 2 --nproc_per_node 2: PASS without a warning, each node writing
                 only its own ranks' files, the preflight's record naming each node's address.
-  three_nodes   torchrun --nnodes 3, one rank each: PASS.
+  three_nodes   torchrun --nnodes 3, one rank each, --stress comm with another seed: PASS.
   preflight     a rank on node 1 refused before anything is written (exit 2), with a
                 configuration message naming the host and the fix: its own name missing from the
                 hosts file, GLOO_SOCKET_IFNAME naming no interface, MASTER_ADDR not answering.
@@ -136,8 +136,8 @@ def suspects(job):
     return [(s["host"], s["world_ranks"]) for s in job["suspect_hosts"]]
 
 
-def check_clean(tmp, nnodes, nproc, steps):
-    dirs, codes = run_nodes(tmp, nnodes, nproc, ["--steps", str(steps)])
+def check_clean(tmp, nnodes, nproc, steps, args=()):
+    dirs, codes = run_nodes(tmp, nnodes, nproc, ["--steps", str(steps)] + list(args))
     for k, code in enumerate(codes):
         if code != 0:
             fail(f"node {k}'s torchrun exited {code}\n{node_log(tmp, k)}")
@@ -167,7 +167,7 @@ def check_clean(tmp, nnodes, nproc, steps):
     diagnoses, end = job_ocp(dirs[0])
     if end != ("COMPLETE", "PASS") or any(d[1] != "PASS" for d in diagnoses) or len(diagnoses) != world + nnodes:
         fail(f"clean run's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
-    print(f"ok: {nnodes} nodes x {nproc} ranks over torchrun: PASS without a finding, node-local files; "
+    print(f"ok: {nnodes} nodes x {nproc} ranks over torchrun {' '.join(args)}: PASS without a finding, node-local files; "
           f"the job report names no suspect and no odd node")
 
 
@@ -386,7 +386,7 @@ def inside(case, tmp):
     if case == "two_by_two":
         check_clean(tmp, 2, 2, 4)
     elif case == "three_nodes":
-        check_clean(tmp, 3, 1, 3)
+        check_clean(tmp, 3, 1, 3, ["--stress", "comm", "--seed", "7"])  # another seed, every collective kind
     elif case == "preflight":
         preflight(tmp)
     elif case == "rank_stopped":
