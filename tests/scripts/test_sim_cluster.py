@@ -10,8 +10,8 @@ each node with its own address, hostname and output directory), one case per cal
                 hosts file, GLOO_SOCKET_IFNAME naming no interface, MASTER_ADDR not answering.
   slow_node     2 nodes x 2 ranks, node 1's ranks slowed by --inject slow-step: the job report's
                 odd_node_slow names node 1 and its ranks, and no suspect.
-  rank_stopped  rank 3 (node 1) stopped by --inject rank-stop in the gradient sync: rank 0 fails
-                RCCL's collective_timeout naming world rank 3.
+  rank_stopped  --stress comm, rank 3 (node 1) stopped by --inject rank-stop in the forward, inside its
+                tensor-parallel pair (2, 3): rank 0 fails RCCL, the job report names world rank 3.
   rank_stopped_optimizer  rank 2 (node 1) stopped in the optimizer step, outside any collective: the same,
                 naming world rank 2.
   node_killed   every process of node 1 killed mid-run: rank 0 fails RCCL, naming rank 1 (or, struck
@@ -230,12 +230,14 @@ def preflight(tmp):
                   [f"MASTER_ADDR={os.environ['SIM_MASTER_ADDR']} MASTER_PORT={PORT} did not answer host '{host}'"])
 
 
-def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
+def lost_rank(tmp, nproc, args, act, lost, mid_collective=False, subgroup=False):
     """2 nodes; `act` strikes node 1 once rank 0 has published a step. `mid_collective`: the strike
     may find node 1 inside a collective, which then fails with every rank in it: rank 0 says the
     transport stalled (collective_timeout) or its peer reset (collective_error), naming no rank. Rank 0's report once it ends
     (its junit.xml is the last file of its own; job_report.html the last of the job's); torchrun on node 0 then waits for its lost peer
-    agent (torch 1.13's exit barrier, 300 s), so the cluster's teardown stops it."""
+    agent (torch 1.13's exit barrier, 300 s), so the cluster's teardown stops it. `subgroup`: the rank
+    is lost inside a tensor-parallel group rank 0 is not in; rank 0 then waits on its data-parallel
+    partner, itself waiting, so only the job report must name the lost rank."""
     run_dir = f"{tmp}/node0/run"
     logs = [open(f"{tmp}/node{k}.log", "w") for k in range(2)]
     run = ["--steps", "500", "--set", f"collective_timeout_s={TIMEOUT_S}"] + args
@@ -259,6 +261,8 @@ def lost_rank(tmp, nproc, args, act, lost, mid_collective=False):
     if mid_collective:
         named += [f for f in failed if f["component"] == "RCCL" and not missing(f) and
                   f["signature"] in ("collective_timeout", "collective_error") and "every rank entered it" in f["message"]]
+    if subgroup:
+        named = [f for f in failed if f["component"] == "RCCL"]
     if r0["exit_code"] != 3 or not named:
         fail(f"rank 0: exit {r0['exit_code']} outcome {r0['outcome']}, no fail finding naming rank {lost}: "
              f"{json.dumps(r0['findings'], indent=1)[:3000]}\n{node_log(tmp, 0)}")
@@ -390,7 +394,9 @@ def inside(case, tmp):
     elif case == "preflight":
         preflight(tmp)
     elif case == "rank_stopped":
-        lost_rank(tmp, 2, ["--inject", "rank-stop@phase=grad_sync@rank=3@step=3"], lambda: None, 3)
+        # --stress comm: tensor-parallel pairs (world ranks 0,1 and 2,3), whose all-reduces run in the forward.
+        lost_rank(tmp, 2, ["--stress", "comm", "--inject", "rank-stop@phase=forward@rank=3@step=3"], lambda: None, 3,
+                  subgroup=True)
     elif case == "rank_stopped_optimizer":
         lost_rank(tmp, 2, ["--inject", "rank-stop@phase=optimizer@rank=2@step=3"], lambda: None, 2)
     elif case == "slow_node":
