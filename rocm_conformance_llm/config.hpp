@@ -168,6 +168,9 @@ struct ConfigField {
     "where a replay check keeps its saved state: host memory; disk (the checkpoint writer and loader, every check)")    \
   /* --- memory mode --- */                                                                                            \
   X(int64_t, memory_pressure_bytes, 0, at_least(0), "ballast held on the device for the whole run")                    \
+  X(bool, checkpoint_keep_attention, true, unchecked(),                                                                \
+    "with activation_checkpointing: keep each block's attention kernel output (and what its backward reads) and "      \
+    "recompute only the rest; false: recompute the whole block. A GPU fit turns it off before lowering batch_size")    \
   /* --- comm mode and distributed --- */                                                                              \
   X(bool, log_per_rank, false, unchecked(), "every rank logs, not only rank 0")                                        \
   X(double, bucket_mb, 25.0, above(0), "gradient all-reduce bucket size (MB)")                                         \

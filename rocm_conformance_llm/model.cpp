@@ -321,7 +321,9 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TrainingConfig& cfg, cons
   }
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) { return project(attend(heads(input))); }
+
+AttentionInputs CausalSelfAttentionImpl::heads(const torch::Tensor& input) {
   const auto x = tp_.enter(input);  // tensor parallel: the whole sequence, on every rank of the group
   const int64_t batch = x.size(0), seq = x.size(1);
   auto qkv_out = tapped_linear(qkv, x, "attn.qkv");  // [B, T, C + 2 KV] (tensor parallel: this rank's heads' share)
@@ -329,10 +331,11 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
   if (conv_kernel_ > 0) qkv_out = causal_conv(qkv_out);
   const int64_t kv_width = kv_heads_ * head_dim_;
   const auto parts = qkv_out.split_with_sizes({width, kv_width, kv_width}, -1);
-  auto heads = [&](const torch::Tensor& t, int64_t count) {
+  auto split_heads = [&](const torch::Tensor& t, int64_t count) {
     return t.reshape({batch, seq, count, head_dim_}).transpose(1, 2);  // [B, count, T, D]
   };
-  auto q = heads(parts[0], num_heads_), k = heads(parts[1], kv_heads_), v = heads(parts[2], kv_heads_);
+  auto q = split_heads(parts[0], num_heads_), k = split_heads(parts[1], kv_heads_),
+       v = split_heads(parts[2], kv_heads_);
   if (!q_norm_.is_empty()) {
     q = q_norm_(q);
     k = k_norm_(k);
@@ -351,9 +354,17 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& input) {
     *capture_ = {q.detach(), k.detach(), v.detach()};
     capture_ = nullptr;
   }
-  if (strided_v_) v = strided_view_of(v);
-  const auto y = attend(q, k, v).transpose(1, 2).reshape({batch, seq, width});
-  return tp_.row_parallel_linear(y, proj->weight, proj->bias, "attn.proj");
+  return {q, k, v};
+}
+
+torch::Tensor CausalSelfAttentionImpl::attend(const AttentionInputs& in) {
+  const int64_t batch = in.q.size(0), seq = in.q.size(2);
+  const auto v = strided_v_ ? strided_view_of(in.v) : in.v;
+  return attention_kernel(in.q, in.k, v).transpose(1, 2).reshape({batch, seq, num_heads_ * head_dim_});
+}
+
+torch::Tensor CausalSelfAttentionImpl::project(const torch::Tensor& attended) {
+  return tp_.row_parallel_linear(attended, proj->weight, proj->bias, "attn.proj");
 }
 
 torch::Tensor CausalSelfAttentionImpl::causal_conv(const torch::Tensor& x) const {
@@ -393,7 +404,8 @@ torch::Tensor CausalSelfAttentionImpl::allowed_keys(const torch::Tensor& q) cons
   return fits ? allowed_ : allowed_keys(batch, seq, q.device());
 }
 
-torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor CausalSelfAttentionImpl::attention_kernel(const torch::Tensor& q, const torch::Tensor& k,
+                                                        const torch::Tensor& v) {
   const double dropout = is_training() ? dropout_ : 0.0;
   const auto allowed = allowed_keys(q);
   if (calls_sdpa()) return sdpa_attention(q, k, v, allowed, dropout);
@@ -436,9 +448,22 @@ BlockImpl::BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOption
   }
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  const GemmLayerScope layer(index_);  // names this block's GEMMs, recomputed ones too
-  auto a = attn(norm_attn_(x));
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) { return after_attention(x, attention(attention_inputs(x))); }
+
+// Each part names the block's GEMMs itself: checkpointing recomputes the parts one by one.
+AttentionInputs BlockImpl::attention_inputs(const torch::Tensor& x) {
+  const GemmLayerScope layer(index_);
+  return attn->heads(norm_attn_(x));
+}
+
+torch::Tensor BlockImpl::attention(const AttentionInputs& heads) {
+  const GemmLayerScope layer(index_);
+  return attn->attend(heads);
+}
+
+torch::Tensor BlockImpl::after_attention(const torch::Tensor& x, const torch::Tensor& attended) {
+  const GemmLayerScope layer(index_);
+  auto a = attn->project(attended);
   if (!post_norm_attn_.is_empty()) a = post_norm_attn_(a);
   const auto h = x + residual_branch(a);
   auto m = moe.is_empty() ? mlp(norm_mlp_(h)) : moe(norm_mlp_(h));
@@ -457,6 +482,31 @@ torch::Tensor BlockImpl::residual_branch(const torch::Tensor& branch_out) {
 }
 
 // --- GPT ---
+
+namespace {
+// Selective activation checkpointing: the attention kernel runs once and autograd keeps what its
+// backward reads (Q, K, V, the output and, on a fused kernel, its log-sum-exp; on the math path
+// the probabilities, their dropout and the mask: docs/sizing.md), since recomputing it is most of
+// a block's forward at long sequences. Backward recomputes the cheap rest from the block input:
+// the norm and Q/K/V projection before the kernel, the output projection, residual dropout and
+// MLP after it, each part under its own forward's RNG state (checkpoint_tensors), so every
+// dropout mask is the forward's.
+torch::Tensor forward_keeping_attention(Block block, const torch::Tensor& x) {
+  const auto heads = checkpoint_tensors(
+      [block](const std::vector<torch::Tensor>& in) mutable {
+        const AttentionInputs h = block->attention_inputs(in[0]);
+        return std::vector{h.q, h.k, h.v};
+      },
+      {x});
+  const auto attended = block->attention({heads[0], heads[1], heads[2]});
+  return checkpoint_tensors(
+             [block](const std::vector<torch::Tensor>& in) mutable {
+               return std::vector{block->after_attention(in[0], in[1])};
+             },
+             {x, attended})
+      .front();
+}
+}  // namespace
 
 GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
   if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
@@ -504,9 +554,9 @@ torch::Tensor GPTImpl::final_hidden(const torch::Tensor& tokens, std::vector<tor
   for (size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];
     if (fsdp_) x = fsdp_->block_forward(int64_t(i), x);
-    else
-      x = recompute ? checkpoint([block](const torch::Tensor& in) mutable { return block->forward(in); }, x)
-                    : block->forward(x);
+    else if (!recompute) x = block->forward(x);
+    else if (cfg_.checkpoint_keep_attention) x = forward_keeping_attention(block, x);
+    else x = checkpoint([block](const torch::Tensor& in) mutable { return block->forward(in); }, x);
     if (block_outputs) block_outputs->push_back(x);
   }
   x = final_norm_(x);

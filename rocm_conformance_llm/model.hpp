@@ -104,7 +104,7 @@ torch::Tensor repeat_key_value_heads(const torch::Tensor& kv, int64_t groups);
 torch::Tensor strided_view_of(const torch::Tensor& v);
 
 // One layer's attention inputs, each [B, H, T, D] after QK-norm, rotary and the repeat of
-// grouped-query attention's K/V heads, detached.
+// grouped-query attention's K/V heads (the attention parity probe's copy is detached).
 struct AttentionInputs {
   torch::Tensor q, k, v;
 };
@@ -126,7 +126,13 @@ TORCH_MODULE(Norm);
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const TrainingConfig& cfg, const ModelOptions& options);
-  torch::Tensor forward(const torch::Tensor& x);  // [B,T,C] -> [B,T,C]
+  torch::Tensor forward(const torch::Tensor& x);  // [B,T,C] -> [B,T,C]: project(attend(heads(x)))
+  // The forward in three parts, so checkpointing can keep the kernel's tensors and recompute the
+  // rest: Q, K, V [B, H, T, D] (QK-norm, rotary and the GQA repeat applied); the kernel's output,
+  // heads merged [B, T, C]; the output projection.
+  AttentionInputs heads(const torch::Tensor& x);
+  torch::Tensor attend(const AttentionInputs& heads);
+  torch::Tensor project(const torch::Tensor& attended);
   // The next forward stores its Q, K, V in `out` (the attention parity probe's inputs).
   void capture_next(AttentionInputs* out) { capture_ = out; }
   // The kernel a training call with these Q, K, V would run on (sdpa_kernel_choice, with this
@@ -149,7 +155,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   void use_tensor_parallel(TensorParallelLink link, int degree);
 
  private:
-  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  torch::Tensor attention_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   bool calls_sdpa() const { return backend_ != AttentionBackend::math && !self_only_; }
   torch::Tensor allowed_keys(const torch::Tensor& q) const;  // the handed mask where it fits q's batch
 
@@ -194,7 +200,11 @@ class BlockImpl : public torch::nn::Module {
   // `index` is 0-based; the stochastic-depth rate grows linearly to cfg.drop_path at the
   // last block: drop_path * (index + 1) / num_layers.
   BlockImpl(const TrainingConfig& cfg, int64_t index, const ModelOptions& options);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x);  // after_attention(x, attention(attention_inputs(x)))
+  // The three parts of forward, for checkpointing that keeps the attention kernel's tensors.
+  AttentionInputs attention_inputs(const torch::Tensor& x);
+  torch::Tensor attention(const AttentionInputs& heads);
+  torch::Tensor after_attention(const torch::Tensor& x, const torch::Tensor& attended);
 
   CausalSelfAttention attn{nullptr};
   Mlp mlp{nullptr};             // dense feed-forward (moe_experts == 0)

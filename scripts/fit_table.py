@@ -45,10 +45,13 @@ def cell(doc):
     before = fit["predicted_before_fit"]["peak_bytes"]
     if not fit["fits"]:
         return f"**refused**: {gib(fit['predicted']['peak_bytes'])}"
-    if not fit["changes"]:
+    changes = fit["changes"]
+    if not changes:
         return gib(before)
-    batch = fit["changes"]["batch_size"]
-    return f"{gib(before)} -> batch {batch[0]}->{batch[1]}: {gib(fit['predicted']['peak_bytes'])}"
+    steps = ["whole blocks"] if "checkpoint_keep_attention" in changes else []
+    if "batch_size" in changes:
+        steps.append(f"batch {changes['batch_size'][0]}->{changes['batch_size'][1]}")
+    return f"{gib(before)} -> {', '.join(steps)}: {gib(fit['predicted']['peak_bytes'])}"
 
 
 def main():
@@ -73,12 +76,13 @@ def main():
         "Written by `scripts/fit_table.py` from the binary's own `--print-config` (its `sizing` and `fit`",
         "sections; formulas: [../sizing.md](../sizing.md)). `smoke` runs on the CPU, where no fit is made;",
         "`small` and `large` are fitted to GPUs posed with `--device-memory`: the fit may use 90% of the",
-        "device, and a cell reads *peak as composed -> micro-batch change: peak after the fit*, or",
-        "**refused** with the peak at micro-batch 1.",
+        "device, and a cell reads *peak as composed -> what the fit changed: peak after the fit* (whole",
+        "blocks recomputed instead of keeping attention, a smaller micro-batch), or **refused** with the",
+        "peak at micro-batch 1.",
         "",
         f"- modes this binary skips: {'; '.join(skipped) if skipped else 'none'}",
         "- refused: " + ", ".join(f"{t} {counts[t]}" for t, _, m in TARGETS if m),
-        "- fitted by a smaller micro-batch: " + ", ".join(f"{t} {changed[t]}" for t, _, m in TARGETS if m),
+        "- changed by the fit: " + ", ".join(f"{t} {changed[t]}" for t, _, m in TARGETS if m),
         "",
         "| modes | " + " | ".join(t[0] for t in TARGETS) + " |",
         "|---|" + "---|" * len(TARGETS),

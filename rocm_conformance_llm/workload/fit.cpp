@@ -1,19 +1,27 @@
 #include "rocm_conformance_llm/workload/fit.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
+#if __has_include(<fmt/ranges.h>)
+#include <fmt/ranges.h>  // fmt::join (moved there in fmt 11)
+#endif
 
 #include "rocm_conformance_llm/stress_modes.hpp"
 
 namespace rcl {
 
 const DeviceFitRule& device_fit_rule() {
+  // Whole-block recompute costs only time (attention's forward again in backward); a smaller
+  // micro-batch costs time too and changes the kernels' shapes, so it comes second.
   // The micro-batch is a throughput choice, not what any mode stresses: the memory mode's
   // sequence length, the gemm mode's widths, the fusion mode's depth are the stress and stay.
   // 10% of the device is left to the runtime's context, BLAS workspaces and the other
   // processes a shared node runs.
-  static const DeviceFitRule rule{.lowers = "batch_size",
+  static const DeviceFitRule rule{.switches_off = "checkpoint_keep_attention",
+                                  .switches_off_why = "recompute whole blocks: the kept attention outputs do not fit",
+                                  .lowers = "batch_size",
                                   .keeps_tokens_with = "grad_accum_steps",
                                   .usable_fraction = 0.9,
                                   .why = "smaller micro-batches, more of them: the same tokens per optimizer step"};
@@ -28,6 +36,26 @@ TrainingConfig with_micro_batch(const TrainingConfig& cfg, const DeviceFitRule& 
   j[rule.lowers] = micro;
   return j.get<TrainingConfig>();
 }
+
+TrainingConfig switched_off(const TrainingConfig& cfg, const DeviceFitRule& rule) {
+  nlohmann::json j = cfg;
+  j[rule.switches_off] = false;
+  return j.get<TrainingConfig>();
+}
+
+// What the fit did, for its reason line: "FIELD a -> b (why)" for each step of the rule taken.
+std::string steps_taken(const nlohmann::json& changes, const DeviceFitRule& rule) {
+  std::vector<std::string> steps;
+  if (changes.contains(rule.switches_off))
+    steps.push_back(fmt::format("{} true -> false ({})", rule.switches_off, rule.switches_off_why));
+  if (changes.contains(rule.lowers)) {
+    const auto& batch = changes.at(rule.lowers);
+    const int64_t before = batch[0].get<int64_t>(), after = batch[1].get<int64_t>();
+    steps.push_back(fmt::format("{} {} -> {}, {} x{} ({})", rule.lowers, before, after, rule.keeps_tokens_with,
+                                before / after, rule.why));
+  }
+  return fmt::format("{}", fmt::join(steps, ", "));
+}
 }  // namespace
 
 DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription& device) {
@@ -38,26 +66,36 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
   fit.composed = predict_step(composed, device);
   fit.training = composed;
   fit.fitted = fit.composed;
+  // The rule's candidates in order: as composed; switched off where that lowers the peak; then
+  // each smaller micro-batch, largest divisor first (the fewest extra micro-steps).
+  std::vector<TrainingConfig> candidates{composed};
+  TrainingConfig base = composed;
+  const bool switching_off_helps =
+      nlohmann::json(composed).at(rule.switches_off).get<bool>() &&
+      predict_step(switched_off(composed, rule), device).peak_bytes < fit.composed.peak_bytes;
+  if (switching_off_helps) candidates.push_back(base = switched_off(composed, rule));
   const int64_t batch = nlohmann::json(composed).at(rule.lowers).get<int64_t>();
-  // Largest divisor first: the fewest extra micro-steps.
-  for (int64_t micro = batch; micro >= 1; --micro) {
-    if (batch % micro != 0) continue;
-    const TrainingConfig candidate = with_micro_batch(composed, rule, micro);
-    const SizingPrediction predicted = micro == batch ? fit.composed : predict_step(candidate, device);
+  for (int64_t micro = batch - 1; micro >= 1; --micro)
+    if (batch % micro == 0) candidates.push_back(with_micro_batch(base, rule, micro));
+
+  for (const TrainingConfig& candidate : candidates) {
+    const SizingPrediction predicted = predict_step(candidate, device);
     if (predicted.peak_bytes > fit.available_bytes) continue;
     fit.fits = true;
     fit.training = candidate;
     fit.fitted = predicted;
     fit.changes = config_diff(composed, candidate);
-    fit.reason = micro == batch ? fmt::format("fits: predicted peak {} of {} available", gib_text(predicted.peak_bytes),
-                                              gib_text(fit.available_bytes))
-                                : fmt::format("{} {} -> {}, {} x{} ({}): predicted peak {} -> {}, {} available",
-                                              rule.lowers, batch, micro, rule.keeps_tokens_with, batch / micro,
-                                              rule.why, gib_text(fit.composed.peak_bytes),
-                                              gib_text(predicted.peak_bytes), gib_text(fit.available_bytes));
+    // Why switches_off stayed on where it mattered: the configuration fits with it.
+    const std::string kept =
+        switching_off_helps && fit.changes.empty() ? fmt::format(" with {} on", rule.switches_off) : "";
+    fit.reason = fit.changes.empty() ? fmt::format("fits{}: predicted peak {} of {} available", kept,
+                                                   gib_text(predicted.peak_bytes), gib_text(fit.available_bytes))
+                                     : fmt::format("{}: predicted peak {} -> {}, {} available",
+                                                   steps_taken(fit.changes, rule), gib_text(fit.composed.peak_bytes),
+                                                   gib_text(predicted.peak_bytes), gib_text(fit.available_bytes));
     return fit;
   }
-  const SizingPrediction& smallest = fit.fitted = predict_step(with_micro_batch(composed, rule, 1), device);
+  const SizingPrediction& smallest = fit.fitted = predict_step(candidates.back(), device);
   fit.reason = fmt::format(
       "the configuration does not fit the device: predicted peak {} bytes ({}) even at {} 1 > available {} bytes "
       "({} of {} bytes, {}); lower what the stress modes raised (e.g. --set stress_profile.memory.min_seq_len=...) "
@@ -112,7 +150,8 @@ nlohmann::json DeviceFit::to_json() const {
   return {
       {"device", {{"name", device.name}, {"capacity_bytes", device.capacity_bytes}, {"peak_flops", device.peak_flops}}},
       {"rule",
-       {{"lowers", device_fit_rule().lowers},
+       {{"switches_off", device_fit_rule().switches_off},
+        {"lowers", device_fit_rule().lowers},
         {"keeps_tokens_with", device_fit_rule().keeps_tokens_with},
         {"usable_fraction", device_fit_rule().usable_fraction}}},
       {"available_bytes", available_bytes},

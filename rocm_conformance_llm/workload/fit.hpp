@@ -13,11 +13,15 @@
 
 namespace rcl {
 
-// The fit rule, as data. `lowers` steps down through the divisors of its composed value and
-// `keeps_tokens_with` is multiplied by the same factor, so the tokens per optimizer step stay
-// exactly what the composition asked for. No mode raises `lowers` or lowers `keeps_tokens_with`
-// (tests check the registry), so the fit never undoes a mode's floor or ceiling.
+// The fit rule, as data. First `switches_off` (a bool that only trades speed for memory) where
+// that lowers the predicted peak; then `lowers` steps down through the divisors of its composed
+// value and `keeps_tokens_with` is multiplied by the same factor, so the tokens per optimizer step
+// stay exactly what the composition asked for. No mode writes `switches_off`, raises `lowers` or
+// lowers `keeps_tokens_with` (tests check the registry), so the fit never undoes a mode's floor or
+// ceiling.
 struct DeviceFitRule {
+  std::string switches_off;
+  std::string switches_off_why;
   std::string lowers;
   std::string keeps_tokens_with;
   double usable_fraction = 0;  // of the device's capacity the predicted peak (with slack) may take
@@ -33,7 +37,7 @@ struct DeviceFit {
   TrainingConfig training;      // the fitted configuration
   nlohmann::json changes = nlohmann::json::object();  // {field: [before, after]}
   bool fits = false;
-  std::string reason;  // one line: what changed and why, or why it cannot fit
+  std::string reason;  // one line: what changed and why (or what it kept), or why it cannot fit
 
   nlohmann::json to_json() const;
 };

@@ -22,6 +22,7 @@ struct Shape {
   int64_t drop;  // bytes per element a dropout keeps for backward: a bool mask on an accelerator
                  // (native_dropout), the scaled noise in the input's dtype on the CPU
   bool autocast, math_scores, padded, dropout, rotary, qk_norm, conv, sandwich, strided_v, swiglu;
+  bool keep_attention;  // checkpointing keeps the attention kernel's tensors, recomputes the rest
 };
 
 Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
@@ -52,23 +53,35 @@ Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
   s.conv = cfg.qkv_conv_kernel > 0;
   s.sandwich = cfg.norm_layout == NormLayout::sandwich;
   s.strided_v = cfg.attention_noncontiguous_v;
+  s.keep_attention = cfg.activation_checkpointing && cfg.checkpoint_keep_attention;
   return s;
 }
 
 // One block's tensors autograd keeps for backward, in bytes per token, in forward order: up to
-// the attention kernel, then from the output projection on (backward frees these first).
-int64_t attention_bytes_per_token(const Shape& s) {
+// the attention kernel, then from the output projection on (backward frees these first). Up to
+// the kernel in two parts: what only the norm and the Q/K/V projection keep (checkpointing that
+// keeps attention recomputes it), then what the kernel's backward reads and its output.
+int64_t before_attention_kernel_bytes_per_token(const Shape& s) {
   int64_t b = 0;
   b += s.r * s.C;                                     // block input (LayerNorm 1 keeps it)
   b += s.a * s.C;                                     // LayerNorm 1 output as the QKV GEMM reads it
-  b += s.a * (s.C + 2 * s.K);                         // QKV output (Q, K, V are views of it)
   if (s.conv) b += s.a * (s.C + 2 * s.K);             // the left-padded copy the convolution keeps
   if (s.qk_norm && s.autocast) b += 4 * (s.C + s.K);  // float32 copies of Q and K the norms keep
+  return b;
+}
+
+int64_t attention_kernel_bytes_per_token(const Shape& s) {
+  int64_t b = 0;
+  b += s.a * (s.C + 2 * s.K);                         // QKV output (Q, K, V are views of it)
   if (s.qk_norm || s.rotary) b += s.a * (s.C + s.K);  // new Q and K (normed and/or rotated)
   if (s.K < s.C) b += 2 * s.a * s.C;                  // GQA: K and V repeated to every query head
   if (!s.math_scores) b += s.a * s.C + 4 * s.H;       // fused attention output and log-sum-exp
   if (s.strided_v) b += s.a * (s.C + 8 * s.H);        // V padded by 8 per row (strided view)
   return b;
+}
+
+int64_t attention_bytes_per_token(const Shape& s) {
+  return before_attention_kernel_bytes_per_token(s) + attention_kernel_bytes_per_token(s);
 }
 
 int64_t projection_and_mlp_bytes_per_token(const Shape& s) {
@@ -110,6 +123,23 @@ int64_t block_backward_workspace(const Shape& s) {
   return std::max(mlp, scores);
 }
 
+// What checkpointing that keeps attention keeps of one block beside its input: the kernel's
+// tensors (on the math path its scores too) and the heads-merged output the recomputed rest
+// starts from (the projection's input).
+int64_t kept_attention_bytes(const Shape& s) {
+  return s.BT * (attention_kernel_bytes_per_token(s) + s.a * s.C) + block_score_bytes(s);
+}
+
+// The forward FLOPs checkpointing runs again in backward, per token: a third of the blocks'
+// training FLOPs (a GEMM's forward is 2 of its 6 per parameter, attention's QK^T and AV 4 of
+// 12 L C T), less attention's where its output is kept. The LM head (6 V C) is not recomputed.
+double recomputed_flops_per_token(const TrainingConfig& cfg, const Shape& s) {
+  if (!cfg.activation_checkpointing) return 0.0;
+  const double attention = 12.0 * double(s.L) * double(s.C) * double(s.T);
+  const double head = 6.0 * double(s.V) * double(s.C);
+  return (flops_per_token(cfg) - head - (s.keep_attention ? attention : 0.0)) / 3.0;
+}
+
 int64_t sum(const std::vector<MemoryTerm>& terms) {
   return std::accumulate(terms.begin(), terms.end(), int64_t{0},
                          [](int64_t total, const MemoryTerm& t) { return total + t.bytes; });
@@ -132,6 +162,7 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
   p.vocab_size = s.V;
   const int64_t P = p.parameters;
   const int64_t gemm_parameters = gemm_parameter_count(cfg);
+  const int64_t kept_attention = s.keep_attention ? kept_attention_bytes(s) : 0;
 
   p.resident = {
       {"parameters", 4 * P, "4 P (float32)"},
@@ -142,7 +173,7 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
     p.resident.push_back({"ballast", cfg.memory_pressure_bytes, "memory_pressure_bytes"});
 
   p.activation_bytes_per_layer = s.BT * block_bytes_per_token(s) + block_score_bytes(s);
-  p.checkpointed_activation_bytes_per_layer = s.BT * s.r * s.C;
+  p.checkpointed_activation_bytes_per_layer = s.BT * s.r * s.C + kept_attention;
   const int64_t around_blocks =
       s.BT * ((s.dropout ? s.drop * s.C : 0) + s.r * s.C + s.a * s.C);  // embedding dropout, final norm in/out
   // The chunked loss (workload/lm_head.hpp) holds one chunk's logits, float32 log-softmax and
@@ -156,10 +187,15 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
     p.step.push_back(
         {"autocast_weights", s.a * gemm_parameters, "a N_gemm (weights cast for the GEMMs, kept for backward)"});
   if (cfg.activation_checkpointing) {
-    // Backward starts with the loss (logits alive), then recomputes one block at a time.
-    const int64_t recompute = p.activation_bytes_per_layer + workspace;
-    p.step.push_back({"activations", s.L * p.checkpointed_activation_bytes_per_layer + around_blocks,
+    // Backward starts with the loss (logits alive), then recomputes one block at a time: the
+    // whole of it, or with attention kept the part after the kernel, the larger one.
+    const int64_t recompute =
+        (s.keep_attention ? s.BT * projection_and_mlp_bytes_per_token(s) : p.activation_bytes_per_layer) + workspace;
+    p.step.push_back({"activations", s.L * s.BT * s.r * s.C + around_blocks,
                       "L B T r C + B T (r + a) C (checkpointed: each block keeps its input)"});
+    if (s.keep_attention)
+      p.step.push_back(
+          {"kept_attention", s.L * kept_attention, "L (B T (attention kernel's tensors + a C) + its scores and mask)"});
     if (logits >= recompute) p.step.push_back({"logits_and_loss", logits, logits_formula});
     else p.step.push_back({"recomputed_block", recompute, "one block's activations, scores and backward workspace"});
   } else {
@@ -185,9 +221,7 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
 
   p.tokens_per_step = s.BT * cfg.grad_accum_steps;
   p.model_flops_per_step = flops_per_token(cfg) * double(p.tokens_per_step);
-  p.hardware_flops_per_step =
-      p.model_flops_per_step +
-      (cfg.activation_checkpointing ? 2.0 * double(gemm_parameters) * double(p.tokens_per_step) : 0.0);
+  p.hardware_flops_per_step = p.model_flops_per_step + recomputed_flops_per_token(cfg, s) * double(p.tokens_per_step);
   p.ideal_step_s = device.peak_flops > 0 ? p.hardware_flops_per_step / device.peak_flops : 0.0;
   return p;
 }

@@ -42,14 +42,14 @@ struct SizingPrediction {
   // On top of `resident` during the optimizer update (its whole-buffer temporaries).
   std::vector<MemoryTerm> optimizer;
   int64_t activation_bytes_per_layer = 0;               // one block's saved tensors
-  int64_t checkpointed_activation_bytes_per_layer = 0;  // what a checkpointed block keeps
+  int64_t checkpointed_activation_bytes_per_layer = 0;  // what a checkpointed block keeps (its input, kept attention)
   std::string peak_phase;                               // "backward" | "optimizer"
   int64_t allocated_peak_bytes = 0;                     // what tensors hold at the peak (the allocator's peak)
   int64_t allocator_slack_bytes = 0;
   int64_t peak_bytes = 0;              // allocated_peak_bytes + allocator_slack_bytes
   int64_t tokens_per_step = 0;         // per rank
   double model_flops_per_step = 0;     // 6N + attention per token (model.hpp flops_per_token)
-  double hardware_flops_per_step = 0;  // + the recomputed forward of activation checkpointing
+  double hardware_flops_per_step = 0;  // + the forward activation checkpointing recomputes
   double ideal_step_s = 0;             // hardware FLOPs at the device's peak (0: peak unknown)
 
   nlohmann::json to_json() const;

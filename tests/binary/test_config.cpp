@@ -102,12 +102,12 @@ TEST(Cli, ACompositionThatDoesNotFitTheDeviceIsRefusedBeforeAnythingIsWritten) {
   EXPECT_GT(doc.at("fit").at("predicted").at("peak_bytes").get<int64_t>(), 7200000000);
   // The same composition on a posed device of 80% its predicted peak (which depends on the
   // libtorch: 2.x sends the memory mode's long sequences through fused attention) fits once the
-  // micro-batch is smaller.
-  const auto unconstrained = nlohmann::json::parse(
-      run_cli("--preset small --stress gemm,memory,fusion --device-memory 1000TB --print-config").out);
+  // micro-batch is smaller; whole blocks recomputed from the start, so that is the fit's one step.
+  const std::string whole_blocks = "--preset small --stress gemm,memory,fusion --set checkpoint_keep_attention=false";
+  const auto unconstrained =
+      nlohmann::json::parse(run_cli(whole_blocks + " --device-memory 1000TB --print-config").out);
   const int64_t peak = unconstrained.at("fit").at("predicted_before_fit").at("peak_bytes").get<int64_t>();
-  const auto fitted = run_cli("--preset small --stress gemm,memory,fusion --device-memory " +
-                              std::to_string(peak * 8 / 10) + " --explain-stress");
+  const auto fitted = run_cli(whole_blocks + " --device-memory " + std::to_string(peak * 8 / 10) + " --explain-stress");
   EXPECT_EQ(fitted.exit_code, 0) << fitted.err;
   EXPECT_NE(fitted.out.find("fit     batch_size"), std::string::npos) << fitted.out;
   EXPECT_NE(run_cli("--device-memory 80XB --print-config").err.find("invalid --device-memory '80XB'"),

@@ -58,7 +58,8 @@ TEST(DeviceFit, ACompositionThatCannotFitIsRefusedWithItsPredictedAndAvailableBy
   const std::vector<std::string> args = {"--preset",           "small",           "--stress",
                                          "gemm,memory,fusion", "--device-memory", "8GB"};
   const TrainingConfig composed = compose("small", {"gemm", "memory", "fusion"});
-  TrainingConfig one_sequence = composed;
+  TrainingConfig one_sequence = composed;  // the fit's last try: whole blocks recomputed, one sequence
+  one_sequence.checkpoint_keep_attention = false;
   one_sequence.grad_accum_steps *= one_sequence.batch_size;
   one_sequence.batch_size = 1;
   const int64_t predicted = predict_step(one_sequence, posed(8 * GB)).peak_bytes;
@@ -86,7 +87,10 @@ TEST(DeviceFit, ACompositionThatCannotFitIsRefusedWithItsPredictedAndAvailableBy
 TEST(DeviceFit, ACompositionThatFitsAfterTheRuleIsShownChanged) {
   // A device 80% the size of the composition's predicted peak: the prediction depends on the
   // libtorch (a 2.x build sends the memory mode's long sequences through fused attention).
-  const std::vector<std::string> args = {"--preset", "small", "--stress", "gemm,memory,fusion", "--device-memory"};
+  // Attention is not kept here, so the micro-batch is the rule's only step.
+  const std::vector<std::string> args = {"--preset",           "small", "--stress",
+                                         "gemm,memory,fusion", "--set", "checkpoint_keep_attention=false",
+                                         "--device-memory"};
   auto with_device = [&](const std::string& bytes) {
     std::vector<std::string> all = args;
     all.push_back(bytes);
@@ -95,7 +99,8 @@ TEST(DeviceFit, ACompositionThatFitsAfterTheRuleIsShownChanged) {
   const RunConfig unconstrained = with_device("1000TB");
   ASSERT_TRUE(unconstrained.fit.has_value());
   const RunConfig run = with_device(std::to_string(unconstrained.fit->composed.peak_bytes * 8 / 10));
-  const TrainingConfig composed = compose("small", {"gemm", "memory", "fusion"});
+  TrainingConfig composed = compose("small", {"gemm", "memory", "fusion"});
+  composed.checkpoint_keep_attention = false;
   ASSERT_TRUE(run.fit.has_value());
   ASSERT_TRUE(run.fit->fits) << run.fit->reason;
   ASSERT_GT(run.fit->composed.peak_bytes, run.fit->available_bytes) << "pose a device the composition overflows";
@@ -124,6 +129,54 @@ TEST(DeviceFit, ACompositionThatFitsAfterTheRuleIsShownChanged) {
             std::string::npos)
       << explained;
   EXPECT_TRUE(refusal(run).empty());
+}
+
+// The memory mode checkpoints; attention's outputs are kept where the device holds them, else
+// whole blocks are recomputed first (it costs only time), and only then is the micro-batch lowered.
+TEST(DeviceFit, KeepsAttentionWhereItFitsAndRecomputesWholeBlocksBeforeLoweringTheBatch) {
+  const TrainingConfig composed = compose("small", {"memory"});
+  ASSERT_TRUE(composed.activation_checkpointing && composed.checkpoint_keep_attention);
+  ASSERT_GT(composed.batch_size, 1);
+  TrainingConfig whole_blocks = composed;
+  whole_blocks.checkpoint_keep_attention = false;
+  const auto device_for = [](double peak_bytes) {
+    return posed(int64_t(peak_bytes / device_fit_rule().usable_fraction));
+  };
+  const double kept_peak = double(predict_step(composed, posed(80 * GB)).peak_bytes);
+  const double whole_peak = double(predict_step(whole_blocks, posed(80 * GB)).peak_bytes);
+  ASSERT_LT(whole_peak, kept_peak);
+
+  const auto roomy = fit_to_device(composed, device_for(kept_peak * 1.01));
+  EXPECT_TRUE(roomy.fits && roomy.changes.empty()) << roomy.reason;
+  EXPECT_TRUE(roomy.training.checkpoint_keep_attention);
+  EXPECT_NE(roomy.reason.find("fits with checkpoint_keep_attention on"), std::string::npos) << roomy.reason;
+
+  const auto between = fit_to_device(composed, device_for((kept_peak + whole_peak) / 2));
+  ASSERT_TRUE(between.fits) << between.reason;
+  EXPECT_EQ(between.training, whole_blocks) << "whole blocks at the composed micro-batch";
+  EXPECT_EQ(between.changes, nlohmann::json({{"checkpoint_keep_attention", {true, false}}}));
+  EXPECT_NE(between.reason.find("checkpoint_keep_attention true -> false (recompute whole blocks"), std::string::npos)
+      << between.reason;
+  EXPECT_EQ(between.to_json().at("rule").at("switches_off"), "checkpoint_keep_attention");
+
+  const auto tight = fit_to_device(composed, device_for(whole_peak * 0.8));
+  ASSERT_TRUE(tight.fits) << tight.reason;
+  EXPECT_FALSE(tight.training.checkpoint_keep_attention);
+  EXPECT_LT(tight.training.batch_size, composed.batch_size);
+  EXPECT_EQ(tight.changes.size(), 3u) << tight.changes.dump();
+  EXPECT_NE(tight.reason.find(fmt::format("checkpoint_keep_attention true -> false (recompute whole blocks: the kept "
+                                          "attention outputs do not fit), batch_size {} -> {}",
+                                          composed.batch_size, tight.training.batch_size)),
+            std::string::npos)
+      << tight.reason;
+
+  // Without checkpointing the flag changes nothing, and the fit leaves it alone.
+  TrainingConfig plain = compose("small", {"gemm"});
+  ASSERT_FALSE(plain.activation_checkpointing);
+  const double plain_peak = double(predict_step(plain, posed(80 * GB)).peak_bytes);
+  const auto not_checkpointed = fit_to_device(plain, device_for(plain_peak * 0.8));
+  EXPECT_TRUE(not_checkpointed.training.checkpoint_keep_attention);
+  EXPECT_EQ(not_checkpointed.fits, !not_checkpointed.changes.empty());
 }
 
 TEST(DeviceFit, NoDeviceNoFitOnTheCpuAndTheCpuPresetsAreUnchanged) {
@@ -163,6 +216,7 @@ TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
       EXPECT_FALSE(r.field == rule.lowers && r.op != StressOp::kAtMost) << mode.name << " guards " << r.field;
       EXPECT_FALSE(r.field == rule.keeps_tokens_with && r.op != StressOp::kAtLeast)
           << mode.name << " guards " << r.field;
+      EXPECT_NE(r.field, rule.switches_off) << mode.name << " guards " << r.field;
     }
   // Every composition, fitted to devices that make the rule act: applying its modes again to the
   // fitted config changes nothing (every floor and ceiling still holds).

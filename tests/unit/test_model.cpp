@@ -11,6 +11,7 @@
 #include "rocm_conformance_llm/checks/detectors/numerics.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/workload/hf_names.hpp"
+#include "rocm_conformance_llm/workload/op_tap.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -393,12 +394,16 @@ struct GradientsAndRng {
   torch::Tensor next_random;  // proves the generator ends where it would without recompute
 };
 
-GradientsAndRng train_step_gradients(bool checkpointing, AutocastState autocast) {
-  auto cfg = tiny_config();
+enum class Recompute { nothing, whole_blocks, all_but_attention };
+
+// One step's parameter gradients, with dropout on the embeddings, the attention probabilities
+// and the residual branches and stochastic depth: every recomputed mask must be the forward's.
+GradientsAndRng train_step_gradients(Recompute recompute, AutocastState autocast, TrainingConfig cfg = tiny_config()) {
   cfg.hidden_size = 16;
   cfg.dropout = 0.3;
   cfg.drop_path = 0.3;
-  cfg.activation_checkpointing = checkpointing;
+  cfg.activation_checkpointing = recompute != Recompute::nothing;
+  cfg.checkpoint_keep_attention = recompute == Recompute::all_but_attention;
   torch::manual_seed(21);
   GPT model(cfg);
   const auto tokens = random_tokens(4, cfg.seq_len, cfg.vocab_size, 22);
@@ -415,16 +420,63 @@ GradientsAndRng train_step_gradients(bool checkpointing, AutocastState autocast)
   return out;
 }
 
+// Bitwise, in float32 and under bf16 autocast: the recomputation runs the forward's very ops on
+// the very inputs under the same generator state, and backward then runs the same ops on the CPU,
+// whose kernels are deterministic; the block input's gradient sums the same two contributions
+// (residual and norm) whichever part of the block delivers them.
 TEST(Checkpointing, WithDropoutGivesTheSameGradientsAsNoCheckpointing) {
-  for (const auto& autocast : {AutocastState{false}, AutocastState{true, torch::kBFloat16}}) {
-    const auto plain = train_step_gradients(false, autocast);
-    const auto recomputed = train_step_gradients(true, autocast);
-    ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
-    for (size_t i = 0; i < plain.grads.size(); ++i)
-      EXPECT_TRUE(torch::equal(plain.grads[i], recomputed.grads[i]))
-          << "parameter " << i << " autocast=" << autocast.enabled;
-    EXPECT_TRUE(torch::equal(plain.next_random, recomputed.next_random));
-  }
+  TrainingConfig knobs = tiny_config();  // the attention inputs made several ways
+  knobs.qk_norm = true;
+  knobs.position = PositionEncoding::rotary;
+  knobs.num_key_value_heads = 1;
+  knobs.norm_layout = NormLayout::sandwich;
+  knobs.qkv_conv_kernel = 3;
+  for (const auto& cfg : {tiny_config(), knobs})
+    for (const auto& autocast : {AutocastState{false}, AutocastState{true, torch::kBFloat16}}) {
+      const auto plain = train_step_gradients(Recompute::nothing, autocast, cfg);
+      for (const auto recompute : {Recompute::whole_blocks, Recompute::all_but_attention}) {
+        const auto recomputed = train_step_gradients(recompute, autocast, cfg);
+        ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+        for (size_t i = 0; i < plain.grads.size(); ++i)
+          EXPECT_TRUE(torch::equal(plain.grads[i], recomputed.grads[i]))
+              << "parameter " << i << " autocast=" << autocast.enabled << " recompute=" << int(recompute)
+              << " qk_norm=" << cfg.qk_norm;
+        EXPECT_TRUE(torch::equal(plain.next_random, recomputed.next_random));
+      }
+    }
+}
+
+// Which ops run in one training step, forward and backward (the CPU runs the recomputation on the
+// calling thread, where the observer is armed): with attention kept the explicit attention's two
+// GEMMs (QK^T, AV) run once per block, as without checkpointing; whole-block recompute runs them
+// twice. Every linear but the LM head runs twice under either policy.
+TEST(Checkpointing, KeepingAttentionRecomputesEverythingButTheAttentionKernel) {
+  struct CountOps : OpObserver {
+    int linears = 0, matmuls = 0;
+    void observe(const TappedOp& op) override {
+      linears += op.kind == TappedOp::Kind::linear;
+      matmuls += op.kind == TappedOp::Kind::matmul;
+    }
+  };
+  const auto count = [](Recompute recompute) {
+    auto cfg = tiny_config();
+    cfg.dropout = 0.1;
+    cfg.activation_checkpointing = recompute != Recompute::nothing;
+    cfg.checkpoint_keep_attention = recompute == Recompute::all_but_attention;
+    GPT model(cfg);
+    CountOps ops;
+    const ObservedOps armed(ops);
+    lm_loss(model->forward(random_tokens(2, cfg.seq_len, cfg.vocab_size, 3)),
+            torch::zeros({2, cfg.seq_len}, torch::kLong))
+        .backward();
+    return std::pair{ops.linears, ops.matmuls};
+  };
+  const int layers = int(tiny_config().num_layers);
+  const auto [plain_linears, plain_matmuls] = count(Recompute::nothing);
+  EXPECT_EQ(plain_matmuls, 2 * layers);
+  const int recomputed_linears = 2 * plain_linears - 1;  // all but the LM head
+  EXPECT_EQ(count(Recompute::whole_blocks), std::pair(recomputed_linears, 2 * plain_matmuls));
+  EXPECT_EQ(count(Recompute::all_but_attention), std::pair(recomputed_linears, plain_matmuls));
 }
 
 // Without restoring the generator, the recomputed dropout masks differ and so do the
@@ -510,7 +562,8 @@ TEST(Model, TheQkvConvolutionIsTheConv1dOnTheChannelsAndLeavesQkvContiguous) {
   attn->qkv_conv->weight.normal_();  // not the identity it starts as
   const auto x = torch::randn({2, cfg.seq_len, 3 * cfg.hidden_size}, torch::kDouble);
   // The reference: channels first, left-padded by k - 1, the module's Conv1d.
-  const auto channels_first = torch::nn::functional::pad(x.transpose(1, 2), torch::nn::functional::PadFuncOptions({2, 0}));
+  const auto channels_first =
+      torch::nn::functional::pad(x.transpose(1, 2), torch::nn::functional::PadFuncOptions({2, 0}));
   const auto want = attn->qkv_conv(channels_first).transpose(1, 2);
   const auto got = attn->causal_conv(x);
   EXPECT_TRUE(got.is_contiguous());
@@ -639,7 +692,7 @@ TEST(LmHead, AHookThatChangesOneChunksLogitsReachesItsLossAndGradients) {
     return ++calls == 2 ? logits * 3.0 : logits;
   };
   const auto got = chunked_loss(hidden, table, targets, hook, 5);
-  EXPECT_EQ(calls, 4);  // once per chunk, in the forward only
+  EXPECT_EQ(calls, 4);                             // once per chunk, in the forward only
   EXPECT_EQ(widths, std::vector<int64_t>(4, 64));  // the padded vocabulary's logits
   const auto want = whole_batch_loss(hidden, table, targets, 5, 5, [](torch::Tensor l) { return l * 3.0; });
   expect_same_loss_and_gradients(got, want);

@@ -99,6 +99,8 @@ class SizingVsMeasured : public ::testing::TestWithParam<int> {};
 std::vector<Case> cases() {
   TrainingConfig checkpointed = smoke_at(16, 256);
   checkpointed.activation_checkpointing = true;
+  TrainingConfig whole_blocks = checkpointed;
+  whole_blocks.checkpoint_keep_attention = false;
   TrainingConfig wide_vocab = smoke_at(8, 128);
   wide_vocab.vocab_size = 8192;
   TrainingConfig bf16 = smoke_at(16, 256);
@@ -108,7 +110,8 @@ std::vector<Case> cases() {
   return {
       {"smoke preset", find_preset("smoke").training},
       {"smoke at batch 16, seq 256 (math attention)", smoke_at(16, 256)},
-      {"the same, checkpointed", checkpointed},
+      {"the same, checkpointed (attention kept)", checkpointed},
+      {"the same, checkpointed (whole blocks recomputed)", whole_blocks},
       {"smoke, vocab 8192 (logits and loss)", wide_vocab},
       {"smoke, bf16 autocast", bf16},
       {"smoke, grouped-query attention (1 KV head of 4)", gqa},
@@ -131,7 +134,7 @@ TEST_P(SizingVsMeasured, PredictedPeakWithin15PercentOfTheMeasuredOne) {
   EXPECT_LT(std::abs(error), c.bound) << c.label;
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, 9));
+INSTANTIATE_TEST_SUITE_P(CpuPresets, SizingVsMeasured, ::testing::Range(0, int(cases().size())));
 
 int64_t term(const std::vector<MemoryTerm>& terms, const std::string& name) {
   for (const auto& t : terms)
@@ -173,14 +176,54 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"),
             cfg.num_layers * cfg.batch_size * cfg.seq_len * cfg.seq_len * 2);
 
-  // Checkpointing keeps one input per block, and costs a recomputed forward in hardware FLOPs.
+  // Whole-block checkpointing keeps one input per block, and costs a recomputed forward in
+  // hardware FLOPs.
   TrainingConfig checkpointed = fused;
   checkpointed.activation_checkpointing = true;
+  checkpointed.checkpoint_keep_attention = false;
   const auto c = predict_step(checkpointed, gpu);
   EXPECT_EQ(c.checkpointed_activation_bytes_per_layer, cfg.batch_size * cfg.seq_len * cfg.hidden_size * 4);
   EXPECT_LT(c.allocated_peak_bytes, predict_step(fused, gpu).allocated_peak_bytes);
   EXPECT_GT(c.hardware_flops_per_step, c.model_flops_per_step);
   EXPECT_EQ(gib_text(int64_t{3} << 29), "1.5 GiB");
+}
+
+// Checkpointing that keeps attention keeps, per block beside its input, what the kernel's backward
+// reads and the heads-merged output (fused: Q, K, V, the output and its log-sum-exp, the
+// projection's input); on the math path the scores too. It recomputes the blocks' GEMMs but not
+// attention's QK^T and AV (4 L C T per token of the 12).
+TEST(Sizing, KeptAttentionIsCountedPerLayerAndIsNotRecomputed) {
+  const DeviceDescription gpu{.name = "posed", .capacity_bytes = 80'000'000'000, .peak_flops = 1e15};
+  TrainingConfig kept;
+  kept.hidden_size = 1024, kept.num_heads = 16, kept.num_layers = 4, kept.seq_len = 2048, kept.batch_size = 4;
+  kept.vocab_size = 50257;
+  kept.mixed_precision = Precision::bf16;
+  kept.attention_backend = AttentionBackend::sdpa;
+  kept.activation_checkpointing = true;
+  TrainingConfig whole_blocks = kept;
+  whole_blocks.checkpoint_keep_attention = false;
+  const auto k = predict_step(kept, gpu), w = predict_step(whole_blocks, gpu);
+  const int64_t BT = kept.batch_size * kept.seq_len, C = kept.hidden_size, H = kept.num_heads, L = kept.num_layers;
+  const int64_t per_layer = BT * (2 * 3 * C + (2 * C + 4 * H) + 2 * C);  // QKV output; output and LSE; proj input
+  EXPECT_EQ(term(k.step, "kept_attention"), L * per_layer);
+  EXPECT_EQ(term(w.step, "kept_attention"), -1);
+  EXPECT_EQ(k.checkpointed_activation_bytes_per_layer, w.checkpointed_activation_bytes_per_layer + per_layer);
+  EXPECT_GT(k.peak_bytes, w.peak_bytes);
+  TrainingConfig no_checkpointing = kept;
+  no_checkpointing.activation_checkpointing = false;
+  EXPECT_LT(k.peak_bytes, predict_step(no_checkpointing, gpu).peak_bytes);
+
+  const double tokens = double(BT * kept.grad_accum_steps);
+  const double blocks_forward = (flops_per_token(kept) - 6.0 * double(kept.vocab_size * C)) / 3.0;
+  EXPECT_DOUBLE_EQ(w.hardware_flops_per_step - w.model_flops_per_step, blocks_forward * tokens);
+  EXPECT_DOUBLE_EQ(w.hardware_flops_per_step - k.hardware_flops_per_step, 4.0 * double(L * C * kept.seq_len) * tokens);
+  EXPECT_DOUBLE_EQ(k.model_flops_per_step, w.model_flops_per_step);
+
+  // The math path keeps every layer's probabilities (float32 softmax output and its bf16 copy).
+  TrainingConfig math = kept;
+  math.attention_backend = AttentionBackend::math;
+  EXPECT_GE(term(predict_step(math, gpu).step, "kept_attention"),
+            L * kept.batch_size * H * kept.seq_len * kept.seq_len * (4 + 2));
 }
 
 // The Llama-shaped preset: its 128256-token vocabulary is in the parameters (the tied LM head),
