@@ -101,7 +101,8 @@ void select_sdpa_backend(AttentionBackend backend) {
 // resolves as on the CPU, to the explicit path GPT always ran before `auto`. Trainer and a run
 // resolve it for their device before they build one.
 TrainingConfig built_on_the_host(TrainingConfig cfg) {
-  cfg.attention_backend = resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(/*gpu=*/false));
+  cfg.attention_backend =
+      resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(/*gpu=*/false));
   return cfg;
 }
 
