@@ -1,5 +1,7 @@
 #include "rocm_conformance_llm/config.hpp"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -171,6 +173,15 @@ std::vector<Preset> make_presets() {
 }
 
 }  // namespace
+
+Capabilities Capabilities::of_this_build(bool gpu) {
+  return {.torch_major = TORCH_VERSION_MAJOR, .torch_minor = TORCH_VERSION_MINOR, .gpu = gpu};
+}
+
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps) {
+  if (requested != AttentionBackend::automatic) return requested;
+  return caps.gpu && caps.torch_major >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
+}
 
 int64_t key_value_heads(const TrainingConfig& cfg) {
   return cfg.num_key_value_heads > 0 ? cfg.num_key_value_heads : cfg.num_heads;

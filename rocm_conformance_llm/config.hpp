@@ -30,9 +30,12 @@ enum class NormLayout { pre, sandwich };
 RCL_ENUM_NAMES(NormLayout, {NormLayout::pre, "pre"}, {NormLayout::sandwich, "sandwich"})
 enum class Activation { gelu, swiglu };
 RCL_ENUM_NAMES(Activation, {Activation::gelu, "gelu"}, {Activation::swiglu, "swiglu"})
-enum class AttentionBackend { math, sdpa, sdpa_math, sdpa_flash, sdpa_mem_efficient };
-RCL_ENUM_NAMES(AttentionBackend, {AttentionBackend::math, "math"}, {AttentionBackend::sdpa, "sdpa"},
-               {AttentionBackend::sdpa_math, "sdpa_math"}, {AttentionBackend::sdpa_flash, "sdpa_flash"},
+// `automatic` ("auto") is resolved for the run's device before anything reads the config
+// (resolve_attention_backend): what runs is always one of the others.
+enum class AttentionBackend { automatic, math, sdpa, sdpa_math, sdpa_flash, sdpa_mem_efficient };
+RCL_ENUM_NAMES(AttentionBackend, {AttentionBackend::automatic, "auto"}, {AttentionBackend::math, "math"},
+               {AttentionBackend::sdpa, "sdpa"}, {AttentionBackend::sdpa_math, "sdpa_math"},
+               {AttentionBackend::sdpa_flash, "sdpa_flash"},
                {AttentionBackend::sdpa_mem_efficient, "sdpa_mem_efficient"})
 // Deterministic algorithms, ordered off < replay < all.
 enum class Determinism { off, replay, all };
@@ -134,7 +137,8 @@ struct ConfigField {
   X(Activation, activation, Activation::gelu, one_of_names<Activation>(), "MLP activation")                            \
   X(double, drop_path, 0.0, within(0, 1, false), "stochastic depth rate (last block), linear in depth")                \
   X(int64_t, qkv_conv_kernel, 0, at_least(0), "Primer depthwise causal conv after Q/K/V (0 = off)")                    \
-  X(AttentionBackend, attention_backend, AttentionBackend::math, one_of_names<AttentionBackend>(), "attention kernel") \
+  X(AttentionBackend, attention_backend, AttentionBackend::automatic, one_of_names<AttentionBackend>(),                \
+    "attention kernel (auto: sdpa on a GPU with libtorch >= 2.0, else math)")                                          \
   /* --- attention mode --- */                                                                                         \
   X(double, attention_pad_fraction, 0.0, within(0, 1, false),                                                          \
     "tail share of every second sequence masked as padding (a padded batch's attention mask)")                         \
@@ -300,6 +304,21 @@ struct RocmConfig {
 };
 
 #undef RCL_DECLARE_MEMBER
+
+// What a run can do: stress modes require it, and `attention_backend=auto` is resolved by it.
+struct Capabilities {
+  int torch_major = 0;
+  int torch_minor = 0;
+  bool gpu = false;  // the run uses a GPU
+  // This build's libtorch (TORCH_VERSION_MAJOR/MINOR) and `gpu`.
+  static Capabilities of_this_build(bool gpu);
+};
+
+// `auto` for a run with `caps`: SDPA on a GPU whose libtorch has it (>= 2.0), where its fused
+// kernels ran `small` at 20.1% of an H200's peak against the explicit path's 11.3%
+// (bench/results-gpu.md); elsewhere the explicit path, what every CPU run used before `auto`.
+// Any other value is the user's choice and is returned as it is.
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps);
 
 // Key/value heads of cfg's attention: num_key_value_heads, or num_heads when it is 0.
 int64_t key_value_heads(const TrainingConfig& cfg);

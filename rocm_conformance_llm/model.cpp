@@ -97,6 +97,15 @@ void select_sdpa_backend(AttentionBackend backend) {
 #endif
 }
 
+// A model is built on the host and moved by its caller: `auto` left in a config built by hand
+// resolves as on the CPU, to the explicit path GPT always ran before `auto`. Trainer and a run
+// resolve it for their device before they build one.
+TrainingConfig built_on_the_host(TrainingConfig cfg) {
+  cfg.attention_backend =
+      resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(/*gpu=*/false));
+  return cfg;
+}
+
 }  // namespace
 
 bool sdpa_available() {
@@ -508,14 +517,14 @@ torch::Tensor forward_keeping_attention(Block block, const torch::Tensor& x) {
 }
 }  // namespace
 
-GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
+GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(built_on_the_host(cfg)) {
   if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
-  select_sdpa_backend(cfg.attention_backend);
+  select_sdpa_backend(cfg_.attention_backend);
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
   if (cfg.position == PositionEncoding::learned)
     wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden_size));
   for (int64_t i = 0; i < cfg.num_layers; ++i)
-    blocks_.push_back(register_module("block" + std::to_string(i), Block(cfg, i, options)));
+    blocks_.push_back(register_module("block" + std::to_string(i), Block(cfg_, i, options)));
   final_norm_ = register_module("final_norm", Norm(cfg.norm, cfg.hidden_size));
 
   // GPT-2 initialisation; the projections that write into the residual stream are scaled by

@@ -1,7 +1,5 @@
 #include "rocm_conformance_llm/stress_modes.hpp"
 
-#include <torch/version.h>
-
 #include <algorithm>
 #include <sstream>
 
@@ -232,10 +230,6 @@ StressRule only_where(CapabilityRequirement when, StressRule rule) {
   return rule;
 }
 
-Capabilities Capabilities::of_this_build(bool gpu) {
-  return {.torch_major = TORCH_VERSION_MAJOR, .torch_minor = TORCH_VERSION_MINOR, .gpu = gpu};
-}
-
 std::string CapabilityRequirement::describe() const {
   std::vector<std::string> parts;
   if (torch_major > 0 || torch_minor > 0) parts.push_back(fmt::format("libtorch >= {}.{}", torch_major, torch_minor));
@@ -418,7 +412,11 @@ std::vector<std::string> parse_stress_list(const std::string& text) {
 StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps) {
   StressComposition out;
-  nlohmann::json config = base;
+  // The rules see the backend the run will use (a run resolves its base before this; a
+  // composition of a preset or a hand-built config resolves it here, the same way).
+  TrainingConfig resolved = base;
+  resolved.attention_backend = resolve_attention_backend(base.attention_backend, caps);
+  nlohmann::json config = resolved;
   for (const auto& name : modes) {
     const StressMode& mode = find_mode(name);
     const std::string reason = mode.requires_capability.unmet(caps);
@@ -440,9 +438,11 @@ nlohmann::json config_diff(const TrainingConfig& before, const TrainingConfig& a
 nlohmann::json explain_stress(const TrainingConfig& base, const std::vector<std::string>& modes,
                               const StressProfile& profile, const Capabilities& caps) {
   nlohmann::json out = nlohmann::json::object();
+  // What the modes change, not what resolving `auto` does: from the base no mode has touched.
+  const TrainingConfig resolved = compose_stress_modes(base, {}, profile, caps).training;
   for (const auto& name : modes) {
     const auto composed = compose_stress_modes(base, {name}, profile, caps);
-    if (composed.skipped.empty()) out[name] = config_diff(base, composed.training);
+    if (composed.skipped.empty()) out[name] = config_diff(resolved, composed.training);
   }
   return out;
 }

@@ -33,15 +33,8 @@ enum class StressOp {
                  // count >= ceil(max(width field, width floor) / value), a multiple of `aligned_to`
 };
 
-// What a run can do; a mode whose requirement does not hold is skipped with the reason.
-struct Capabilities {
-  int torch_major = 0;
-  int torch_minor = 0;
-  bool gpu = false;  // the run uses a GPU
-  // This build's libtorch (TORCH_VERSION_MAJOR/MINOR) and `gpu`.
-  static Capabilities of_this_build(bool gpu);
-};
-
+// What a mode or rule needs of the run's Capabilities (config.hpp); a mode whose requirement
+// does not hold is skipped with the reason.
 struct CapabilityRequirement {
   int torch_major = 0;  // libtorch >= torch_major.torch_minor (0.0: any)
   int torch_minor = 0;
@@ -140,7 +133,8 @@ struct StressComposition {
 
 // Applies the named modes to `base` in the order given (any order gives the same result);
 // modes whose requirement `caps` does not meet change nothing and are listed in `skipped`.
-// Intensities missing from `profile` take the mode's declared defaults.
+// Intensities missing from `profile` take the mode's declared defaults. `auto` in `base` is
+// resolved for `caps` first (resolve_attention_backend): the rules see the backend that runs.
 StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps);
 

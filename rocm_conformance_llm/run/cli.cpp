@@ -201,7 +201,7 @@ constexpr const char* kConfigFileKeys[] = {"preset",      "stress_modes", "train
 constexpr const char* kConfigRecordKeys[] = {
     "stress_skipped",     "base_training", "stress_changes", "baseline", "output_dir", "world_size", "launcher",
     "environment",        "checkpoint",    "level",          "doctor",   "rocm_knobs", "fit",        "sizing",
-    "collective_backend", "host_memory",   "network"};
+    "collective_backend", "host_memory",   "network",        "attention_backend_requested", "attention_kernel"};
 
 // The sections a config file, a level and --set overlay onto a preset.
 constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};
@@ -325,6 +325,10 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   }
   // A device posed by --device-memory is a GPU: the modes compose for it as they would there.
   run.capabilities = Capabilities::of_this_build(!cpu_only || !o.device_memory.empty());
+  // `auto` becomes the backend this device runs, once, before the modes, the fit, validation and
+  // the model read it; config.json records both.
+  run.attention_backend_requested = run.base.attention_backend;
+  run.base.attention_backend = resolve_attention_backend(run.base.attention_backend, run.capabilities);
   auto composed = compose_stress_modes(run.base, run.stress_modes, run.stress_profile, run.capabilities);
   run.training = composed.training;
   run.stress_skipped = std::move(composed.skipped);
@@ -392,6 +396,7 @@ nlohmann::json to_json(const RunConfig& run) {
       {"stress_modes", run.stress_modes},
       {"stress_skipped", run.stress_skipped},
       {"training", run.training},
+      {"attention_backend_requested", run.attention_backend_requested},
       {"base_training", run.base},
       {"stress_changes", explain_stress(run.base, run.stress_modes, run.stress_profile, run.capabilities)},
       {"stress_profile", run.stress_profile},

@@ -32,6 +32,7 @@ struct RunConfig {
   std::vector<std::string> stress_modes;              // canonical order
   TrainingConfig base;                                // before stress modes
   TrainingConfig training;                            // after stress modes: what runs
+  AttentionBackend attention_backend_requested{};     // as configured: `auto` (which `base` holds resolved) or a name
   StressProfile stress_profile;                       // every registered intensity
   Capabilities capabilities;                          // what stress modes may require of this run
   std::map<std::string, std::string> stress_skipped;  // mode -> why it changed nothing

@@ -156,6 +156,8 @@ nlohmann::json terms_json(const std::vector<MemoryTerm>& terms) {
 SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescription& device) {
   TrainingConfig cfg = composed;
   cfg.vocab_size = resolved_vocab_size(cfg);
+  cfg.attention_backend =
+      resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(device.accelerator));
   const Shape s = shape_of(cfg, device);
   SizingPrediction p;
   p.parameters = parameter_count(cfg);

@@ -150,13 +150,18 @@ TEST(AttentionKernelRecord, ARunCallingSdpaRecordsItsTrainingKernelFromTheStart)
     EXPECT_EQ(config.at("attention_kernel").at("attention_backend"), backend);
     EXPECT_EQ(report.at("attention_kernel"), config.at("attention_kernel"));
   }
-  const fs::path dir = temp_dir("kernel-explicit");
-  fs::remove_all(dir);
-  const auto r = run_cli(run + "--set attention_backend=math --output-dir " + dir.string());
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
-  fs::remove_all(dir);
-  EXPECT_FALSE(config.contains("attention_kernel")) << config.dump();
+  // The explicit path, asked for or the CPU's `auto` (config.json says which): no SDPA kernel.
+  for (const std::string requested : {"math", "auto"}) {
+    const fs::path dir = temp_dir("kernel-explicit-" + requested);
+    fs::remove_all(dir);
+    const auto r = run_cli(run + "--set attention_backend=" + requested + " --output-dir " + dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
+    fs::remove_all(dir);
+    EXPECT_FALSE(config.contains("attention_kernel")) << config.dump();
+    EXPECT_EQ(config.at("training").at("attention_backend"), "math");
+    EXPECT_EQ(config.at("attention_backend_requested"), requested);
+  }
 }
 
 }  // namespace RCL_UNITY_ID

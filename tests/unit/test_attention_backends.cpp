@@ -250,12 +250,14 @@ TEST(AttentionProbe, APreparedProbeRunsAgainWithTheSameVerdictAndStillCatchesThe
 }
 
 // The attention mode as data: on 2.x it switches to SDPA, pads, strides V and turns the probe
-// on; below 2.0 it is a no-op whose reason is recorded.
+// on; below 2.0 it is a no-op whose reason is recorded (the preset's `auto` is math there).
 TEST(AttentionStressMode, AppliesWithSdpaAndIsARecordedNoOpWithout) {
   const Preset& smoke = find_preset("smoke");
   const auto old_build =
       compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 1, .torch_minor = 13});
-  EXPECT_EQ(old_build.training, smoke.training);
+  TrainingConfig math = smoke.training;
+  math.attention_backend = AttentionBackend::math;
+  EXPECT_EQ(old_build.training, math);
   EXPECT_EQ(old_build.skipped.at("attention"), "needs libtorch >= 2.0 (this build has 1.13)");
   const auto new_build =
       compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 2, .torch_minor = 14});

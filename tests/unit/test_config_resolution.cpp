@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <torch/version.h>
+
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 
@@ -69,7 +71,7 @@ TEST(Validate, RejectsInvalidFieldsAndCombinationsNamingThem) {
                    c.num_heads = 64;
                  }),
                  "even head dimension");
-  expect_invalid_key("attention_backend", "flash", "allowed: math, sdpa");
+  expect_invalid_key("attention_backend", "flash", "allowed: auto, math, sdpa");
   expect_invalid_key("device", "tpu", "allowed: auto, cpu, gpu");
   expect_invalid(with([](auto& c) { c.learning_rate = -1; }), "learning_rate");
   expect_invalid(with([](auto& c) { c.num_key_value_heads = 3; }),
@@ -174,6 +176,36 @@ TEST(Overrides, DedicatedFlagsWinAndStressAppliesLast) {
   EXPECT_EQ(run.training.mixed_precision, Precision::bf16);  // gemm prefers reduced precision
 }
 
+// `auto` is resolved once, for the run's device, before the modes: the base, the composed config
+// and the fit hold what runs, config.json (to_json) also what was asked for. A CPU run is
+// resolve_args's; a device posed by --device-memory is a GPU, as the modes take it.
+TEST(AttentionBackendAuto, TheRunResolvesItBeforeTheModesAndRecordsTheRequest) {
+  const auto by_default = resolve_args({});
+  EXPECT_EQ(by_default.attention_backend_requested, AttentionBackend::automatic);
+  EXPECT_EQ(by_default.base.attention_backend, AttentionBackend::math);
+  EXPECT_EQ(by_default.training.attention_backend, AttentionBackend::math);
+  const auto doc = to_json(by_default);
+  EXPECT_EQ(doc.at("attention_backend_requested"), "auto");
+  EXPECT_EQ(doc.at("training").at("attention_backend"), "math");
+  EXPECT_EQ(doc.at("base_training").at("attention_backend"), "math");
+  EXPECT_EQ(resolve_args({"--set", "attention_backend=auto"}).training, by_default.training);
+
+  const auto chosen = resolve_args({"--set", "attention_backend=sdpa_math"});
+  EXPECT_EQ(chosen.attention_backend_requested, AttentionBackend::sdpa_math);
+  EXPECT_EQ(chosen.training.attention_backend, AttentionBackend::sdpa_math);
+  EXPECT_EQ(to_json(chosen).at("attention_backend_requested"), "sdpa_math");
+
+  const AttentionBackend sdpa_where_built = TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
+  const auto posed_gpu = resolve_args({"--device-memory", "1000TB"});
+  EXPECT_EQ(posed_gpu.base.attention_backend, sdpa_where_built);
+  EXPECT_EQ(posed_gpu.training.attention_backend, sdpa_where_built);
+  EXPECT_EQ(posed_gpu.fit->training.attention_backend, sdpa_where_built);
+  // The attention mode on the CPU turns the resolved math into SDPA, as it did the math default.
+  const auto attention = resolve_args({"--stress", "attention"});
+  EXPECT_EQ(attention.base.attention_backend, AttentionBackend::math);
+  EXPECT_EQ(attention.training.attention_backend, sdpa_where_built);
+}
+
 TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
   const auto dir = std::filesystem::temp_directory_path() / ("rcl-cfg-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -182,6 +214,11 @@ TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
   const auto again = resolve_args({"--config", (dir / "run.json").string(), "--output-dir", "x"});
   EXPECT_EQ(again.training, first.training);
   EXPECT_EQ(again.stress_modes, first.stress_modes);
+  // A file asking for `auto` is resolved as the default is.
+  std::ofstream(dir / "auto.json") << R"({"training": {"attention_backend": "auto"}})";
+  const auto from_file = resolve_args({"--config", (dir / "auto.json").string()});
+  EXPECT_EQ(from_file.attention_backend_requested, AttentionBackend::automatic);
+  EXPECT_EQ(from_file.training.attention_backend, AttentionBackend::math);
 
   std::ofstream(dir / "bad-key.json") << R"({"training": {"hiden_size": 64}})";
   std::ofstream(dir / "bad-type.json") << R"({"training": {"hidden_size": "big"}})";

@@ -337,6 +337,23 @@ TEST(Model, SelfOnlyAttentionMakesEachPositionBlindToItsPrefix) {
   EXPECT_TRUE(torch::equal(a.slice(1, 1), b.slice(1, 1)));
 }
 
+// A model built alone is built on the host: `auto` in a hand-built config is the explicit
+// path there, bit for bit the model an explicit `math` builds.
+TEST(Model, AutoBackendInAHandBuiltConfigBuildsTheExplicitPath) {
+  auto cfg = tiny_config();
+  ASSERT_EQ(cfg.attention_backend, AttentionBackend::automatic);
+  auto math = cfg;
+  math.attention_backend = AttentionBackend::math;
+  torch::manual_seed(3);
+  GPT automatic(cfg);
+  torch::manual_seed(3);
+  GPT explicit_path(math);
+  EXPECT_EQ(automatic->config().attention_backend, AttentionBackend::math);
+  torch::NoGradGuard no_grad;
+  const auto tokens = random_tokens(2, cfg.seq_len, cfg.vocab_size, 4);
+  EXPECT_TRUE(torch::equal(automatic->forward(tokens), explicit_path->forward(tokens)));
+}
+
 // --- gradients ---
 
 class BlockVariantGradient : public ::testing::TestWithParam<Variant> {};

@@ -146,6 +146,7 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   const DeviceDescription gpu{.name = "posed", .capacity_bytes = 80'000'000'000, .peak_flops = 1e15};
   TrainingConfig cfg = find_preset("small").training;
   cfg.vocab_size = 50257;
+  cfg.attention_backend = AttentionBackend::math;
   const auto p = predict_step(cfg, gpu);
   EXPECT_EQ(p.parameters, parameter_count(cfg));
   EXPECT_EQ(term(p.resident, "parameters"), 4 * p.parameters);
@@ -172,6 +173,13 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   TrainingConfig fused = cfg;
   fused.attention_backend = AttentionBackend::sdpa;
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"), -1);
+  // `auto` left in a hand-built config is sized as the device runs it: SDPA on a GPU (where this
+  // libtorch has it), math on the host.
+  TrainingConfig automatic = cfg;
+  automatic.attention_backend = AttentionBackend::automatic;
+  EXPECT_EQ(predict_step(automatic, gpu).to_json(),
+            predict_step(TORCH_VERSION_MAJOR >= 2 ? fused : cfg, gpu).to_json());
+  EXPECT_EQ(predict_step(automatic, kHost).to_json(), predict_step(cfg, kHost).to_json());
   fused.attention_pad_fraction = 0.25;
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"),
             cfg.num_layers * cfg.batch_size * cfg.seq_len * cfg.seq_len * 2);

@@ -74,9 +74,9 @@ TrainingConfig random_valid_base(std::mt19937_64& rng) {
   c.checksum_interval = pick(0, 50);
   c.memory_pressure_bytes = pick(0, 1) ? 0 : pick(1, int64_t{1} << 34);
   c.log_per_rank = pick(0, 1);
-  const std::vector<AttentionBackend> backends{AttentionBackend::math, AttentionBackend::sdpa,
-                                               AttentionBackend::sdpa_flash};
-  c.attention_backend = backends[pick(0, 2)];
+  const std::vector<AttentionBackend> backends{AttentionBackend::automatic, AttentionBackend::math,
+                                               AttentionBackend::sdpa, AttentionBackend::sdpa_flash};
+  c.attention_backend = backends[pick(0, 3)];
   c.attention_pad_fraction = pick(0, 1) ? 0.0 : real(0.0, 0.9);
   c.attention_noncontiguous_v = pick(0, 1);
   c.attention_probe_interval = pick(0, 100);
@@ -320,7 +320,7 @@ TEST(StressRegistry, AModeNeedingAGpuAppliesOnlyWithOne) {
   const auto guard = register_stress_mode(canary_mode({.gpu = true}));
   const Preset& smoke = find_preset("smoke");
   const auto on_cpu = compose_stress_modes(smoke.training, {"canary"}, smoke.stress, kCpu);
-  EXPECT_EQ(on_cpu.training, smoke.training);
+  EXPECT_EQ(on_cpu.training, compose(smoke.training, {}, smoke.stress));
   EXPECT_EQ(on_cpu.skipped.at("canary"), "needs a GPU (this run is on the CPU)");
   const Capabilities gpu = Capabilities::of_this_build(/*gpu=*/true);
   const auto on_gpu = compose_stress_modes(smoke.training, {"canary"}, smoke.stress, gpu);
@@ -331,23 +331,31 @@ TEST(StressRegistry, AModeNeedingAGpuAppliesOnlyWithOne) {
 
 // Measured on an H100 (docs/gpu-run.md): at `small` the memory mode's seq 8192 through
 // math attention is a B*H*T^2 score tensor (12.9 GB bf16) and took 29.7 s/step on an H100. On a
-// GPU with SDPA the mode sends it through fused SDPA, alone and combined with every other mode;
-// on the CPU, on libtorch 1.x, or with a backend already chosen, attention is left alone.
+// GPU with SDPA the mode sends it through fused SDPA, alone and combined with every other mode,
+// even where the run asked for math (`auto`, the default, is SDPA there already); on the CPU, on
+// libtorch 1.x, or with a fused backend already chosen, attention is left alone.
 TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   const Preset& small = find_preset("small");
-  ASSERT_EQ(small.training.attention_backend, AttentionBackend::math);
+  ASSERT_EQ(small.training.attention_backend, AttentionBackend::automatic);
+  TrainingConfig math = small.training;
+  math.attention_backend = AttentionBackend::math;
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 14, .gpu = true};
   for (const auto& modes :
-       std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}}) {
-    const auto on_gpu = compose_stress_modes(small.training, modes, small.stress, gpu2).training;
-    EXPECT_EQ(on_gpu.seq_len, 8192);
-    EXPECT_EQ(on_gpu.attention_backend, AttentionBackend::sdpa) << nlohmann::json(modes).dump();
-  }
+       std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}})
+    for (const auto& base : {small.training, math}) {
+      const auto on_gpu = compose_stress_modes(base, modes, small.stress, gpu2).training;
+      EXPECT_EQ(on_gpu.seq_len, 8192);
+      EXPECT_EQ(on_gpu.attention_backend, AttentionBackend::sdpa)
+          << nlohmann::json(modes).dump() << " from " << name_of(base.attention_backend);
+    }
+  EXPECT_EQ(explain_stress(math, {"memory"}, small.stress, gpu2).at("memory").at("attention_backend"),
+            nlohmann::json({"math", "sdpa"}));
   const Capabilities cpu2{.torch_major = 2, .torch_minor = 14, .gpu = false};
   const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
   for (const auto& caps : {cpu2, gpu1})
-    EXPECT_EQ(compose_stress_modes(small.training, {"memory"}, small.stress, caps).training.attention_backend,
-              AttentionBackend::math);
+    for (const auto& base : {small.training, math})
+      EXPECT_EQ(compose_stress_modes(base, {"memory"}, small.stress, caps).training.attention_backend,
+                AttentionBackend::math);
   TrainingConfig flash = small.training;
   flash.attention_backend = AttentionBackend::sdpa_flash;
   EXPECT_EQ(compose_stress_modes(flash, {"memory"}, small.stress, gpu2).training.attention_backend,
@@ -356,6 +364,42 @@ TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   EXPECT_NE(describe_stress_modes(false).find("attention_backend math -> sdpa (with libtorch >= 2.0, GPU)"),
             std::string::npos);
   expect_order_independent(small, small.training, gpu2);
+  expect_order_independent(small, math, gpu2);
+}
+
+// `auto` (every preset's default) by the device given as data: SDPA on a GPU with libtorch >= 2.0,
+// math on the CPU or below 2.0; a backend the user chose is never changed.
+TEST(AttentionBackendAuto, IsSdpaOnAGpuWithLibtorch2AndMathElsewhere) {
+  const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
+  const Capabilities cpu2{.torch_major = 2, .torch_minor = 11, .gpu = false};
+  const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, gpu2), AttentionBackend::sdpa);
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, cpu2), AttentionBackend::math);
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, gpu1), AttentionBackend::math);
+  for (const auto& [chosen, name] : enum_names(AttentionBackend{}))
+    if (chosen != AttentionBackend::automatic)
+      for (const auto& caps : {gpu2, cpu2, gpu1, kCpu})
+        EXPECT_EQ(resolve_attention_backend(chosen, caps), chosen) << name;
+  // This build: its libtorch decides a GPU run's default.
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, Capabilities::of_this_build(/*gpu=*/true)),
+            TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math);
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, kCpu), AttentionBackend::math);
+}
+
+// The modes' rules see the resolved backend: on the CPU the attention mode turns `auto`'s math
+// into SDPA as it did the old math default, and on a GPU finds SDPA there already.
+TEST(AttentionBackendAuto, TheModesComposeFromTheResolvedBackend) {
+  const Preset& smoke = find_preset("smoke");
+  ASSERT_EQ(smoke.training.attention_backend, AttentionBackend::automatic);
+  EXPECT_EQ(compose(smoke.training, {}, smoke.stress).attention_backend, AttentionBackend::math);
+  EXPECT_EQ(compose(smoke.training, {"attention"}, smoke.stress).attention_backend,
+            TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math);
+  const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
+  const auto on_gpu = explain_stress(smoke.training, {"attention"}, smoke.stress, gpu2);
+  EXPECT_FALSE(on_gpu.at("attention").contains("attention_backend")) << on_gpu.dump();
+  if (TORCH_VERSION_MAJOR >= 2)
+    EXPECT_EQ(explain_stress(smoke.training, {"attention"}, smoke.stress, kCpu).at("attention").at("attention_backend"),
+              nlohmann::json({"math", "sdpa"}));
 }
 
 TEST(StressModes, EveryPermutationOfEverySubsetComposesToTheSameConfig) {
@@ -385,7 +429,9 @@ TEST(StressModes, EachModeChangesOnlyTheFieldsItWrites) {
     const TrainingConfig base = random_valid_base(rng);
     for (const auto& mode : stress_mode_registry()) {
       const auto writes = mode.writes();
-      const auto diff = config_diff(base, compose(base, {mode.name}, find_preset("small").stress));
+      // From the base with `auto` resolved: resolution is no mode's change.
+      const auto diff = config_diff(compose(base, {}, find_preset("small").stress),
+                                    compose(base, {mode.name}, find_preset("small").stress));
       for (const auto& [field, change] : diff.items())
         EXPECT_NE(std::find(writes.begin(), writes.end(), field), writes.end())
             << mode.name << " changed undeclared field " << field;

@@ -72,6 +72,18 @@ double seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+// A trainer resolves `auto` in a hand-built config for its device: on the CPU the explicit
+// path, with the very losses an explicit `math` gives.
+TEST(Training, AutoBackendOnTheCpuTrainsAsTheExplicitPath) {
+  RunContext automatic = tiny_run(2);
+  ASSERT_EQ(automatic.cfg.attention_backend, AttentionBackend::automatic);
+  RunContext math = automatic;
+  math.cfg.attention_backend = AttentionBackend::math;
+  Trainer resolved(automatic);
+  EXPECT_EQ(resolved.model_config().attention_backend, AttentionBackend::math);
+  EXPECT_EQ(resolved.run().losses, Trainer(math).run().losses);
+}
+
 // --- learning ---
 
 RunContext smoke_run() {
