@@ -47,8 +47,16 @@ struct CapabilityRequirement {
   std::string unmet(const Capabilities& c) const;  // "" when it holds, else the reason
 };
 
-// One change to one TrainingConfig field. The value is the mode's intensity `intensity`, or the
-// fixed `literal` when `intensity` is empty.
+// A field that shrinks as a raise rule grows its own: when the rule raises its field from a to
+// b, `field` is multiplied by (a / b)^exponent, the exponent being the mode's intensity
+// `exponent` (0: left alone). E.g. a learning rate tuned for a width, for a wider model.
+struct InverseScale {
+  std::string field;
+  std::string exponent;
+};
+
+// One change to one TrainingConfig field (and the fields it scales). The value is the mode's
+// intensity `intensity`, or the fixed `literal` when `intensity` is empty.
 struct StressRule {
   std::string field;
   StressOp op = StressOp::kSet;
@@ -58,6 +66,7 @@ struct StressRule {
   std::string multiple_of{};     // kAtLeast only: a read field; a raised value is rounded up to
   int64_t multiple_factor = 1;   // a multiple of multiple_factor × that field
   CapabilityRequirement when{};  // the rule applies only where the run meets this
+  std::vector<InverseScale> inverse_scales{};  // kAtLeast on a number only: scaled when it raises
 };
 
 // Where a rule's value comes from.
@@ -71,6 +80,8 @@ RuleValue fixed(nlohmann::json literal);
 StressRule raise_to(std::string field, RuleValue value);
 // raise_to, rounded up to a multiple of factor × `read_field` when it raises.
 StressRule raise_to_multiple(std::string field, RuleValue value, std::string read_field, int64_t factor);
+// `rule` (a numeric raise), also scaling `scales` by (old / new)^exponent whenever it raises.
+StressRule inversely_scaling(StressRule rule, std::vector<InverseScale> scales);
 StressRule lower_to(std::string field, RuleValue value);
 StressRule switch_on(std::string field);
 StressRule at_least_every(std::string field, RuleValue value);
@@ -88,7 +99,7 @@ struct StressMode {
   std::vector<StressRule> rules;
   CapabilityRequirement requires_capability{};
 
-  std::vector<std::string> writes() const;  // the fields its rules change, in rule order
+  std::vector<std::string> writes() const;  // the fields its rules change (each rule's, then those it scales)
   std::vector<std::string> reads() const;   // fields its rules read (never written by any mode)
 };
 
