@@ -137,6 +137,9 @@ struct ConfigField {
   X(Activation, activation, Activation::gelu, one_of_names<Activation>(), "MLP activation")                            \
   X(double, drop_path, 0.0, within(0, 1, false), "stochastic depth rate (last block), linear in depth")                \
   X(int64_t, qkv_conv_kernel, 0, at_least(0), "Primer depthwise causal conv after Q/K/V (0 = off)")                    \
+  /* GPT-2's 0.02 by default; the gemm mode lowers it as it widens the model (docs/stress-modes.md) */                 \
+  X(double, init_std, 0.02, above(0),                                                                                  \
+    "standard deviation of the initial weights (residual projections also / sqrt(2 num_layers))")                      \
   X(AttentionBackend, attention_backend, AttentionBackend::automatic, one_of_names<AttentionBackend>(),                \
     "attention kernel (auto: sdpa on a GPU with libtorch >= 2.0, else math)")                                          \
   /* --- attention mode --- */                                                                                         \

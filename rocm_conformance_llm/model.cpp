@@ -527,17 +527,18 @@ GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(built_o
     blocks_.push_back(register_module("block" + std::to_string(i), Block(cfg_, i, options)));
   final_norm_ = register_module("final_norm", Norm(cfg.norm, cfg.hidden_size));
 
-  // GPT-2 initialisation; the projections that write into the residual stream are scaled by
-  // 1/sqrt(2L) so the residual's variance does not grow with depth.
-  const double residual_std = kInitStd / std::sqrt(2.0 * double(cfg.num_layers));
+  // GPT-2 initialisation (N(0, init_std), 0.02 unless the gemm mode widened the model); the
+  // projections that write into the residual stream are scaled by 1/sqrt(2L) so the residual's
+  // variance does not grow with depth.
+  const double residual_std = cfg.init_std / std::sqrt(2.0 * double(cfg.num_layers));
   torch::NoGradGuard no_grad;
-  wte_->weight.normal_(0.0, kInitStd);
-  if (!wpe_.is_empty()) wpe_->weight.normal_(0.0, kInitStd);
+  wte_->weight.normal_(0.0, cfg.init_std);
+  if (!wpe_.is_empty()) wpe_->weight.normal_(0.0, cfg.init_std);
   for (auto& block : blocks_) {
-    init_linear(block->attn->qkv, kInitStd);
+    init_linear(block->attn->qkv, cfg.init_std);
     init_linear(block->attn->proj, residual_std);
     if (block->mlp.is_empty()) continue;  // experts draw their own (workload/moe.cpp)
-    init_linear(block->mlp->up, kInitStd);
+    init_linear(block->mlp->up, cfg.init_std);
     init_linear(block->mlp->down, residual_std);
   }
 }

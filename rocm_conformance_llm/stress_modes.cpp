@@ -1,6 +1,7 @@
 #include "rocm_conformance_llm/stress_modes.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -21,19 +22,31 @@ std::vector<StressMode> builtin_modes() {
       // wider hidden does not widen each head past 128: the fused attention kernels' fast range
       // (flash and memory-efficient SDPA, AOTriton/CK on ROCm), which `small`'s 12 heads over
       // 2048 (head_dim 176) left by accident. A profile may raise the ceiling to stress them.
+      // The preset's learning rate and init are tuned for its own width, so widening from h to h'
+      // scales them as the public anchors do: the learning rate by h / h' (GPT-3's table: 6e-4
+      // at d=768, 2.0e-4 at d=2048, Brown et al. 2020, Table 2.1) and the init std by
+      // sqrt(h / h') (GPT-NeoX's small_init, sqrt(2 / 5d), Nguyen & Salazar 2019), so `small`'s
+      // own width keeps 0.02. The composed `small` (then d=2112) had kept 6e-4 and 0.02 (its H200 run
+      // went 11.23 -> 16.11 at step 2, docs/gpu-run.md; bench/composed-lr.md).
       {.name = "gemm",
        .targets = "rocBLAS, hipBLASLt",
        .components = {component::rocblas},
-       .summary = "wider hidden and FFN layers, bf16/fp16 GEMMs",
+       .summary = "wider hidden and FFN layers, bf16/fp16 GEMMs, learning rate and init scaled to the width",
        .intensities = {{"min_hidden_size", 256, at_least(1), "hidden_size floor"},
                        {"min_ffn_multiplier", 4.0, above(0), "ffn_multiplier floor"},
                        {"precision", "bf16", one_of({"bf16", "fp16"}), "mixed_precision used when the base is fp32"},
                        {"max_head_dim", 128, at_least(8),
                         "head_dim ceiling: num_heads is raised so hidden_size / num_heads stays at most this "
-                        "(rounded up to a multiple of 8)"}},
+                        "(rounded up to a multiple of 8)"},
+                       {"learning_rate_width_exponent", 1.0, at_least(0, "0 = keep the base's"),
+                        "widening h -> h' multiplies learning_rate by (h / h')^this"},
+                       {"init_std_width_exponent", 0.5, at_least(0, "0 = keep the base's"),
+                        "widening h -> h' multiplies init_std by (h / h')^this"}},
        .rules = {raise_count_to_share_at_most("num_heads", intensity("max_head_dim"), "hidden_size",
                                               "min_hidden_size", "num_key_value_heads"),
-                 raise_to_multiple("hidden_size", intensity("min_hidden_size"), "num_heads", 8),
+                 inversely_scaling(
+                     raise_to_multiple("hidden_size", intensity("min_hidden_size"), "num_heads", 8),
+                     {{"learning_rate", "learning_rate_width_exponent"}, {"init_std", "init_std_width_exponent"}}),
                  raise_to("ffn_multiplier", intensity("min_ffn_multiplier")),
                  replace("mixed_precision", "fp32", intensity("precision"))}},
       // rocRAND: dropout and stochastic depth draw Philox masks every step on every layer;
@@ -210,6 +223,10 @@ StressRule raise_count_to_share_at_most(std::string count_field, RuleValue cap, 
   rule.aligned_to = std::move(aligned_to);
   return rule;
 }
+StressRule inversely_scaling(StressRule rule, std::vector<InverseScale> scales) {
+  rule.inverse_scales = std::move(scales);
+  return rule;
+}
 StressRule lower_to(std::string field, RuleValue value) {
   return make_rule(std::move(field), StressOp::kAtMost, std::move(value));
 }
@@ -249,6 +266,8 @@ std::string CapabilityRequirement::unmet(const Capabilities& c) const {
 std::vector<std::string> StressMode::writes() const {
   std::vector<std::string> fields;
   for (const auto& rule : rules) fields.push_back(rule.field);
+  for (const auto& rule : rules)
+    for (const auto& scale : rule.inverse_scales) fields.push_back(scale.field);
   return fields;
 }
 
@@ -279,11 +298,21 @@ void apply_stress_rule(const StressRule& rule, const nlohmann::json& intensities
   const nlohmann::json& value = rule.intensity.empty() ? rule.literal : intensities.at(rule.intensity);
   nlohmann::json& slot = config.at(rule.field);
   switch (rule.op) {
-    case StressOp::kAtLeast:
+    case StressOp::kAtLeast: {
+      const nlohmann::json before = slot;
       if (below(rule.field, slot, value)) slot = value;
       if (!rule.multiple_of.empty())
         slot = round_up(slot.get<int64_t>(), config.at(rule.multiple_of).get<int64_t>() * rule.multiple_factor);
+      // A widened field rescales what was tuned for its old value (the gemm mode's learning rate and init).
+      if (slot != before && before.is_number() && slot.is_number()) {
+        const double ratio = before.get<double>() / slot.get<double>();
+        for (const auto& scale : rule.inverse_scales) {
+          nlohmann::json& scaled = config.at(scale.field);
+          scaled = scaled.get<double>() * std::pow(ratio, intensities.at(scale.exponent).get<double>());
+        }
+      }
       return;
+    }
     case StressOp::kShareAtMost: {
       const int64_t width =
           std::max(config.at(rule.width).get<int64_t>(), intensities.at(rule.width_floor).get<int64_t>());
@@ -314,13 +343,18 @@ std::string describe_op(const StressRule& rule, bool markdown) {
                                 ? value_text(rule.literal)
                                 : (markdown ? "*" + rule.intensity + "*" : "<" + rule.intensity + ">");
   switch (rule.op) {
-    case StressOp::kAtLeast:
+    case StressOp::kAtLeast: {
       if (rule.literal.is_string())
         return field + " >= " + value + " (" + join(ordered_values(rule.field), " < ") + ")";
-      return field + " >= " + value +
-             (rule.multiple_of.empty()
-                  ? ""
-                  : fmt::format(", rounded up to a multiple of {} x {}", rule.multiple_factor, code(rule.multiple_of)));
+      std::string text = field + " >= " + value +
+                         (rule.multiple_of.empty() ? ""
+                                                   : fmt::format(", rounded up to a multiple of {} x {}",
+                                                                 rule.multiple_factor, code(rule.multiple_of)));
+      for (const auto& scale : rule.inverse_scales)
+        text += fmt::format(", {} x (old / new {})^{}", code(scale.field), field,
+                            markdown ? "*" + scale.exponent + "*" : "<" + scale.exponent + ">");
+      return text;
+    }
     case StressOp::kAtMost: return field + " <= " + value;
     case StressOp::kSwitchOn: return field + " on";
     case StressOp::kEvery: return field + " at least every " + value + " (0 = off counts as never)";

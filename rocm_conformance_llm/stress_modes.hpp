@@ -43,8 +43,16 @@ struct CapabilityRequirement {
   std::string unmet(const Capabilities& c) const;  // "" when it holds, else the reason
 };
 
-// One change to one TrainingConfig field. The value is the mode's intensity `intensity`, or the
-// fixed `literal` when `intensity` is empty.
+// A field that shrinks as a raise rule grows its own: when the rule raises its field from a to
+// b, `field` is multiplied by (a / b)^exponent, the exponent being the mode's intensity
+// `exponent` (0: left alone). E.g. a learning rate tuned for a width, for a wider model.
+struct InverseScale {
+  std::string field;
+  std::string exponent;
+};
+
+// One change to one TrainingConfig field (and the fields it scales). The value is the mode's
+// intensity `intensity`, or the fixed `literal` when `intensity` is empty.
 struct StressRule {
   std::string field;
   StressOp op = StressOp::kSet;
@@ -57,6 +65,7 @@ struct StressRule {
   std::string width_floor{};     // the intensity that width is raised to by the mode's own rule,
   std::string aligned_to{};      // and a read field the count stays a multiple of (0: any count)
   CapabilityRequirement when{};  // the rule applies only where the run meets this
+  std::vector<InverseScale> inverse_scales{};  // kAtLeast on a number only: scaled when it raises
 };
 
 // Where a rule's value comes from.
@@ -76,6 +85,8 @@ StressRule raise_to_multiple(std::string field, RuleValue value, std::string rea
 // gives each part at most the cap (num_heads for a head_dim ceiling).
 StressRule raise_count_to_share_at_most(std::string count_field, RuleValue cap, std::string width_field,
                                         std::string width_floor, std::string aligned_to);
+// `rule` (a numeric raise), also scaling `scales` by (old / new)^exponent whenever it raises.
+StressRule inversely_scaling(StressRule rule, std::vector<InverseScale> scales);
 StressRule lower_to(std::string field, RuleValue value);
 StressRule switch_on(std::string field);
 StressRule at_least_every(std::string field, RuleValue value);
@@ -93,7 +104,7 @@ struct StressMode {
   std::vector<StressRule> rules;
   CapabilityRequirement requires_capability{};
 
-  std::vector<std::string> writes() const;  // the fields its rules change, in rule order
+  std::vector<std::string> writes() const;  // the fields its rules change (each rule's, then those it scales)
   std::vector<std::string> reads() const;   // fields its rules read (written by no other mode)
 };
 

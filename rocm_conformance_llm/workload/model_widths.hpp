@@ -9,10 +9,6 @@
 
 namespace rcl {
 
-// GPT-2's initialisation: every weight N(0, 0.02), residual projections also scaled by
-// 1 / sqrt(2 num_layers) (the dense MLP and the experts alike).
-inline constexpr double kInitStd = 0.02;
-
 // Width of K (and of V): key_value_heads(cfg) heads of hidden_size / num_heads; hidden_size
 // without grouped-query attention.
 int64_t key_value_width(const TrainingConfig& cfg);

@@ -28,10 +28,10 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const TrainingConfig& cfg)
   const int64_t up_width = swiglu_ ? 2 * ffn : ffn;
   router = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(c, experts_).bias(false)));
   // Each expert initialised as the dense MLP is, its down projection scaled by 1/sqrt(2L).
-  const double residual_std = kInitStd / std::sqrt(2.0 * double(cfg.num_layers));
+  const double residual_std = cfg.init_std / std::sqrt(2.0 * double(cfg.num_layers));
   torch::NoGradGuard no_grad;
-  router->weight.normal_(0.0, kInitStd);
-  w_up = register_parameter("w_up", torch::empty({experts_, up_width, c}).normal_(0.0, kInitStd));
+  router->weight.normal_(0.0, cfg.init_std);
+  w_up = register_parameter("w_up", torch::empty({experts_, up_width, c}).normal_(0.0, cfg.init_std));
   b_up = register_parameter("b_up", torch::zeros({experts_, up_width}));
   w_down = register_parameter("w_down", torch::empty({experts_, c, ffn}).normal_(0.0, residual_std));
   b_down = register_parameter("b_down", torch::zeros({experts_, c}));

@@ -265,6 +265,12 @@ TEST(Model, ResidualProjectionsStartSmallerByOneOverSqrtTwoL) {
   EXPECT_NEAR(block->attn->qkv->weight.std().item<double>(), 0.02, 0.001);
   EXPECT_NEAR(block->attn->proj->weight.std().item<double>(), 0.02 / 4.0, 0.0005);  // sqrt(2*8) = 4
   EXPECT_NEAR(block->mlp->down->weight.std().item<double>(), 0.02 / 4.0, 0.0005);
+  // init_std (what the gemm mode lowers as it widens) sets every one of them.
+  cfg.init_std = 0.01;
+  GPT narrower(cfg);
+  EXPECT_NEAR(narrower->named_parameters()["wte.weight"].std().item<double>(), 0.01, 0.0005);
+  EXPECT_NEAR(narrower->blocks()[0]->attn->qkv->weight.std().item<double>(), 0.01, 0.0005);
+  EXPECT_NEAR(narrower->blocks()[0]->mlp->down->weight.std().item<double>(), 0.01 / 4.0, 0.00025);
 }
 
 TEST(Model, UnresolvedVocabIsAConfigError) {

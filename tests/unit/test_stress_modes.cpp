@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <set>
@@ -142,8 +143,16 @@ std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std
     const auto& y = fa.at(rule.field);
     const std::string where = mode.name + ": " + describe_rule(rule, false) + " on " + x.dump() + " -> " + y.dump();
     if (again != fa) return where + " is not idempotent";
-    for (const auto& [key, v] : a.items())
-      if (key != rule.field && fa.at(key) != v) return where + " changed " + key;
+    const auto scales = [&](const std::string& key) {
+      return std::any_of(rule.inverse_scales.begin(), rule.inverse_scales.end(),
+                         [&](const InverseScale& s) { return s.field == key; });
+    };
+    for (const auto& [key, v] : a.items()) {
+      if (key == rule.field || fa.at(key) == v) continue;
+      if (!scales(key)) return where + " changed " + key;
+      if (y == x) return where + " scaled " + key + " without raising " + rule.field;
+      if (fa.at(key).get<double>() > v.get<double>()) return where + " raised " + key + ", which it scales down";
+    }
     if (share) {
       const int64_t count = y.get<int64_t>(), cap = value.get<int64_t>(), align = a.at(rule.aligned_to).get<int64_t>();
       const int64_t width = std::max(a.at(rule.width).get<int64_t>(), intensities.at(rule.width_floor).get<int64_t>());
@@ -170,6 +179,17 @@ std::vector<std::string> registry_problems() {
   std::map<std::string, std::string> writer;
   for (const auto& mode : stress_mode_registry()) {
     if (mode.targets.empty() || mode.summary.empty()) problems.push_back(mode.name + " has no targets/summary");
+    // A scaled field is written by its mode alone: scaling commutes with no other rule.
+    for (const auto& rule : mode.rules) {
+      for (const auto& scale : rule.inverse_scales) {
+        if (!fields.contains(scale.field)) problems.push_back(mode.name + " scales unknown field " + scale.field);
+        if (const auto [it, fresh] = writer.emplace(scale.field, mode.name); !fresh)
+          problems.push_back(scale.field + " is written by " + it->second + " and " + mode.name);
+        if (std::none_of(mode.intensities.begin(), mode.intensities.end(),
+                         [&](const ConfigField& f) { return f.name == scale.exponent; }))
+          problems.push_back(mode.name + " uses undeclared intensity " + scale.exponent);
+      }
+    }
     for (const auto& f : mode.intensities) {
       try {
         validate_field(f.default_value, f, "stress_profile." + mode.name + "." + f.name);
@@ -260,6 +280,14 @@ TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesF
   StressMode reads_hidden = canary_mode({});
   reads_hidden.rules = {raise_to_multiple("eval_batches", intensity("min_eval_batches"), "hidden_size", 1)};
   expect_problem(reads_hidden, "clash reads hidden_size, which gemm writes");
+  StressMode writes_learning_rate = canary_mode({});
+  writes_learning_rate.rules = {lower_to("learning_rate", intensity("min_eval_batches"))};
+  expect_problem(writes_learning_rate, "learning_rate is written by gemm and clash");
+  StressMode scales_batch = canary_mode({});
+  scales_batch.rules = {
+      inversely_scaling(raise_to("eval_batches", intensity("min_eval_batches")), {{"batch_size", "nope"}})};
+  expect_problem(scales_batch, "batch_size is written by comm and clash");
+  expect_problem(scales_batch, "undeclared intensity nope");
   StressMode undeclared = canary_mode({});
   undeclared.rules = {lower_to("eval_batches", intensity("nope"))};
   expect_problem(undeclared, "undeclared intensity nope");
@@ -533,6 +561,39 @@ TEST(StressModes, GemmModeKeepsHeadDimWithinItsCeiling) {
   const auto wide_heads = compose(small.training, {"gemm"}, wide);
   EXPECT_EQ(wide_heads.num_heads, 12);
   EXPECT_EQ(wide_heads.hidden_size, 2112);
+}
+
+// The gemm mode widens `small` from 768 to 2048 (16 heads of 128): its learning rate scales by
+// 768/2048 (GPT-3's 1/d) and its init std by sqrt(768/2048), once, whatever else
+// is composed; a width it does not raise keeps both, and exponents of 0 keep the base's bits.
+TEST(StressModes, GemmModeScalesLearningRateAndInitToTheWidth) {
+  const Preset& p = find_preset("small");
+  const TrainingConfig& b = p.training;
+  ASSERT_EQ(b.hidden_size, 768);
+  ASSERT_EQ(b.init_std, 0.02);
+  const double ratio = 768.0 / 2048.0;
+  for (const auto& modes : std::vector<std::vector<std::string>>{{"gemm"}, parse_stress_list("all")}) {
+    const TrainingConfig once = compose(b, modes, p.stress);
+    EXPECT_EQ(once.hidden_size, 2048);
+    EXPECT_DOUBLE_EQ(once.learning_rate, 6e-4 * ratio);  // 2.25e-4; GPT-3 XL (d=2048): 2.0e-4
+    EXPECT_DOUBLE_EQ(once.init_std, 0.02 * std::sqrt(ratio));
+    EXPECT_EQ(compose(once, modes, p.stress), once);
+  }
+  const TrainingConfig others = compose(b, {"rng", "comm", "memory", "fusion"}, p.stress);
+  EXPECT_EQ(others.learning_rate, b.learning_rate);
+  EXPECT_EQ(others.init_std, b.init_std);
+  TrainingConfig wide = b;
+  wide.hidden_size = 4096;
+  EXPECT_EQ(compose(wide, {"gemm"}, p.stress).learning_rate, b.learning_rate);
+  StressProfile unscaled = p.stress;
+  unscaled.set("gemm", "learning_rate_width_exponent", 0.0);
+  unscaled.set("gemm", "init_std_width_exponent", 0.0);
+  const TrainingConfig kept = compose(b, {"gemm"}, unscaled);
+  EXPECT_EQ(kept.hidden_size, 2048);
+  EXPECT_EQ(kept.learning_rate, b.learning_rate);
+  EXPECT_EQ(kept.init_std, b.init_std);
+  EXPECT_NE(describe_stress_modes(false).find("learning_rate x (old / new hidden_size)^<learning_rate_width_exponent>"),
+            std::string::npos);
 }
 
 TEST(StressModes, ModesOnlyRaiseOrLowerTowardTheirIntensity) {
