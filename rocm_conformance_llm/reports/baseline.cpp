@@ -45,9 +45,11 @@ std::vector<std::string> differing_training_keys(const nlohmann::json& a, const 
   std::set<std::string> all;
   for (const auto& [k, v] : ta.items()) all.insert(k);
   for (const auto& [k, v] : tb.items()) all.insert(k);
+  // A key one record lacks is a field added since it was written: it ran as the field's default.
+  const nlohmann::json defaults = TrainingConfig{};
+  const auto at = [&](const nlohmann::json& t, const std::string& k) { return t.value(k, defaults.value(k, nlohmann::json())); };
   for (const auto& k : all)
-    if (!kIgnoredTrainingKeys.count(k) && ta.value(k, nlohmann::json()) != tb.value(k, nlohmann::json()))
-      keys.push_back(k);
+    if (!kIgnoredTrainingKeys.count(k) && at(ta, k) != at(tb, k)) keys.push_back(k);
   return keys;
 }
 

@@ -256,6 +256,22 @@ TEST(Baseline, DifferentConfigurationsAreNotCompared) {
   EXPECT_EQ(c.summary["config_differences"], nlohmann::json({"hidden_size"}));
 }
 
+// A baseline written before a training field existed lacks its key: it ran as the default, so
+// it stays comparable with a run at that default, and not with one that changed it.
+TEST(Baseline, AKeyTheBaselineLacksCountsAsItsDefault) {
+  const auto steps = run_steps();
+  const auto then = load_run_record(write_run("olderfields", steps, config_doc(false)));  // no init_std
+  auto current = config_doc(false);
+  current["training"]["init_std"] = TrainingConfig{}.init_std;
+  EXPECT_EQ(compare_with_baseline(record_now(steps, current), then, DiagnosticsConfig{}, 0)
+                .summary["comparable"],
+            true);
+  auto changed = config_doc(false);
+  changed["training"]["init_std"] = 0.01;
+  const auto c = compare_with_baseline(record_now(steps, changed), then, DiagnosticsConfig{}, 0);
+  EXPECT_EQ(c.summary["config_differences"], nlohmann::json({"init_std"}));
+}
+
 TEST(Baseline, MissingOrBrokenBaselineDirectoriesAreConfigErrors) {
   EXPECT_THROW(load_run_record(fs::path(::testing::TempDir()) / "rcl_no_such_run"), ConfigError);
 
