@@ -259,14 +259,10 @@ std::optional<std::string> spans_hosts(const LaunchInfo& launch, const EnvLookup
 
 bool tcp_answers(const std::string& host, int port, std::chrono::milliseconds wait) {
   const auto deadline = SteadyClock::now() + wait;
-  const std::string service = std::to_string(port);
   while (true) {
-    const AddrInfoList list = resolve(host, service.c_str());
-    for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      if (connect_once(*a, std::clamp(left, std::chrono::milliseconds(1), kConnectWait)) == TcpProbe::answers)
-        return true;
-    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+    if (tcp_probe(host, port, std::clamp(left, std::chrono::milliseconds(1), kConnectWait)) == TcpProbe::answers)
+      return true;
     if (SteadyClock::now() + kProbeRetry >= deadline) return false;
     std::this_thread::sleep_for(kProbeRetry);
   }
