@@ -20,9 +20,11 @@ nodes="${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}"
 cpus_per_rank=$(( ${SLURM_CPUS_ON_NODE:-$gpus} / gpus ))
 (( cpus_per_rank >= 1 )) || cpus_per_rank=1
 
-# Every rank sees every GPU of its node and picks its own by local rank (SLURM_LOCALID). srun
-# is left to let the surviving ranks report when one dies: their next collective times out
-# after collective_timeout_s with a finding that names it.
+# Every rank sees every GPU of its node and picks its own by local rank (SLURM_LOCALID). When a
+# rank dies or freezes, the survivors' next collective times out after collective_timeout_s with
+# a finding that names it, and each survivor exits only once rank 0's job report is written
+# (docs/distributed.md): --kill-on-bad-exit then ends the step, a frozen rank included, instead of
+# leaving it to the job's time limit.
 # The binary refuses an option given twice, so a default the user overrides is left out.
 user_gave() {
   local flag=$1 arg
@@ -37,5 +39,5 @@ user_gave --output-dir "$@" || defaults+=(--output-dir "$output_dir")
 user_gave --output-dir "$@" && output_dir="the --output-dir given"
 echo "launch_slurm.sh: $nodes node(s) x $gpus GPU(s) = $(( nodes * gpus )) ranks, $cpus_per_rank CPUs each; results in $output_dir"
 exec srun --nodes="$nodes" --ntasks="$(( nodes * gpus ))" --ntasks-per-node="$gpus" \
-  --cpus-per-task="$cpus_per_rank" \
+  --cpus-per-task="$cpus_per_rank" --kill-on-bad-exit=1 \
   "$repo/scripts/launch_rank.sh" "${defaults[@]}" "$@"

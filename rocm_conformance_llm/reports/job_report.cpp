@@ -24,13 +24,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// Signatures by which a rank reports a peer's failure, not its own: they name the peer.
-bool about_a_peer(const std::string& signature) {
-  static const std::set<std::string> kObserved = {"collective_timeout", "collective_error", "exchange_timeout",
-                                                  "rendezvous_failed"};
-  return kObserved.count(signature) > 0;
-}
-
 // Verdicts from best to worst; a lost rank counts as crashed.
 int verdict_order(const std::string& v) {
   static const std::vector<std::string> kOrder = {"PASS", "WARN", "FAIL", "INTERRUPTED", "HUNG", "CRASHED", "LOST"};
@@ -69,6 +62,12 @@ const RankRow* row_of_rank(const std::vector<RankRow>& rows, int rank) {
 bool is_lost_row(const RankRow& row) { return row.source == "heartbeat" || row.source == "none"; }
 
 }  // namespace
+
+bool about_a_peer(const std::string& signature) {
+  static const std::set<std::string> kObserved = {"collective_timeout", "collective_error", "exchange_timeout",
+                                                  "rendezvous_failed"};
+  return kObserved.count(signature) > 0;
+}
 
 json to_json(const RankIdentity& id) {
   return {{"world_rank", id.world_rank},
@@ -245,12 +244,17 @@ std::vector<Suspect> suspects_in_view(const std::vector<RankRow>& rows, const Jo
   const bool unheard_elsewhere = writer && std::any_of(rows.begin(), rows.end(), [&](const RankRow& r) {
                                    return r.source != "report" && r.id.host != writer->id.host;
                                  });
-  if (view.cut_links.empty() || !unheard_elsewhere) return suspect_hosts(rows);
-  return {Suspect{.host = writer->id.host,
-                  .ranks = {view.written_by},
-                  .evidence = {fmt::format("every network interface of host {} has lost its link ({}): the ranks "
-                                           "of other hosts it did not hear from are behind its own cut",
-                                           writer->id.host, fmt::join(view.cut_links, ", "))}}};
+  // A writer that was paused caused what it saw; a cut writer, what it did not hear.
+  if (!writer || (!view.paused_s && (view.cut_links.empty() || !unheard_elsewhere))) return suspect_hosts(rows);
+  const std::string why =
+      !view.paused_s
+          ? fmt::format("every network interface of host {} has lost its link ({}): the ranks of other hosts it did "
+                        "not hear from are behind its own cut",
+                        writer->id.host, fmt::join(view.cut_links, ", "))
+          : fmt::format("{}'s own process did not run for {:.0f} s (stopped, a frozen VM or a starved host), longer "
+                        "than the collective timeout: its peers gave up waiting for it",
+                        describe(writer->id), *view.paused_s);
+  return {Suspect{.host = writer->id.host, .ranks = {view.written_by}, .evidence = {why}}};
 }
 
 std::vector<OddNode> odd_nodes(const std::vector<RankRow>& rows, double margin) {
@@ -326,6 +330,7 @@ json job_report_json(const std::vector<RankRow>& rows, const std::vector<Finding
               {"written_by", view.written_by},
               {"basis", view.basis},
               {"cut_links", view.cut_links},
+              {"paused_s", json_or_null(view.paused_s)},
               {"unresolved", view.unresolved.empty() ? json(nullptr) : json(view.unresolved)},
               {"ranks", json::array()},
               {"hosts", json::array()},
@@ -345,42 +350,6 @@ json job_report_json(const std::vector<RankRow>& rows, const std::vector<Finding
     doc["suspect_hosts"].push_back({{"host", s.host}, {"world_ranks", s.ranks}, {"evidence", s.evidence}});
   for (const auto& f : job_findings) doc["findings"].push_back(to_json(f, action_of(f, nullptr)));
   return doc;
-}
-
-std::string job_report_html(const json& doc) {
-  std::string html = fmt::format(
-      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>rocm-conformance-llm job report</title></head>"
-      "<body>\n<h1>Job verdict: {} (exit {})</h1>\n",
-      xml_escape(doc.at("verdict").get<std::string>()), doc.at("exit_code").get<int>());
-  html += "<h2>Suspect nodes</h2>\n<ul id=\"suspects\">\n";
-  for (const auto& s : doc.at("suspect_hosts"))
-    for (const auto& e : s.at("evidence"))
-      html += fmt::format("<li><b>{}</b>: {}</li>\n", xml_escape(s.at("host").get<std::string>()),
-                          xml_escape(e.get<std::string>()));
-  for (const auto& f : doc.at("findings"))
-    html += fmt::format("<li>{}: {}</li>\n", xml_escape(f.at("signature").get<std::string>()),
-                        xml_escape(f.at("message").get<std::string>()));
-  html +=
-      "</ul>\n<h2>Hosts</h2>\n<table id=\"hosts\"><tr><th>host</th><th>ranks</th><th>verdict</th><th>lost</th></tr>\n";
-  for (const auto& h : doc.at("hosts"))
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                        xml_escape(h.at("host").get<std::string>()), h.at("world_ranks").dump(),
-                        h.at("verdict").get<std::string>(), h.at("lost_ranks").get<int>());
-  html +=
-      "</table>\n<h2>Ranks</h2>\n<table id=\"ranks\"><tr><th>rank</th><th>host</th><th>local rank</th><th>device</th>"
-      "<th>source</th><th>verdict</th><th>fail / warn</th><th>median step s</th><th>tokens/s</th><th>last step</th>"
-      "<th>last phase</th></tr>\n";
-  for (const auto& r : doc.at("ranks"))
-    html += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}</td></tr>\n",
-        r.at("world_rank").get<int>(), xml_escape(r.at("host").get<std::string>()), r.at("local_rank").get<int>(),
-        xml_escape(r.at("device").get<std::string>()), r.at("source").get<std::string>(),
-        xml_escape(r.at("verdict").get<std::string>()), r.at("findings_by_severity").at("fail").get<int>(),
-        r.at("findings_by_severity").at("warn").get<int>(), r.at("median_step_s").dump(), r.at("tokens_per_s").dump(),
-        r.at("last_step").get<int64_t>(), xml_escape(r.at("last_phase").get<std::string>()));
-  html += "</table>\n</body></html>\n";
-  return html;
 }
 
 std::string job_junit_xml(const json& doc) {
@@ -422,184 +391,6 @@ std::string job_junit_xml(const json& doc) {
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"rocm-conformance-llm.job\" "
       "tests=\"{}\" failures=\"{}\">\n{}  </testsuite>\n</testsuites>\n",
       total, failures, cases);
-}
-
-namespace {
-constexpr std::chrono::seconds kBeatInterval{1};
-constexpr std::chrono::milliseconds kPutLimit{2000};
-constexpr std::chrono::milliseconds kRosterWait{100};
-constexpr std::chrono::milliseconds kStoreProbeWait{3000};
-
-std::optional<RankRow> parsed_row(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return std::nullopt;
-  return rank_row_from_json(j);
-}
-}  // namespace
-
-JobRecords::JobRecords(Communicator& world, RankIdentity id, int64_t warmup_steps, StoreAddress store)
-    : world_(world), id_(std::move(id)), warmup_steps_(warmup_steps), store_(std::move(store)) {
-  world_.put_record("beat", to_json(rank_row(id_, {}, warmup_steps_, {}, "setup")).dump(), std::chrono::seconds(1));
-}
-
-void JobRecords::learn_roster(std::chrono::milliseconds limit) {
-  const auto beats = world_.collect_records("beat", limit);
-  roster_.resize(beats.size());
-  for (size_t r = 0; r < beats.size(); ++r)
-    if (!roster_[r])
-      if (auto row = parsed_row(beats[r])) roster_[r] = row->id;
-}
-
-void JobRecords::on_step(const StepRecord& r) {
-  steps_.on_step(r);
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_beat_ < kBeatInterval) return;
-  last_beat_ = now;
-  RankRow beat = rank_row(id_, steps_.steps(), warmup_steps_, {}, fmt::format("after step {}", r.step));
-  beat.source = "heartbeat";
-  world_.put_record("beat", to_json(beat).dump(), kPutLimit);
-  // Who every rank is, while the store answers: a survivor's view needs it if the store goes.
-  if (roster_.empty() || std::any_of(roster_.begin(), roster_.end(), [](const auto& id) { return !id; }))
-    learn_roster(kRosterWait);
-}
-
-std::vector<RankRow> JobRecords::gather(const RankRow& mine, std::chrono::milliseconds limit) const {
-  // The writer's own row too: collect_records returns early once every rank's row is in.
-  const auto rows_in = world_.collect_records("row", limit);
-  // The lost ranks' last heartbeats: a short wait, they are already there or never will be.
-  const auto beats = world_.collect_records("beat", std::chrono::milliseconds(500));
-  const auto comm_beats = world_.read_heartbeats();
-  std::vector<RankRow> rows;
-  for (int r = 0; r < static_cast<int>(rows_in.size()); ++r) {
-    if (r == id_.world_rank) {
-      rows.push_back(mine);
-      continue;
-    }
-    if (auto row = parsed_row(rows_in[r])) {
-      rows.push_back(std::move(*row));
-      continue;
-    }
-    RankRow row = parsed_row(beats[r]).value_or(RankRow{.id = {.world_rank = r}, .source = "none"});
-    row.id.world_rank = r;
-    row.verdict = "LOST";
-    row.exit_code = -1;
-    row.findings.clear();
-    if (row.source == "report") row.source = "heartbeat";
-    // The collective it was last entering, where the store's collective heartbeat is newer.
-    if (comm_beats && (*comm_beats)[r].seen && (*comm_beats)[r].step >= row.last_step) {
-      const RankHeartbeat& b = (*comm_beats)[r];
-      row.last_step = b.step;
-      row.last_phase = fmt::format("entering collective #{} '{}'", b.sequence, b.op);
-    }
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-// Whether this survivor's own findings point at rank 0's host: a peer failure naming one of its
-// ranks absent, or one that names nobody (every rank entered the collective that failed).
-bool JobRecords::rank0_may_be_lost(const RankRow& mine) const {
-  const std::string rank0_host = !roster_.empty() && roster_[0] ? roster_[0]->host : std::string();
-  return std::any_of(mine.findings.begin(), mine.findings.end(), [&](const RowFinding& f) {
-    if (!about_a_peer(f.signature)) return false;
-    if (f.blames.empty()) return true;
-    return std::any_of(f.blames.begin(), f.blames.end(), [&](int b) {
-      return b == 0 || (!rank0_host.empty() && b < static_cast<int>(roster_.size()) && roster_[b] &&
-                        roster_[b]->host == rank0_host);
-    });
-  });
-}
-
-std::vector<RankRow> JobRecords::rows_without_store(const RankRow& mine, JobView& view) const {
-  std::vector<RankRow> rows;
-  for (int r = 0; r < world_.world_size(); ++r) {
-    if (r == id_.world_rank) {
-      rows.push_back(mine);
-      continue;
-    }
-    const bool known = r < static_cast<int>(roster_.size()) && roster_[r];
-    rows.push_back(RankRow{.id = known ? *roster_[r] : RankIdentity{.world_rank = r},
-                           .source = "unknown",
-                           .verdict = "UNKNOWN"});
-  }
-  const std::string where = fmt::format("{}:{}", store_.host, store_.port);
-  view.basis = fmt::format("the job's store at {} stopped answering: rank {}'s view alone", where, id_.world_rank);
-  if (!view.cut_links.empty()) return rows;  // this host's own cut explains the silence
-  const TcpProbe probe = tcp_probe(store_.host, store_.port, kStoreProbeWait);
-  const std::string rank0_host = rows[0].id.host.empty() ? store_.host : rows[0].id.host;
-  if (probe == TcpProbe::refused || (probe == TcpProbe::answers && rank0_may_be_lost(mine))) {
-    RankRow& rank0 = rows[0];
-    rank0.source = "none";
-    rank0.verdict = "LOST";
-    rank0.last_phase = probe == TcpProbe::refused
-                           ? fmt::format("host {} refuses connections to the store at {}: the process serving it "
-                                         "(rank 0, or its launcher on that node) is gone",
-                                         rank0_host, where)
-                           : fmt::format("the store at {} accepts connections but does not serve them, and rank {} "
-                                         "found rank 0's host absent: the process serving it is frozen",
-                                         where, id_.world_rank);
-    return rows;
-  }
-  view.unresolved = fmt::format(
-      "the job's store at {} did not answer from host {}: host {} is down or the path between them is cut, which "
-      "one side cannot tell; rank 0's own job report, where it exists, decides",
-      where, id_.host, rank0_host);
-  return rows;
-}
-
-void JobRecords::finish(const std::filesystem::path& output_dir, const std::string& verdict, int exit_code,
-                        const std::vector<Finding>& findings, const std::string& phase,
-                        std::chrono::milliseconds limit) {
-  RankRow mine = rank_row(id_, steps_.steps(), warmup_steps_, findings, phase);
-  mine.verdict = verdict;
-  mine.exit_code = exit_code;
-  const bool stored = world_.put_record("row", to_json(mine).dump(), kPutLimit);
-  if (!stored) spdlog::warn("rank {}: the job report's store did not take this rank's row", id_.world_rank);
-  JobView view{.written_by = id_.world_rank, .cut_links = cut_links(list_interfaces())};
-  if (id_.world_rank == 0) {
-    write_job_report(output_dir, gather(mine, limit), view, mine.last_step);
-    return;
-  }
-  // Rank 0 writes the job report; a survivor only when rank 0 may be lost.
-  if (stored) {
-    if (!rank0_may_be_lost(mine) || world_.collect_records("row", limit, {0})[0]) return;
-    // The store answers: the lowest rank whose row is in gathers every row, as rank 0 would.
-    const auto rows_in = world_.collect_records("row", kPutLimit);
-    for (int r = 1; r < id_.world_rank; ++r)
-      if (rows_in[r]) return;
-    view.basis = "rank 0's row never came: the lowest surviving rank gathered every row through the job's store";
-    write_job_report(output_dir, gather(mine, kPutLimit), view, mine.last_step);
-    return;
-  }
-  const auto rows = rows_without_store(mine, view);
-  write_job_report(output_dir, rows, view, mine.last_step);
-}
-
-void JobRecords::write_job_report(const std::filesystem::path& output_dir, const std::vector<RankRow>& rows,
-                                  const JobView& view, int64_t step) const {
-  std::vector<Finding> job_findings;
-  for (const auto& odd : odd_nodes(rows)) job_findings.push_back(odd_node_finding(odd, step));
-  const json doc = job_report_json(rows, job_findings, view);
-  try {
-    write_file_atomically(output_dir / "job_report.json", doc.dump(2) + "\n");
-    write_file_atomically(output_dir / "job_junit.xml", job_junit_xml(doc));
-    write_file_atomically(
-        output_dir / "job_ocp.jsonl",
-        ocp_jsonl(job_ocp_artifacts(doc, {this_command_line(), id_.host, started_, std::chrono::system_clock::now()})));
-    write_file_atomically(output_dir / "job_report.html", job_report_html(doc));  // the last: a waiter's sign
-  } catch (const std::exception& e) {
-    spdlog::error("cannot write the job report in {}: {}", output_dir.string(), e.what());
-    return;
-  }
-  for (const auto& s : doc.at("suspect_hosts"))
-    spdlog::error("job report: suspect node {} (world ranks {}): {}", s.at("host").get<std::string>(),
-                  s.at("world_ranks").dump(), s.at("evidence").at(0).get<std::string>());
-  if (!view.unresolved.empty()) spdlog::error("job report: no node named: {}", view.unresolved);
-  for (const auto& f : job_findings) spdlog::warn("job report: {}", f.message);
-  spdlog::info("job report ({} ranks, written by rank {}): {} (exit {}) in {}", rows.size(), view.written_by,
-               doc.at("verdict").get<std::string>(), doc.at("exit_code").get<int>(),
-               (output_dir / "job_report.json").string());
 }
 
 }  // namespace rcl

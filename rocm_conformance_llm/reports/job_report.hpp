@@ -1,9 +1,9 @@
 // The job report: rank 0's one view of the whole job (job_report.json, job_junit.xml,
-// job_ocp.jsonl, job_report.html), a row per rank gathered through the job's own c10d store, so
-// it needs no shared filesystem and still exists when a node dies (a lost rank's row is its last
-// heartbeat through the store). From the rows: a roll-up per host, the suspect node(s) (the hosts whose ranks own
-// the decisive findings), and the odd node out (a host whose ranks are all slower). Keys:
-// docs/outputs.md.
+// job_ocp.jsonl, job_report.html), built from a row per rank (gathered through the job's own
+// c10d store by reports/job_records.hpp, so it needs no shared filesystem and still exists when
+// a node dies: a lost rank's row is its last heartbeat through the store). From the rows: a
+// roll-up per host, the suspect node(s) (the hosts whose ranks own the decisive findings), and
+// the odd node out (a host whose ranks are all slower). Keys: docs/outputs.md.
 #pragma once
 
 #include <chrono>
@@ -34,6 +34,9 @@ struct RankIdentity {
 nlohmann::json to_json(const RankIdentity& id);
 // "rank 3 (host nodeB, local rank 1, cpu)"
 std::string describe(const RankIdentity& id);
+
+// Signatures by which a rank reports a peer's failure, not its own: they name the peer.
+bool about_a_peer(const std::string& signature);
 
 // A finding of one rank, as the job report weighs it.
 struct RowFinding {
@@ -111,10 +114,14 @@ struct JobView {
   std::string basis = "rank 0 gathered every rank's row through the job's store";
   std::vector<std::string> cut_links{};  // the writer's interfaces, when every one has lost its link
   std::string unresolved{};              // why this view names no node ("" when it can)
+  // The longest time the writer's own process did not run (stopped, a frozen VM, a starved host),
+  // when it was long enough for its peers to give up on it (the collective timeout or more).
+  std::optional<double> paused_s{};
 };
 // The suspects as this view can name them: none where it is unresolved; the writer's own host
-// alone where its links are cut and ranks of other hosts went unheard (a partition seen from the
-// cut side); else suspect_hosts.
+// alone where its links are cut, or its own process was paused, and ranks of other hosts went
+// unheard (a partition seen from the cut side; peers that went on without a frozen writer); else
+// suspect_hosts.
 std::vector<Suspect> suspects_in_view(const std::vector<RankRow>& rows, const JobView& view);
 
 struct JobSummary {
@@ -128,49 +135,5 @@ nlohmann::json job_report_json(const std::vector<RankRow>& rows, const std::vect
                                const JobView& view = {});
 std::string job_report_html(const nlohmann::json& job_report);
 std::string job_junit_xml(const nlohmann::json& job_report);
-
-// Where the job's store is served: MASTER_ADDR:MASTER_PORT (rank 0, or its launcher on rank 0's node).
-struct StoreAddress {
-  std::string host{};
-  int port = 0;
-};
-
-// The store side. Every rank publishes its heartbeat row (throttled to one a second) while it
-// trains and its final row with its verdict; rank 0 then gathers every row, waiting at most the
-// collective timeout, takes a missing one from the last heartbeat (marked "heartbeat"), and
-// writes the job files into its output directory. When rank 0 itself may be lost (a survivor's
-// findings name a rank of its host absent, or the store stops answering), a survivor writes them:
-// the lowest rank whose row is in, where the store still answers; else each survivor from its own
-// view, naming rank 0's host only where the store's host refuses the connection (reachable, its
-// store gone), its own host where its own links are cut, and no node where it cannot tell.
-class JobRecords final : public StepObserver {
- public:
-  JobRecords(Communicator& world, RankIdentity id, int64_t warmup_steps, StoreAddress store);
-  void on_step(const StepRecord& r) override;
-  // This rank's final row; then, on rank 0, the gathering and the job files. `limit`: how long
-  // rank 0 waits for the others' rows.
-  void finish(const std::filesystem::path& output_dir, const std::string& verdict, int exit_code,
-              const std::vector<Finding>& findings, const std::string& phase, std::chrono::milliseconds limit);
-
- private:
-  // Every rank's row as rank 0 would gather it: rows from the store within `limit`, a lost
-  // rank's from its last heartbeat.
-  std::vector<RankRow> gather(const RankRow& mine, std::chrono::milliseconds limit) const;
-  // This rank's view alone, the store gone: the others' rows unknown, rank 0 judged by a probe.
-  std::vector<RankRow> rows_without_store(const RankRow& mine, JobView& view) const;
-  bool rank0_may_be_lost(const RankRow& mine) const;
-  void learn_roster(std::chrono::milliseconds limit);
-  void write_job_report(const std::filesystem::path& output_dir, const std::vector<RankRow>& rows,
-                        const JobView& view, int64_t step) const;
-
-  Communicator& world_;
-  const RankIdentity id_;
-  const int64_t warmup_steps_;
-  const StoreAddress store_;
-  std::vector<std::optional<RankIdentity>> roster_;  // every rank's identity, from its heartbeats
-  RunSummary steps_;
-  std::chrono::steady_clock::time_point last_beat_{};
-  const std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();  // job_ocp.jsonl's
-};
 
 }  // namespace rcl

@@ -27,7 +27,7 @@
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/console_observer.hpp"
 #include "rocm_conformance_llm/reports/heartbeat.hpp"
-#include "rocm_conformance_llm/reports/job_report.hpp"
+#include "rocm_conformance_llm/reports/job_records.hpp"
 #include "rocm_conformance_llm/reports/metrics_observer.hpp"
 #include "rocm_conformance_llm/reports/progress.hpp"
 #include "rocm_conformance_llm/reports/prometheus.hpp"
@@ -53,8 +53,6 @@ namespace {
 // How long a rank whose collective failed watches its peers' heartbeat files for a sign of life
 // (kHeartbeatInterval is 1 s: a live peer, even on a loaded host, rewrites its file within it).
 inline constexpr std::chrono::milliseconds kStalledPeerWindow{3000};
-// The longest rank 0 waits for the other ranks' job report rows.
-inline constexpr std::chrono::milliseconds kJobGatherLimit{20000};
 
 // Where the job is; a crash or a stop before the training loop names it as its phase (in the
 // loop, the watchdog's phase is the precise one).
@@ -136,9 +134,8 @@ class Job {
     // The main thread may be stuck (a collective, a wedged kernel): the signal watcher writes
     // the verdict then.
     signals::set_force_stop([this](int sig) {
-      const int code = interrupted(sig, current_phase(), in_loop() ? checks_.watchdog->current_step() : 0);
-      spdlog::default_logger()->flush();
-      std::_Exit(code);
+      // A verdict written before the signal stands (interrupted() returns its code).
+      exit_now(interrupted(sig, current_phase(), in_loop() ? checks_.watchdog->current_step() : 0));
     });
     try {
       preflight();
@@ -167,26 +164,31 @@ class Job {
             .pci_bus_id = s_.device.is_cuda() && s_.device.has_index() ? gpu_pci_bus_id(s_.device.index()) : ""};
   }
 
-  // Several ranks: each publishes its rows through the world's store; rank 0 writes the job report
-  // once its own verdict is written, waiting for the others at most the collective timeout, and
-  // kJobGatherLimit at most: a lost rank's row never comes, and a survivor must still end within
-  // the timeout + 30 s (a stop signal's grace is shorter: kStalledPeerWindow then).
+  // Several ranks: once its own verdict is written, each rank takes its part in the job report
+  // (reports/job_records.hpp: rank 0 gathers and writes it, the others stay until it is written);
+  // a stop signal cuts those waits to the launcher's grace.
   void open_job_records(RunWiring& wiring) {
     auto group = std::dynamic_pointer_cast<ProcessGroupSync>(training_.sync);
     if (!group) return;
     job_records_.emplace(group->world(), identity(), run_.diagnostics.warmup_steps,
                          StoreAddress{s_.launch.master_addr, s_.launch.master_port});
+    job_records_->set_stop_check([] { return signals::received() != 0; });
     wiring.add(part::job_records, &*job_records_);
-    const auto timeout = group->world().timeout();
-    report().set_after_write([this, timeout](const Verdict& v, const std::vector<Finding>& findings) {
-      const auto limit = std::min<std::chrono::milliseconds>(
-          timeout, v.exit_code == kExitInterrupted ? kStalledPeerWindow : kJobGatherLimit);
+    report().set_after_write([this](const Verdict& v, const std::vector<Finding>& findings) {
       try {
-        job_records_->finish(run_.output_dir, v.status, v.exit_code, findings, current_phase(), limit);
+        job_records_->finish(run_.output_dir, v.status, v.exit_code, findings, current_phase());
       } catch (const std::exception& e) {
         spdlog::error("no job report: {}", e.what());  // this rank's own verdict stands
       }
     });
+  }
+
+  // Ends the process now (a wedged main thread, a lost peer the teardown would wait on forever),
+  // once the job report another thread may be writing is on disk (within the launcher's grace).
+  [[noreturn]] void exit_now(int code) {
+    if (job_records_) job_records_->wait_for_finish(kAfterStop);
+    spdlog::default_logger()->flush();
+    std::_Exit(code);
   }
   Trainer& trainer() { return *training_.trainer; }
 
@@ -216,8 +218,7 @@ class Job {
     records_.findings.add(finding);
     const int code = report().write(RunOutcome::crashed, finding.message);
     if (checks_.heartbeat) checks_.heartbeat->finish("crashed");
-    spdlog::default_logger()->flush();
-    std::_Exit(code);
+    exit_now(code);
   }
 
   int crashed(std::string_view what) {
@@ -350,9 +351,7 @@ class Job {
     checks_.watchdog = std::make_unique<Watchdog>(diag.watchdog_timeout_s, s_.launch.rank, records_.findings,
                                                   [this](const Finding& hang) {
                                                     node_sections_as_of_now();
-                                                    const int code = report().write(RunOutcome::hung, hang.message);
-                                                    spdlog::default_logger()->flush();
-                                                    std::_Exit(code);
+                                                    exit_now(report().write(RunOutcome::hung, hang.message));
                                                   });
     wiring.add(part::watchdog, checks_.watchdog.get());
     coverage.record(registered_detector("watchdog"), diag.watchdog_timeout_s > 0,

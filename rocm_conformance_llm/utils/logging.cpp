@@ -23,6 +23,13 @@ void init_logging(int rank, int world_size, bool all_ranks_verbose) {
   logger->flush_on(spdlog::level::info);
 }
 
+void log_unfiltered(spdlog::level::level_enum level, const std::string& text) {
+  const auto logger = spdlog::default_logger();
+  const spdlog::details::log_msg msg(logger->name(), level, text);
+  for (const auto& sink : logger->sinks()) sink->log(msg);
+  logger->flush();
+}
+
 std::string human_bytes(int64_t bytes) {
   if (bytes < 0) return "n/a";
   return fmt::format("{:.1f}MiB", static_cast<double>(bytes) / (1 << 20));

@@ -13,6 +13,10 @@ namespace rcl {
 // several ranks each line starts "[rank R/W HOST]".
 void init_logging(int rank, int world_size, bool all_ranks_verbose);
 
+// A line every rank prints whatever its level (the job's outcome, which each node's console ends
+// with), in the logger's format.
+void log_unfiltered(spdlog::level::level_enum level, const std::string& text);
+
 // Bytes as MiB with one decimal ("n/a" for a negative count: not available).
 std::string human_bytes(int64_t bytes);
 // The soak summary line (every diagnostics.summary_interval_s): `progress` (format_progress,

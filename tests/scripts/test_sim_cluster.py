@@ -36,26 +36,30 @@ Skips (exit 77) where the test is not root, network namespaces cannot be made, o
 munge for the slurm case) is missing.
 usage: test_sim_cluster.py CASE <rocm-conformance-llm binary>
 """
+import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from ocp_rules import Violation, check_lines
 from test_slurm_templates import fail, job_log, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIM = os.path.join(REPO, "scripts", "cluster", "sim_cluster.sh")
+TORCHRUN = os.path.join(REPO, "scripts", "torchrun.py")
+EXIT_BARRIER_S = 20
 SKIP = 77
 PORT = 29500  # every cluster has its own network namespaces: no other run holds it there
 TIMEOUT_S = 10  # collective_timeout_s of the fault cases: how long survivors wait for the lost rank
 RUN = ["--device", "cpu", "--preset", "smoke", "--set", "num_threads=1", "--set", "eval_interval=0"]
 # Nodes per case, and the hosts file entries left out.
-CASES = {"two_by_two": (2, []), "three_nodes": (3, []), "preflight": (2, [1]), "slow_node": (2, []),
-         "rank_stopped": (2, []), "rank_stopped_optimizer": (2, []), "node_killed": (2, []), "link_cut": (2, []),
-         "rank0_stopped": (2, []), "node0_killed": (2, []), "node0_link_cut": (2, []), "slurm": (2, [])}
+CASES = {"two_by_two": (2, []), "three_nodes": (3, []), "preflight": (2, [1]), "slow_node": (3, []),
+         "rank0_frozen": (3, []), "rank0_frozen_alone": (4, []), "node0_killed": (2, []), "node0_link_cut": (2, []),
+         "slurm": (2, []), "slurm_frozen": (2, [])}
 
 
 def node_env(k):
@@ -63,8 +67,11 @@ def node_env(k):
 
 
 def torchrun(k, nnodes, nproc, out_dir, args, log):
-    """torchrun on node k (torch 1.13 spellings; --redirects/--tee: see docs/distributed.md)."""
-    cmd = os.environ["SIM_ON"].split() + [str(k), "torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
+    """torchrun on node k (torch 1.13 spellings; --redirects/--tee: see docs/distributed.md), through
+    scripts/torchrun.py: its agents' exit barrier bounded (RCL_EXIT_BARRIER_S), so a failed job ends
+    within a minute of its verdict instead of torch 1.13's 300 s."""
+    cmd = os.environ["SIM_ON"].split() + [str(k), "env", f"RCL_EXIT_BARRIER_S={EXIT_BARRIER_S}", sys.executable,
+                                          TORCHRUN, f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
                                           f"--node_rank={k}", f"--master_addr={os.environ['SIM_MASTER_ADDR']}",
                                           f"--master_port={PORT}", "--no_python", "--redirects=1", "--tee=1",
                                           f"--log_dir={out_dir}-torchrun", "--monitor_interval=0.2",
@@ -172,11 +179,11 @@ def check_clean(tmp, nnodes, nproc, steps, args=()):
 
 
 def slow_node(tmp):
-    """Node 1's ranks 0.25 s slower a step, 6 steps timed after diagnostics.warmup_steps."""
+    """Node 1's ranks (of 3 nodes x 2) 0.25 s slower a step, 6 steps timed after diagnostics.warmup_steps."""
     args = ["--steps", "7", "--set", "diagnostics.warmup_steps=1",
             "--inject", "slow-step=0.25@rank=2,slow-step=0.25@rank=3"]
-    dirs, codes = run_nodes(tmp, 2, 2, args)
-    if codes != [0, 0]:
+    dirs, codes = run_nodes(tmp, 3, 2, args)
+    if codes != [0, 0, 0]:
         fail(f"torchrun exits {codes}\n{node_log(tmp, 0)}")
     job = job_report(dirs[0], 2)
     odd = [(f["signature"], f["severity"], f["evidence"]["host"], f["evidence"]["world_ranks"])
@@ -188,6 +195,9 @@ def slow_node(tmp):
     diagnoses, end = job_ocp(dirs[0])
     if end != ("COMPLETE", "PASS") or ("odd_node_slow", "UNKNOWN", "hw-rank-2") not in diagnoses:
         fail(f"slowed node 1's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
+    lines = outcome_lines(tmp, 3)
+    if any(not line or "job verdict WARN (exit 0): no node to drain" not in line for line in lines):
+        fail(f"slowed node 1: the consoles end with {lines}")
     print(f"ok: node 1 slowed: the job report's odd_node_slow names {odd[0][2]} ranks {odd[0][3]}, no suspect: "
           f"{job['findings'][0]['message']}")
 
@@ -230,62 +240,105 @@ def preflight(tmp):
                   [f"MASTER_ADDR={os.environ['SIM_MASTER_ADDR']} MASTER_PORT={PORT} did not answer host '{host}'"])
 
 
-def lost_rank(tmp, nproc, args, act, lost, mid_collective=False, subgroup=False):
-    """2 nodes; `act` strikes node 1 once rank 0 has published a step. `mid_collective`: the strike
-    may find node 1 inside a collective, which then fails with every rank in it: rank 0 says the
-    transport stalled (collective_timeout) or its peer reset (collective_error), naming no rank. Rank 0's report once it ends
-    (its junit.xml is the last file of its own; job_report.html the last of the job's); torchrun on node 0 then waits for its lost peer
-    agent (torch 1.13's exit barrier, 300 s), so the cluster's teardown stops it. `subgroup`: the rank
-    is lost inside a tensor-parallel group rank 0 is not in; rank 0 then waits on its data-parallel
-    partner, itself waiting, so only the job report must name the lost rank."""
-    run_dir = f"{tmp}/node0/run"
-    logs = [open(f"{tmp}/node{k}.log", "w") for k in range(2)]
-    run = ["--steps", "500", "--set", f"collective_timeout_s={TIMEOUT_S}"] + args
-    procs = [torchrun(k, 2, nproc, f"{tmp}/node{k}/run", run, logs[k]) for k in range(2)]
-    wait_for(lambda: last_step(run_dir) >= 2 or os.path.exists(f"{run_dir}/junit.xml"), "rank 0's second step", 120)
-    act()
-    wait_for(lambda: os.path.exists(f"{run_dir}/junit.xml"), "rank 0's end", 3 * TIMEOUT_S + 30)
-    # Then the job report: the gather waits for the lost rank's row at most the collective timeout.
-    wait_for(lambda: os.path.exists(f"{run_dir}/job_report.html"), "rank 0's job report", TIMEOUT_S + 15)
-    for p in procs:
-        p.terminate()
-    for p in procs:
+# A struck job: (nodes, ranks per node, extra flags, what strikes once rank 0 has published a step,
+# the node whose ranks are lost and those world ranks). Frozen ranks stop themselves
+# (--inject rank-stop, SIGSTOP: no EOF, only silence); killed ones get SIGKILL from outside.
+# Spread over the loop's phases, over nodes other than rank 0's and rank 0's own, with 2, 4 and
+# 8 ranks per node.
+def inject(spec):
+    return ["--inject", spec]
+
+
+STRUCK = {
+    "rank_killed": (2, 8, [], lambda: kill_rank(1, 3), 1, [11]),
+    "rank_killed_on_node0": (3, 2, [], lambda: kill_rank(0, 1), 0, [1]),
+    "node_killed": (3, 2, [], lambda: kill_node(2), 2, [4, 5]),
+    "link_cut": (3, 2, [], lambda: cut_link(1), 1, [2, 3]),
+    # --stress comm: tensor-parallel pairs (0,1), (2,3), (4,5), whose all-reduces run in the forward:
+    # rank 0 waits on its data-parallel partner, itself waiting, so only the job report names rank 5.
+    "frozen_forward": (3, 2, ["--stress", "comm"] + inject("rank-stop@phase=forward@rank=5@step=6"), None, 2, [5]),
+    "frozen_backward_on_node0": (3, 2, inject("rank-stop@phase=backward@rank=1@step=6"), None, 0, [1]),
+    "frozen_grad_sync": (2, 4, inject("rank-stop@phase=grad_sync@rank=6@step=6"), None, 1, [6]),
+    "frozen_optimizer": (3, 2, inject("rank-stop@phase=optimizer@rank=3@step=6"), None, 1, [3]),
+    "frozen_data": (3, 2, inject("rank-stop@phase=data@rank=4@step=6"), None, 2, [4]),
+}
+CASES.update({name: (spec[0], []) for name, spec in STRUCK.items()})
+# The job report on disk within this of the strike (the survivors' collective timeout, then rank 0's
+# gather), and the whole job ended within a minute of it (docs/distributed.md).
+REPORT_BOUND_S = TIMEOUT_S + 30
+END_BOUND_S = 60
+
+
+def start_nodes(tmp, nnodes, nproc, args):
+    dirs = [f"{tmp}/node{k}/run" for k in range(nnodes)]
+    logs = [open(f"{tmp}/node{k}.log", "w") for k in range(nnodes)]
+    run = ["--steps", "500", "--set", f"collective_timeout_s={TIMEOUT_S}"] + list(args)
+    return dirs, [torchrun(k, nnodes, nproc, dirs[k], run, logs[k]) for k in range(nnodes)]
+
+
+def wait_all(procs, tmp, bound_s, what):
+    """Every torchrun ends within bound_s; returns when the last did."""
+    deadline = time.monotonic() + bound_s
+    for k, p in enumerate(procs):
         try:
-            p.wait(timeout=15)
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-    r0 = report(run_dir, 0)
-    failed = [f for f in r0["findings"] if f["severity"] == "fail"]
-    missing = lambda f: (f.get("evidence") or {}).get("missing_ranks", [])
-    named = [f for f in failed if missing(f) == [lost]]
-    if mid_collective:
-        named += [f for f in failed if f["component"] == "RCCL" and not missing(f) and
-                  f["signature"] in ("collective_timeout", "collective_error") and "every rank entered it" in f["message"]]
-    if subgroup:
-        named = [f for f in failed if f["component"] == "RCCL"]
-    if r0["exit_code"] != 3 or not named:
-        fail(f"rank 0: exit {r0['exit_code']} outcome {r0['outcome']}, no fail finding naming rank {lost}: "
-             f"{json.dumps(r0['findings'], indent=1)[:3000]}\n{node_log(tmp, 0)}")
-    f = named[0]
-    print(f"ok: rank 0 {r0['outcome']} (exit {r0['exit_code']}): [{f['component']}] {f['signature']}, "
-          f"missing_ranks {missing(f)}: {f['message'][:300]}")
-    # The job report names node 1 alone, by the lost rank, whatever rank 0's own finding could tell.
-    job = job_report(run_dir, nproc)
+            for q in procs:
+                q.kill()
+            fail(f"node {k}'s torchrun still running {bound_s} s after {what}\n{node_log(tmp, k)}")
+    return time.monotonic()
+
+
+def outcome_lines(tmp, nnodes):
+    """Each node's console's line of the job's outcome (the program's last word there)."""
+    lines = []
+    for k in range(nnodes):
+        mine = [line for line in open(f"{tmp}/node{k}.log").read().splitlines() if "job verdict " in line]
+        lines.append(mine[-1] if mine else None)
+    return lines
+
+
+def struck_job(tmp, case):
+    """The job struck as STRUCK[case] says: node 0's job report names the lost node and only its lost
+    ranks, on disk within REPORT_BOUND_S of the strike, CRASHED (exit 3); every torchrun ends within
+    END_BOUND_S of the report; every live node's console ends with the job's outcome naming that node."""
+    nnodes, nproc, args, strike, lost_node, lost = STRUCK[case]
+    dirs, procs = start_nodes(tmp, nnodes, nproc, args)
+    reported = lambda: os.path.exists(f"{dirs[0]}/job_report.html")
+    wait_for(lambda: last_step(dirs[0]) >= 2 or reported(), "rank 0's second step", 180)
+    struck_at = time.monotonic()
+    if strike:
+        strike()
+    wait_for(reported, "node 0's job report", REPORT_BOUND_S)
+    reported_at = time.monotonic()
+    ended_at = wait_all(procs, tmp, END_BOUND_S, "the job report")
+    job = job_report(dirs[0], nproc)
+    lost_host = node_env(lost_node)["HOST"]
     lost_rows = [row["world_rank"] for row in job["ranks"] if row["source"] != "report"]
-    if (job["verdict"], job["exit_code"]) != ("CRASHED", 3) or suspects(job) != [(node_env(1)["HOST"], [lost])] or \
-            lost_rows != [lost]:
-        fail(f"job report: {job['verdict']} (exit {job['exit_code']}), suspects {suspects(job)}, rows without a "
-             f"verdict {lost_rows}; expected CRASHED (exit 3), [{node_env(1)['HOST']!r}, [{lost}]]:\n"
-             f"{json.dumps(job['suspect_hosts'], indent=1)}\n{node_log(tmp, 0)}")
-    diagnoses, end = job_ocp(run_dir)
+    if (job["verdict"], job["exit_code"]) != ("CRASHED", 3) or suspects(job) != [(lost_host, lost)] or \
+            lost_rows != lost:
+        fail(f"{case}: job report {job['verdict']} (exit {job['exit_code']}) by rank {job['written_by']}, suspects "
+             f"{suspects(job)}, rows without a verdict {lost_rows}; expected CRASHED (exit 3), [({lost_host!r}, "
+             f"{lost})]:\n{json.dumps(job['suspect_hosts'], indent=1)}\n{node_log(tmp, 0)}")
+    diagnoses, end = job_ocp(dirs[0])
     failed = sorted(d for d in diagnoses if d[1] == "FAIL")
-    first_of_node1 = nproc  # node 1's host diagnosis names its first rank's hardware
-    if end != ("ERROR", "FAIL") or ("suspect-node", "FAIL", f"hw-rank-{first_of_node1}") not in failed or \
-            ("rank-LOST", "FAIL", f"hw-rank-{lost}") not in failed or \
-            any(d[0] == "suspect-node" and d[2] != f"hw-rank-{first_of_node1}" for d in failed):
-        fail(f"job_ocp.jsonl: {end}, FAIL diagnoses {failed}")
-    print(f"ok: job report CRASHED (exit 3), suspect {suspects(job)}: {job['suspect_hosts'][0]['evidence'][0]}; "
-          f"job_ocp.jsonl {end}")
+    host_id = f"hw-rank-{lost_node * nproc}"  # a host's diagnosis names its first rank's hardware
+    if end != ("ERROR", "FAIL") or ("suspect-node", "FAIL", host_id) not in failed or \
+            any(d[0] == "suspect-node" and d[2] != host_id for d in failed) or \
+            any(("rank-LOST", "FAIL", f"hw-rank-{r}") not in failed for r in lost):
+        fail(f"{case}: job_ocp.jsonl {end}, FAIL diagnoses {failed}")
+    # The consoles of every node with a live rank that still reaches the store (a cut node's ranks
+    # each write their own view, docs/outputs.md).
+    live = [k for k in range(nnodes) if k != lost_node or (len(lost) < nproc and case != "link_cut")]
+    lines = outcome_lines(tmp, nnodes)
+    for k in live:
+        if not lines[k] or f"drain {lost_host} (world ranks {','.join(map(str, lost))})" not in lines[k]:
+            fail(f"{case}: node {k}'s console does not end with the job's outcome naming {lost_host}: {lines[k]}\n"
+                 f"{node_log(tmp, k)}")
+    print(f"ok: {case} ({nnodes} nodes x {nproc} ranks): job report CRASHED naming {suspects(job)} "
+          f"{reported_at - struck_at:.0f} s after the strike (bound {REPORT_BOUND_S}), every torchrun ended "
+          f"{ended_at - reported_at:.0f} s after it (bound {END_BOUND_S}): {job['suspect_hosts'][0]['evidence'][0]}")
+    print(f"ok: node 0's console ends: {lines[0].split('] ', 1)[-1]}")
 
 
 def strike_rank0(tmp, nproc, args, act, writers):
@@ -319,14 +372,49 @@ def expect_job(job, written_by, named, what, tmp):
           f"{(job['suspect_hosts'] or [{'evidence': [job['unresolved']]}])[0]['evidence'][0]}")
 
 
-def rank0_stopped(tmp):
-    dirs = strike_rank0(tmp, 2, ["--inject", "rank-stop@phase=backward@rank=0@step=3"], lambda: None, [0])
-    job = job_report(dirs[0], 2)
-    rank0 = job["ranks"][0]
-    if rank0["source"] != "heartbeat" or [r["source"] for r in job["ranks"][1:]] != ["report"] * 3:
-        fail(f"rank 0 stopped: rows' sources {[r['source'] for r in job['ranks']]}")
-    expect_job(job, 1, [(node_env(0)["HOST"], [0])], "rank 0 stopped in the backward", tmp)
-    job_ocp(dirs[0])
+def rank0_frozen(tmp, nnodes, nproc, phase):
+    """Rank 0 frozen in `phase` (torchrun's agent on node 0 still serves the store): the first survivor
+    on node 0 (else the lowest, node 1's) writes a job report naming node 0 and world rank 0 alone;
+    rank 0, resumed (SIGCONT) once that report exists, writes node 0's own job report naming itself
+    alone (its process did not run for longer than the collective timeout), never the ranks it could
+    no longer hear."""
+    dirs, procs = start_nodes(tmp, nnodes, nproc, inject(f"rank-stop@phase={phase}@rank=0@step=6"))
+    stand_in_node = 0 if nproc > 1 else 1
+    stand_in = 1
+    reported = lambda: os.path.exists(f"{dirs[stand_in_node]}/job_report.html")
+    wait_for(lambda: last_step(dirs[0]) >= 2 or reported(), "rank 0's second step", 180)
+    struck_at = time.monotonic()
+    wait_for(reported, f"the job report of node {stand_in_node}", REPORT_BOUND_S + TIMEOUT_S)
+    reported_at = time.monotonic()
+    job = job_report(dirs[stand_in_node], nproc)
+    if job["ranks"][0]["source"] != "heartbeat" or any(r["source"] != "report" for r in job["ranks"][1:]):
+        fail(f"rank 0 frozen: rows' sources {[r['source'] for r in job['ranks']]}")
+    expect_job(job, stand_in, [(node_env(0)["HOST"], [0])], f"rank 0 frozen in the {phase}", tmp)
+    if nproc > 1:
+        os.remove(f"{dirs[0]}/job_report.html")  # rank 0's own, once resumed, replaces it
+    # Resumed: its collective fails at once (the peers are gone); its own job report follows.
+    for pid in node_pids(0, "rocm-conformance"):
+        subprocess.run(["kill", "-CONT", pid])
+    wait_for(lambda: os.path.exists(f"{dirs[0]}/job_report.html"), "rank 0's own job report once resumed", 60)
+    mine = job_report(dirs[0], nproc)
+    expect_job(mine, 0, [(node_env(0)["HOST"], [0])], f"rank 0 frozen in the {phase}, resumed", tmp)
+    if not mine["paused_s"] or mine["paused_s"] < TIMEOUT_S:
+        fail(f"rank 0's own job report: paused_s {mine['paused_s']}, expected at least {TIMEOUT_S}")
+    ended_at = wait_all(procs, tmp, END_BOUND_S, "rank 0's own job report")
+    print(f"ok: rank 0 frozen: the stand-in's report {reported_at - struck_at:.0f} s after the job's second step, "
+          f"every torchrun ended {ended_at - reported_at:.0f} s after it (rank 0 resumed between)")
+
+
+def node_pids(k, name):
+    pids = subprocess.run(["ip", "netns", "pids", node_env(k)["NS"]], capture_output=True, text=True).stdout.split()
+    found = []
+    for pid in pids:
+        try:
+            if name in open(f"/proc/{pid}/cmdline").read():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
 
 
 def node0_killed(tmp):
@@ -355,9 +443,26 @@ def node0_link_cut(tmp):
 
 
 def kill_node(k):
-    pids = subprocess.run(["ip", "netns", "pids", node_env(k)["NS"]], capture_output=True, text=True).stdout.split()
-    for pid in pids:
+    for pid in subprocess.run(["ip", "netns", "pids", node_env(k)["NS"]], capture_output=True,
+                              text=True).stdout.split():
         subprocess.run(["kill", "-9", pid])
+
+
+def kill_rank(k, local_rank):
+    """SIGKILL node k's rank of that local rank (torchrun sets LOCAL_RANK in each worker's environment)."""
+    for pid in node_pids(k, "rocm-conformance"):
+        try:
+            env = open(f"/proc/{pid}/environ").read().split("\0")
+        except OSError:
+            continue
+        if f"LOCAL_RANK={local_rank}" in env:
+            subprocess.run(["kill", "-9", pid])
+            return
+    fail(f"no rank of local rank {local_rank} on node {k}")
+
+
+def cut_link(k):
+    subprocess.run(["ip", "link", "set", node_env(k)["IF"], "down"], check=True)
 
 
 def slurm(tmp):
@@ -386,6 +491,39 @@ def slurm(tmp):
     print(f"ok: multi_node.sbatch, job {job_id}: 2 nodes x 2 ranks through Slurm, PASS")
 
 
+def slurm_frozen(tmp):
+    """multi_node.sbatch (2 nodes x 2 ranks), world rank 3 frozen in the optimizer step: the job report
+    in the shared runs directory names node 1 and rank 3 alone, and srun --kill-on-bad-exit (the
+    template's) ends the step once the survivors exit after it, within END_BOUND_S."""
+    os.environ["RCL_RUNS_DIR"] = f"{tmp}/runs"
+    cmd = ["sbatch", "--parsable", "--wait", f"--output={tmp}/%x-%j.out", "--nodes=2", "--gpus-per-node=2",
+           "scripts/slurm/multi_node.sbatch", "--steps", "500", "--set", f"collective_timeout_s={TIMEOUT_S}",
+           "--inject", "rank-stop@phase=optimizer@rank=3@step=6"] + RUN
+    submitted = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while not glob.glob(f"{tmp}/runs/rcl-multi-node-*/job_report.html"):
+        if time.monotonic() > deadline or submitted.poll() is not None:
+            fail(f"no job report (sbatch exit {submitted.poll()})\n{slurm_logs(tmp)}")
+        time.sleep(0.2)
+    reported_at = time.monotonic()
+    try:
+        out, err = submitted.communicate(timeout=END_BOUND_S)
+    except subprocess.TimeoutExpired:
+        submitted.kill()
+        fail(f"the Slurm job still running {END_BOUND_S} s after its job report\n{slurm_logs(tmp)}")
+    run_dir = os.path.dirname(glob.glob(f"{tmp}/runs/rcl-multi-node-*/job_report.html")[0])
+    job = job_report(run_dir, 2)
+    if (job["verdict"], job["exit_code"]) != ("CRASHED", 3) or suspects(job) != [(node_env(1)["HOST"], [3])]:
+        fail(f"Slurm, rank 3 frozen: job report {job['verdict']} (exit {job['exit_code']}), suspects {suspects(job)}"
+             f"\n{slurm_logs(tmp)}")
+    print(f"ok: Slurm, rank 3 frozen: the job report names {suspects(job)}; the job ended "
+          f"{time.monotonic() - reported_at:.0f} s after it (sbatch exit {submitted.returncode})")
+
+
+def slurm_logs(tmp):
+    return "".join(open(p).read()[-3000:] for p in glob.glob(f"{tmp}/*.out"))
+
+
 def inside(case, tmp):
     if case == "two_by_two":
         check_clean(tmp, 2, 2, 4)
@@ -393,27 +531,22 @@ def inside(case, tmp):
         check_clean(tmp, 3, 1, 3, ["--stress", "comm", "--seed", "7"])  # another seed, every collective kind
     elif case == "preflight":
         preflight(tmp)
-    elif case == "rank_stopped":
-        # --stress comm: tensor-parallel pairs (world ranks 0,1 and 2,3), whose all-reduces run in the forward.
-        lost_rank(tmp, 2, ["--stress", "comm", "--inject", "rank-stop@phase=forward@rank=3@step=3"], lambda: None, 3,
-                  subgroup=True)
-    elif case == "rank_stopped_optimizer":
-        lost_rank(tmp, 2, ["--inject", "rank-stop@phase=optimizer@rank=2@step=3"], lambda: None, 2)
     elif case == "slow_node":
         slow_node(tmp)
-    elif case == "node_killed":
-        lost_rank(tmp, 1, [], lambda: kill_node(1), 1, mid_collective=True)
-    elif case == "link_cut":
-        lost_rank(tmp, 1, [], lambda: subprocess.run(["ip", "link", "set", node_env(1)["IF"], "down"], check=True), 1,
-                  mid_collective=True)
-    elif case == "rank0_stopped":
-        rank0_stopped(tmp)
+    elif case in STRUCK:
+        struck_job(tmp, case)
+    elif case == "rank0_frozen":
+        rank0_frozen(tmp, 3, 2, "data")
+    elif case == "rank0_frozen_alone":
+        rank0_frozen(tmp, 4, 1, "grad_sync")
     elif case == "node0_killed":
         node0_killed(tmp)
     elif case == "node0_link_cut":
         node0_link_cut(tmp)
     elif case == "slurm":
         slurm(tmp)
+    elif case == "slurm_frozen":
+        slurm_frozen(tmp)
 
 
 def main():
@@ -438,14 +571,14 @@ def main():
         sys.exit(SKIP)
     subprocess.run(["ip", "netns", "del", probe])
     case = sys.argv[1]
-    if case == "slurm" and (shutil.which("slurmctld") is None or shutil.which("munged") is None):
+    if case.startswith("slurm") and (shutil.which("slurmctld") is None or shutil.which("munged") is None):
         print("SKIP: slurmctld/munged not installed (scripts/setup.sh --with-tests installs slurm-wlm and munge)")
         sys.exit(SKIP)
     nodes, unlisted = CASES[case]
     os.environ["RCL_BINARY"] = os.path.abspath(sys.argv[2])
     cmd = [SIM, "--nodes", str(nodes), "--timeout", "400"] + [a for k in unlisted for a in ("--unlisted", str(k))]
     # The Slurm case runs on node 0 of a Slurm made of the simulated nodes.
-    slurm_cluster = [os.path.join(REPO, "scripts", "slurm", "local_cluster.sh")] if case == "slurm" else []
+    slurm_cluster = [os.path.join(REPO, "scripts", "slurm", "local_cluster.sh")] if case.startswith("slurm") else []
     inner = [sys.executable, os.path.abspath(__file__), "--inside", case]
     sys.exit(subprocess.run(cmd + ["--"] + slurm_cluster + inner).returncode)
 
