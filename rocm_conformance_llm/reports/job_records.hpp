@@ -39,12 +39,14 @@ namespace rcl {
 
 class Communicator;
 
-// A rank whose pulse has not moved for this long is not running (its thread ticks every second).
-inline constexpr std::chrono::seconds kPulseStale{8};
+// A rank whose pulse has not moved for this long is not running (its thread ticks every second:
+// five missed ticks, more than a loaded host delays a sleeping thread).
+inline constexpr std::chrono::seconds kPulseStale{5};
 // How long past one collective timeout the writer waits for a live rank's row.
 inline constexpr std::chrono::seconds kGatherMargin{10};
-// Every wait after a stop signal: within the launchers' grace (torchrun and Slurm: 30 s by default).
-inline constexpr std::chrono::seconds kAfterStop{15};
+// Every wait after a stop signal: a forced stop comes 10 s after the signal (signals::kStopGrace), and
+// the launchers' grace is 30 s by default (torchrun; Slurm's KillWait).
+inline constexpr std::chrono::seconds kAfterStop{12};
 
 // Where the job's store is served: MASTER_ADDR:MASTER_PORT (rank 0, or its launcher on rank 0's node).
 struct StoreAddress {

@@ -203,11 +203,16 @@ std::vector<Suspect> suspect_hosts(const std::vector<RankRow>& rows) {
           fmt::format("{} sent no verdict; its last heartbeat: step {}{}", describe(row.id), row.last_step,
                       row.last_phase.empty() ? std::string() : fmt::format(", {}", row.last_phase)));
   }
-  // Whether a rank itself waited on a peer: then it only observed.
-  const auto waited_on_a_peer = [](const RankRow& row) {
+  // Whether a rank itself waited on a peer: then it only observed. Where a rank is lost, a failure
+  // naming nobody (every rank entered the collective, the transport broke under it) counts too:
+  // the lost rank explains it (a killed rank resets its peers' links at once, and their peers,
+  // still waiting, then find them absent from the next collective).
+  const bool some_rank_lost = std::any_of(rows.begin(), rows.end(), is_lost_row);
+  const auto waited_on_a_peer = [some_rank_lost](const RankRow& row) {
     return std::any_of(row.findings.begin(), row.findings.end(), [&](const RowFinding& f) {
       return about_a_peer(f.signature) &&
-             std::any_of(f.blames.begin(), f.blames.end(), [&](int b) { return b != row.id.world_rank; });
+             (some_rank_lost ||
+              std::any_of(f.blames.begin(), f.blames.end(), [&](int b) { return b != row.id.world_rank; }));
     });
   };
   for (const auto& row : rows) {

@@ -1,39 +1,43 @@
 #!/usr/bin/env python3
 """Runs across simulated nodes (scripts/cluster/sim_cluster.sh: network namespaces on a bridge,
-each node with its own address, hostname and output directory), one case per call:
+each node with its own address, hostname and output directory), one case per call, through
+scripts/torchrun.py (torchrun with its exit barrier bounded):
 
-  two_by_two    torchrun --nnodes 2 --nproc_per_node 2: PASS without a warning, each node writing
-                only its own ranks' files, the preflight's record naming each node's address.
-  three_nodes   torchrun --nnodes 3, one rank each, --stress comm with another seed: PASS.
+  two_by_two    2 nodes x 2 ranks: PASS without a warning, each node writing only its own ranks'
+                files, the preflight's record naming each node's address.
+  three_nodes   3 nodes x 1 rank, --stress comm with another seed: PASS.
   preflight     a rank on node 1 refused before anything is written (exit 2), with a
                 configuration message naming the host and the fix: its own name missing from the
                 hosts file, GLOO_SOCKET_IFNAME naming no interface, MASTER_ADDR not answering.
-  slow_node     2 nodes x 2 ranks, node 1's ranks slowed by --inject slow-step: the job report's
+  slow_node     3 nodes x 2 ranks, node 1's ranks slowed by --inject slow-step: the job report's
                 odd_node_slow names node 1 and its ranks, and no suspect.
-  rank_stopped  --stress comm, rank 3 (node 1) stopped by --inject rank-stop in the forward, inside its
-                tensor-parallel pair (2, 3): rank 0 fails RCCL, the job report names world rank 3.
-  rank_stopped_optimizer  rank 2 (node 1) stopped in the optimizer step, outside any collective: the same,
-                naming world rank 2.
-  node_killed   every process of node 1 killed mid-run: rank 0 fails RCCL, naming rank 1 (or, struck
-                inside a collective, saying every rank entered it).
-  link_cut      node 1's link set down mid-run: the same.
-  rank0_stopped rank 0 stopped by --inject rank-stop in the backward: torchrun's agent on node 0 still
-                serves the store, so rank 1, the lowest survivor, gathers every row and writes node 0's
-                job report, naming node 0 and world rank 0.
+  STRUCK cases  (below: a rank killed, a node killed, a link cut, a rank frozen in the data, forward,
+                backward, gradient-sync and optimizer phases; on nodes other than rank 0's and on
+                rank 0's own; 2, 4 and 8 ranks per node): node 0's job report names the struck node
+                and only its lost world ranks, CRASHED (exit 3), on disk within collective_timeout_s
+                + 30 s of the strike; every torchrun ends within a minute of it; every live node's
+                console ends with the job's outcome naming that node.
+  rank0_frozen  rank 0 frozen in the data phase (3 nodes x 2): rank 1, its node-mate, writes node
+                0's job report naming node 0 and world rank 0; rank 0, resumed, rewrites it naming
+                itself alone (paused_s), never the ranks it could no longer hear.
+  rank0_frozen_alone  the same with one rank a node (4 x 1, frozen in the gradient sync): node 1's
+                rank 1 writes the stand-in's report there.
   node0_killed  every process of node 0 killed (the store's server with them), one rank a node: node 1's
                 own job report names node 0 and world rank 0, because node 0 refuses the connection to
                 the store (reachable, its store gone).
   node0_link_cut node 0's link set down, one rank a node: node 0's job report names node 0 itself (its
                 only interface has lost its link) and node 1's names no node, saying why (the store went
                 silent: node 0 down or the path cut, which one side cannot tell).
-Every case reads node 0's job_report.json and job_ocp.jsonl (valid by ocp_rules.py) too: a clean run
-names no suspect and no odd node; a lost rank's job report ends CRASHED (exit 3) naming node 1, and
-only node 1, with the lost world rank (a FAIL diagnosis for each, the run ERROR and FAIL).
+Every case reads the job_report.json and job_ocp.jsonl (valid by ocp_rules.py) it expects: a clean
+run names no suspect and no odd node; a lost rank's job report ends CRASHED (exit 3) naming that
+node alone (a FAIL diagnosis for it and each lost rank, the run ERROR and FAIL).
   slurm         scripts/slurm/multi_node.sbatch through Slurm, one slurmd per node
                 (scripts/slurm/local_cluster.sh inside the simulated cluster): 2 nodes x 2 ranks PASS.
+  slurm_frozen  the same with world rank 3 frozen in the optimizer: the job report names node 1 and
+                rank 3, and srun --kill-on-bad-exit ends the job within a minute of it.
 
 Skips (exit 77) where the test is not root, network namespaces cannot be made, or torchrun (slurm-wlm and
-munge for the slurm case) is missing.
+munge for the Slurm cases) is missing.
 usage: test_sim_cluster.py CASE <rocm-conformance-llm binary>
 """
 import glob
@@ -174,6 +178,9 @@ def check_clean(tmp, nnodes, nproc, steps, args=()):
     diagnoses, end = job_ocp(dirs[0])
     if end != ("COMPLETE", "PASS") or any(d[1] != "PASS" for d in diagnoses) or len(diagnoses) != world + nnodes:
         fail(f"clean run's job_ocp.jsonl: {end}, diagnoses {diagnoses}")
+    lines = outcome_lines(tmp, nnodes)
+    if any(not line or "job verdict PASS (exit 0): no node to drain" not in line for line in lines):
+        fail(f"clean run: the nodes' consoles end with {lines}")
     print(f"ok: {nnodes} nodes x {nproc} ranks over torchrun {' '.join(args)}: PASS without a finding, node-local files; "
           f"the job report names no suspect and no odd node")
 
@@ -305,10 +312,12 @@ def struck_job(tmp, case):
     nnodes, nproc, args, strike, lost_node, lost = STRUCK[case]
     dirs, procs = start_nodes(tmp, nnodes, nproc, args)
     reported = lambda: os.path.exists(f"{dirs[0]}/job_report.html")
-    wait_for(lambda: last_step(dirs[0]) >= 2 or reported(), "rank 0's second step", 180)
-    struck_at = time.monotonic()
     if strike:
+        wait_for(lambda: last_step(dirs[0]) >= 2 or reported(), "rank 0's second step", 180)
+        struck_at = time.monotonic()
         strike()
+    else:  # the run's own rank-stop: from the moment the lost rank's process is stopped
+        struck_at = wait_frozen(lost_node, lost[0] % nproc)
     wait_for(reported, "node 0's job report", REPORT_BOUND_S)
     reported_at = time.monotonic()
     ended_at = wait_all(procs, tmp, END_BOUND_S, "the job report")
@@ -382,8 +391,7 @@ def rank0_frozen(tmp, nnodes, nproc, phase):
     stand_in_node = 0 if nproc > 1 else 1
     stand_in = 1
     reported = lambda: os.path.exists(f"{dirs[stand_in_node]}/job_report.html")
-    wait_for(lambda: last_step(dirs[0]) >= 2 or reported(), "rank 0's second step", 180)
-    struck_at = time.monotonic()
+    struck_at = wait_frozen(0, 0)
     wait_for(reported, f"the job report of node {stand_in_node}", REPORT_BOUND_S + TIMEOUT_S)
     reported_at = time.monotonic()
     job = job_report(dirs[stand_in_node], nproc)
@@ -393,16 +401,42 @@ def rank0_frozen(tmp, nnodes, nproc, phase):
     if nproc > 1:
         os.remove(f"{dirs[0]}/job_report.html")  # rank 0's own, once resumed, replaces it
     # Resumed: its collective fails at once (the peers are gone); its own job report follows.
-    for pid in node_pids(0, "rocm-conformance"):
-        subprocess.run(["kill", "-CONT", pid])
-    wait_for(lambda: os.path.exists(f"{dirs[0]}/job_report.html"), "rank 0's own job report once resumed", 60)
+    subprocess.run(["kill", "-CONT", rank_pid(0, 0)])
+    resumed_by = time.monotonic() + REPORT_BOUND_S
+    while not os.path.exists(f"{dirs[0]}/job_report.html"):
+        if time.monotonic() > resumed_by:
+            fail(f"no job report of rank 0's own {REPORT_BOUND_S} s after it resumed\n{node_log(tmp, 0)}")
+        time.sleep(0.2)
     mine = job_report(dirs[0], nproc)
     expect_job(mine, 0, [(node_env(0)["HOST"], [0])], f"rank 0 frozen in the {phase}, resumed", tmp)
     if not mine["paused_s"] or mine["paused_s"] < TIMEOUT_S:
         fail(f"rank 0's own job report: paused_s {mine['paused_s']}, expected at least {TIMEOUT_S}")
     ended_at = wait_all(procs, tmp, END_BOUND_S, "rank 0's own job report")
-    print(f"ok: rank 0 frozen: the stand-in's report {reported_at - struck_at:.0f} s after the job's second step, "
+    print(f"ok: rank 0 frozen: the stand-in's report {reported_at - struck_at:.0f} s after the freeze, "
           f"every torchrun ended {ended_at - reported_at:.0f} s after it (rank 0 resumed between)")
+
+
+def rank_pid(k, local_rank):
+    """Node k's rank process of that local rank (torchrun sets LOCAL_RANK in each worker's environment)."""
+    for pid in node_pids(k, "rocm-conformance"):
+        try:
+            if f"LOCAL_RANK={local_rank}" in open(f"/proc/{pid}/environ").read().split("\0"):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def wait_frozen(k, local_rank):
+    """When node k's rank of that local rank stopped itself (rank-stop: SIGSTOP, state T)."""
+    def stopped():
+        pid = rank_pid(k, local_rank)
+        try:
+            return pid and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"
+        except OSError:
+            return False
+    wait_for(stopped, f"node {k}'s local rank {local_rank} to stop itself", 180)
+    return time.monotonic()
 
 
 def node_pids(k, name):
@@ -449,16 +483,10 @@ def kill_node(k):
 
 
 def kill_rank(k, local_rank):
-    """SIGKILL node k's rank of that local rank (torchrun sets LOCAL_RANK in each worker's environment)."""
-    for pid in node_pids(k, "rocm-conformance"):
-        try:
-            env = open(f"/proc/{pid}/environ").read().split("\0")
-        except OSError:
-            continue
-        if f"LOCAL_RANK={local_rank}" in env:
-            subprocess.run(["kill", "-9", pid])
-            return
-    fail(f"no rank of local rank {local_rank} on node {k}")
+    pid = rank_pid(k, local_rank)
+    if not pid:
+        fail(f"no rank of local rank {local_rank} on node {k}")
+    subprocess.run(["kill", "-9", pid])
 
 
 def cut_link(k):
@@ -555,7 +583,10 @@ def main():
         try:
             inside(sys.argv[2], tmp)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if os.environ.get("RCL_SIM_KEEP"):  # for a look at the nodes' logs and directories
+                print(f"kept {tmp}")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
         return
     if len(sys.argv) != 3 or sys.argv[1] not in CASES:
         sys.exit(__doc__)

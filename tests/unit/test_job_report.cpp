@@ -71,6 +71,26 @@ TEST(JobReportSuspects, TheLostRanksHostNotTheHostsOfItsObservers) {
   EXPECT_EQ(job.exit_code, kExitCrashOrHang);
 }
 
+TEST(JobReportSuspects, ALostRankExplainsTheTransportErrorsOfThePeersOthersThenFindAbsent) {
+  // 3 nodes x 2; rank 1 killed inside a collective: its ring neighbours fail at once with a read
+  // error naming nobody and leave; rank 4, still waiting, names them absent from the next one.
+  auto rows = clean_rows(6, 2);
+  lose(rows[1]);
+  for (const int r : {0, 2, 3, 5})
+    crash(rows[r], {.rank = r, .signature = "collective_error", .severity = Severity::fail, .message = "reset"});
+  crash(rows[4], timeout_naming(4, {2, 3, 5}));
+  const auto suspects = suspect_hosts(rows);
+  ASSERT_EQ(suspects.size(), 1u);
+  EXPECT_EQ(suspects[0].host, "node0");
+  EXPECT_EQ(suspects[0].ranks, std::vector<int>({1}));
+  // With no rank lost, the same transport errors leave the ranks named absent decisive.
+  rows[1] = clean_rows(6, 2)[1];
+  const auto without_a_loss = suspect_hosts(rows);
+  ASSERT_EQ(without_a_loss.size(), 2u);
+  EXPECT_EQ(without_a_loss[0].ranks, std::vector<int>({2, 3}));
+  EXPECT_EQ(without_a_loss[1].ranks, std::vector<int>({5}));
+}
+
 TEST(JobReportSuspects, ARankNamedAbsentThatWaitedOnNobodyIsDecisiveEvenWithItsOwnReport) {
   // Rank 2 froze and came back too late (its report says it crashed, naming nobody).
   auto rows = clean_rows(4, 2);
@@ -166,6 +186,30 @@ TEST(JobReportView, AnUnresolvedViewNamesNoNodeAndACutWriterNamesItself) {
   lose(one_host[1]);
   EXPECT_EQ(suspects_in_view(one_host, JobView{.written_by = 0, .cut_links = {"eth0"}}).at(0).ranks,
             std::vector<int>({1}));
+}
+
+TEST(JobReportView, AWriterThatWasItselfFrozenNamesItsOwnHostAloneNeverTheRanksItCouldNotHear) {
+  // Rank 0 stopped (SIGSTOP) for longer than the collective timeout, then resumed: its peers timed
+  // out naming it and left; its own failure names them. Its rows: theirs (they reported), or,
+  // where they never reached it, lost ones.
+  auto rows = clean_rows(4, 1);
+  for (const int r : {1, 2, 3}) crash(rows[r], timeout_naming(r, {0}));
+  crash(rows[0], timeout_naming(0, {1, 2, 3}));
+  const JobView paused{.written_by = 0, .paused_s = 27.4};
+  const auto own = suspects_in_view(rows, paused);
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].host, "node0");
+  EXPECT_EQ(own[0].ranks, std::vector<int>({0}));
+  EXPECT_NE(own[0].evidence[0].find("own process did not run for 27 s"), std::string::npos) << own[0].evidence[0];
+  EXPECT_EQ(job_report_json(rows, {}, paused).at("paused_s"), 27.4);
+  auto unheard = clean_rows(4, 1);
+  for (const int r : {1, 2, 3}) {
+    lose(unheard[r]);
+    unheard[r].source = "none";
+  }
+  EXPECT_EQ(suspects_in_view(unheard, paused).at(0).ranks, std::vector<int>({0}));
+  EXPECT_EQ(suspect_hosts(unheard).size(), 3u);  // the same rows without the pause: the unheard hosts
+  EXPECT_TRUE(job_report_json(rows, {}, JobView{}).at("paused_s").is_null());
 }
 
 TEST(JobReportRollup, OneEntryPerHostWithItsWorstVerdictAndLostRanks) {
