@@ -203,24 +203,24 @@ std::vector<Suspect> suspect_hosts(const std::vector<RankRow>& rows) {
           fmt::format("{} sent no verdict; its last heartbeat: step {}{}", describe(row.id), row.last_step,
                       row.last_phase.empty() ? std::string() : fmt::format(", {}", row.last_phase)));
   }
-  // Whether a rank itself waited on a peer: then it only observed. Where a rank is lost, a failure
-  // naming nobody (every rank entered the collective, the transport broke under it) counts too:
-  // the lost rank explains it (a killed rank resets its peers' links at once, and their peers,
-  // still waiting, then find them absent from the next collective).
-  const bool some_rank_lost = std::any_of(rows.begin(), rows.end(), is_lost_row);
-  const auto waited_on_a_peer = [some_rank_lost](const RankRow& row) {
+  // Whether a rank itself waited on a peer: then it only observed.
+  const auto waited_on_a_peer = [](const RankRow& row) {
     return std::any_of(row.findings.begin(), row.findings.end(), [&](const RowFinding& f) {
       return about_a_peer(f.signature) &&
-             (some_rank_lost ||
-              std::any_of(f.blames.begin(), f.blames.end(), [&](int b) { return b != row.id.world_rank; }));
+             std::any_of(f.blames.begin(), f.blames.end(), [&](int b) { return b != row.id.world_rank; });
     });
   };
+  // A lost rank explains what its peers saw: a killed rank resets its peers' links at once, a
+  // launcher stops its node-mates (torchrun's agent), and ranks that left so are then found
+  // absent by those still waiting. So where a rank is lost, a peer's account of absence decides
+  // only about a rank that gave no account of its own (a survivor's view without the store).
+  const bool some_rank_lost = std::any_of(rows.begin(), rows.end(), is_lost_row);
   for (const auto& row : rows) {
     for (const auto& f : row.findings) {
       if (about_a_peer(f.signature)) {
         for (const int b : f.blames) {
           const RankRow* named = row_of_rank(rows, b);
-          if (b == row.id.world_rank || !named) continue;
+          if (b == row.id.world_rank || !named || (some_rank_lost && named->source == "report")) continue;
           if (is_lost_row(*named) || !waited_on_a_peer(*named))
             decisive[b].push_back(fmt::format("named as absent by {}: {}", describe(row.id), f.signature));
         }

@@ -70,11 +70,18 @@ def node_env(k):
     return {name: os.environ[f"SIM_{name}_{k}"] for name in ("NS", "ADDR", "HOST", "IF")}
 
 
+def torch_python():
+    """The Python the torchrun on PATH runs (it has torch; the test's own may not)."""
+    with open(shutil.which("torchrun")) as f:
+        first = f.readline()
+    return first[2:].split()[-1] if first.startswith("#!") else sys.executable
+
+
 def torchrun(k, nnodes, nproc, out_dir, args, log):
     """torchrun on node k (torch 1.13 spellings; --redirects/--tee: see docs/distributed.md), through
     scripts/torchrun.py: its agents' exit barrier bounded (RCL_EXIT_BARRIER_S), so a failed job ends
     within a minute of its verdict instead of torch 1.13's 300 s."""
-    cmd = os.environ["SIM_ON"].split() + [str(k), "env", f"RCL_EXIT_BARRIER_S={EXIT_BARRIER_S}", sys.executable,
+    cmd = os.environ["SIM_ON"].split() + [str(k), "env", f"RCL_EXIT_BARRIER_S={EXIT_BARRIER_S}", torch_python(),
                                           TORCHRUN, f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
                                           f"--node_rank={k}", f"--master_addr={os.environ['SIM_MASTER_ADDR']}",
                                           f"--master_port={PORT}", "--no_python", "--redirects=1", "--tee=1",
