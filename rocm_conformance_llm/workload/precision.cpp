@@ -1,5 +1,8 @@
 #include "rocm_conformance_llm/workload/precision.hpp"
 
+#include <atomic>
+#include <optional>
+
 #include <ATen/autocast_mode.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
@@ -35,7 +38,65 @@ void apply(torch::DeviceType device_type, const AutocastState& state) {
 #endif
 }
 
+// Read by every GEMM, on whatever thread its backward runs: one relaxed load when off.
+std::atomic<unsigned> g_reduced_in_float32{0};
+
+unsigned bit_of(c10::ScalarType dtype) {
+  return dtype == c10::kBFloat16 ? 1u : dtype == c10::kHalf ? 2u : 0u;
+}
+
+// The dtype a GEMM whose first operand is `a` computes in, when that dtype is to run in float32.
+std::optional<c10::ScalarType> float32_instead(const torch::Tensor& a) {
+  if (g_reduced_in_float32.load(std::memory_order_relaxed) == 0) return std::nullopt;
+  const auto autocast = current_autocast(a.device().type());
+  const auto dtype = autocast.enabled && a.is_floating_point() ? autocast.dtype : a.scalar_type();
+  if (!reduced_gemm_in_float32(dtype)) return std::nullopt;
+  return dtype;
+}
+
+// The operand as the reduced-precision GEMM would read it, held in float32 (exactly).
+torch::Tensor rounded(const torch::Tensor& t, c10::ScalarType dtype) {
+  return t.defined() ? t.to(dtype).to(torch::kFloat) : t;
+}
+
 }  // namespace
+
+void set_reduced_gemm_in_float32(c10::ScalarType dtype, bool in_float32) {
+  if (in_float32) g_reduced_in_float32.fetch_or(bit_of(dtype));
+  else g_reduced_in_float32.fetch_and(~bit_of(dtype));
+}
+
+bool reduced_gemm_in_float32(c10::ScalarType dtype) {
+  const unsigned bit = bit_of(dtype);
+  return bit != 0 && (g_reduced_in_float32.load(std::memory_order_relaxed) & bit) != 0;
+}
+
+ReducedGemmInFloat32::ReducedGemmInFloat32(c10::ScalarType dtype, bool in_float32)
+    : dtype_(dtype), previous_(reduced_gemm_in_float32(dtype)) {
+  set_reduced_gemm_in_float32(dtype, in_float32);
+}
+ReducedGemmInFloat32::~ReducedGemmInFloat32() { set_reduced_gemm_in_float32(dtype_, previous_); }
+
+torch::Tensor gemm_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const auto dtype = float32_instead(x);
+  if (!dtype) return torch::nn::functional::linear(x, weight, bias);
+  AutocastGuard off(x.device().type(), AutocastState{.enabled = false});
+  return torch::nn::functional::linear(rounded(x, *dtype), rounded(weight, *dtype), rounded(bias, *dtype)).to(*dtype);
+}
+
+torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto dtype = float32_instead(a);
+  if (!dtype) return a.mm(b);
+  AutocastGuard off(a.device().type(), AutocastState{.enabled = false});
+  return rounded(a, *dtype).mm(rounded(b, *dtype)).to(*dtype);
+}
+
+torch::Tensor gemm_matmul(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto dtype = float32_instead(a);
+  if (!dtype) return torch::matmul(a, b);
+  AutocastGuard off(a.device().type(), AutocastState{.enabled = false});
+  return torch::matmul(rounded(a, *dtype), rounded(b, *dtype)).to(*dtype);
+}
 
 AutocastState autocast_for(Precision mixed_precision) {
   switch (mixed_precision) {
