@@ -35,7 +35,8 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
-from run_bench import CONTENDED, THREADING_ENV, others_busy_while, wait_until_quiet  # noqa: E402
+from machine import CONTENDED, machine_line, others_busy_while, wait_until_quiet  # noqa: E402
+from run_bench import THREADING_ENV  # noqa: E402
 
 # (name, preset, --set overrides giving a Hugging Face layout, steps, warm-up steps)
 # per --device: the rows, the minimum C++/HF tokens/s ratio, the default table
@@ -134,13 +135,12 @@ def compare(args, binary, row, precision, data, workdir):
 def render(results, args, elapsed_s, note):
     goal = GOAL[args.device]
     versions = results[0]["versions"]
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
     lines = [
         f"# rocm-conformance-llm vs Hugging Face Transformers + Accelerate + Datasets ({args.device.upper()})", "",
         f"- date: {datetime.datetime.now():%Y-%m-%d %H:%M}; `bench/hf_bench.py` took {elapsed_s / 60:.1f} min",
         *([f"- {note}"] if note else []),
-        f"- machine: nproc {os.cpu_count()}, {cpu}, kernel {platform.release()}; {args.threads} threads on both sides",
+        f"- machine: {machine_line(', '.join(sorted({r['libtorch'] for r in results})))}, kernel "
+        f"{platform.release()}; {args.threads} threads on both sides",
         f"- peer: torch {versions['torch']}, transformers {versions['transformers']}, accelerate "
         f"{versions['accelerate']}, datasets {versions['datasets']} (bench/hf_peer.py: `from_config` on the "
         "exported config.json, Accelerate's mixed precision, accumulation and clipping, a Datasets pipeline of "
