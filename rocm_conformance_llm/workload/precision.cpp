@@ -77,25 +77,38 @@ ReducedGemmInFloat32::ReducedGemmInFloat32(c10::ScalarType dtype, bool in_float3
 }
 ReducedGemmInFloat32::~ReducedGemmInFloat32() { set_reduced_gemm_in_float32(dtype_, previous_); }
 
+namespace {
+
+// `op(round)` as the model's GEMM-like ops run: `round` is the identity (libtorch's kernel in the
+// dtype autocast or the operands give), or, where that dtype runs in float32, rounds each operand
+// to it in float32 (autocast off); then the result is rounded back to the dtype.
+template <class Op>
+torch::Tensor computed(const torch::Tensor& first, const Op& op) {
+  const auto dtype = float32_instead(first);
+  if (!dtype) return op([](const torch::Tensor& t) { return t; });
+  AutocastGuard off(first.device().type(), AutocastState{.enabled = false});
+  return op([&](const torch::Tensor& t) { return rounded(t, *dtype); }).to(*dtype);
+}
+
+}  // namespace
+
 torch::Tensor gemm_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  const auto dtype = float32_instead(x);
-  if (!dtype) return torch::nn::functional::linear(x, weight, bias);
-  AutocastGuard off(x.device().type(), AutocastState{.enabled = false});
-  return torch::nn::functional::linear(rounded(x, *dtype), rounded(weight, *dtype), rounded(bias, *dtype)).to(*dtype);
+  return computed(x, [&](const auto& r) { return torch::nn::functional::linear(r(x), r(weight), r(bias)); });
 }
 
 torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto dtype = float32_instead(a);
-  if (!dtype) return a.mm(b);
-  AutocastGuard off(a.device().type(), AutocastState{.enabled = false});
-  return rounded(a, *dtype).mm(rounded(b, *dtype)).to(*dtype);
+  return computed(a, [&](const auto& r) { return r(a).mm(r(b)); });
 }
 
 torch::Tensor gemm_matmul(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto dtype = float32_instead(a);
-  if (!dtype) return torch::matmul(a, b);
-  AutocastGuard off(a.device().type(), AutocastState{.enabled = false});
-  return torch::matmul(rounded(a, *dtype), rounded(b, *dtype)).to(*dtype);
+  return computed(a, [&](const auto& r) { return torch::matmul(r(a), r(b)); });
+}
+
+torch::Tensor gemm_depthwise_conv2d(const torch::Tensor& input, const torch::Tensor& weight) {
+  const std::vector<int64_t> ones{1, 1}, zeros{0, 0};  // stride, padding, dilation
+  return computed(input, [&](const auto& r) {
+    return at::conv2d(r(input), r(weight), torch::Tensor(), ones, zeros, ones, weight.size(0));
+  });
 }
 
 AutocastState autocast_for(Precision mixed_precision) {

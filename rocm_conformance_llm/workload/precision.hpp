@@ -63,6 +63,9 @@ class ReducedGemmInFloat32 {
 torch::Tensor gemm_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b);
 torch::Tensor gemm_matmul(const torch::Tensor& a, const torch::Tensor& b);
+// The depthwise convolution of the Q/K/V filter (groups = channels, no bias): on a CPU, libtorch's
+// bf16 one is im2col and a GEMM per channel in the same loops, so it follows the same rule.
+torch::Tensor gemm_depthwise_conv2d(const torch::Tensor& input, const torch::Tensor& weight);
 
 // fp16 dynamic loss scaling with plain tensor ops (libtorch 1.13 has no GradScaler and no
 // CPU kernels for the _amp_* ops). The loss is multiplied by the scale before backward; the

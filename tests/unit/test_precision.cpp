@@ -62,19 +62,24 @@ TEST(ReducedGemm, TheFloat32PathIsTheNativeKernelsArithmetic) {
   torch::manual_seed(11);
   const auto x = torch::randn({3, 7, 48}), w = torch::randn({24, 48}), b = torch::randn({24});
   const auto q = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16), k = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16);
+  const auto image = torch::randn({2, 6, 1, 10}).to(torch::kBFloat16), filter = torch::randn({6, 1, 1, 3});
   auto run = [&](bool in_float32) {
     const ReducedGemmInFloat32 path(torch::kBFloat16, in_float32);
     const auto xi = x.clone().requires_grad_(true), wi = w.clone().requires_grad_(true);
     const auto bi = b.clone().requires_grad_(true), qi = q.clone().requires_grad_(true);
-    torch::Tensor y, s, m;
+    const auto fi = filter.clone().requires_grad_(true);
+    torch::Tensor y, s, m, c;
     {
       AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
       y = gemm_linear(xi, wi, bi);
       s = gemm_matmul(qi, k.transpose(-2, -1));
       m = gemm_mm(y.reshape({-1, 24}), wi);
+      c = gemm_depthwise_conv2d(image, fi);
     }
-    (y.to(torch::kFloat).square().sum() + s.to(torch::kFloat).square().sum() + m.to(torch::kFloat).sum()).backward();
-    return std::vector<torch::Tensor>{y, s, m, xi.grad(), wi.grad(), bi.grad(), qi.grad()};
+    (y.to(torch::kFloat).square().sum() + s.to(torch::kFloat).square().sum() + m.to(torch::kFloat).sum() +
+     c.to(torch::kFloat).square().sum())
+        .backward();
+    return std::vector<torch::Tensor>{y, s, m, c, xi.grad(), wi.grad(), bi.grad(), qi.grad(), fi.grad()};
   };
   const auto native = run(false), emulated = run(true);
   for (size_t i = 0; i < native.size(); ++i) {
