@@ -30,7 +30,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
-from machine import CONTENDED, instruction_sets, machine_line, others_busy_while  # noqa: E402
+from machine import CONTENDED, instruction_sets, machine_line, others_busy_while, wait_until_quiet  # noqa: E402
 
 RECORDS = BENCH_DIR / "main-job-ratio.json"
 TABLE = BENCH_DIR / "main-job-ratio.md"
@@ -111,6 +111,7 @@ def main():
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", action="store_true", help="measure and write this kind's record and the table")
     mode.add_argument("--check", action="store_true", help="fail when the ratio exceeds FACTOR x the record")
+    p.add_argument("--wait-quiet", type=float, default=120.0, help="--record: seconds to wait for an idle machine")
     p.add_argument("--write-missing", help="--check: where a kind without a record is recorded (default --records)")
     p.add_argument("--slow-main-tenfold", action="store_true", help="--check: the guard's own test")
     args = p.parse_args()
@@ -119,6 +120,8 @@ def main():
     if args.write_missing and Path(args.write_missing).exists():
         records.update(load(args.write_missing))
     slow_s = 0.0
+    if args.record:
+        wait_until_quiet(args.wait_quiet)
     if args.slow_main_tenfold:
         # Sized from a smoke run here and this kind's record: every main step 10x the recorded ratio.
         with tempfile.TemporaryDirectory() as workdir:
