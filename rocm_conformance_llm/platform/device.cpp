@@ -281,8 +281,7 @@ ReducedGemmPath choose_reduced_gemm(const torch::Device& device, c10::ScalarType
   const bool capped = facts.torch_major >= 2 && !cap.empty() && cap.rfind("AVX512", 0) != 0 &&
                       cap.rfind("AVX10", 0) != 0 && cap.rfind("AMX", 0) != 0 && cap != "ALL" && cap != "AVX2_VNNI_2";
   const bool ne_convert = facts.torch_major >= 2 && has(f, "avx_ne_convert");
-  const bool isa = bf16 ? has_avx512_core(f) || ne_convert
-                        : has(f, "avx512_fp16") || has(f, "amx_fp16") || ne_convert;
+  const bool isa = bf16 ? has_avx512_core(f) || ne_convert : has(f, "avx512_fp16") || has(f, "amx_fp16") || ne_convert;
   if (facts.onednn && isa && !capped) {
     path.why = bf16 ? "oneDNN's bf16 kernel (AVX512BW+VL+DQ)" : "oneDNN's fp16 kernel";
     return path;

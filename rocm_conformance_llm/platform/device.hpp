@@ -85,12 +85,12 @@ struct ReducedGemmPath {
   nlohmann::json to_json() const;
   std::string describe() const;  // "bf16 GEMMs: ... (why)"
 };
-struct CpuGemmFacts {  // what the choice reads; the tests pose a CPU through it
+struct CpuGemmFacts {              // what the choice reads; the tests pose a CPU through it
   std::vector<std::string> flags;  // /proc/cpuinfo's, lower case
   int torch_major = 0;
-  bool onednn = false;              // libtorch has oneDNN and it is enabled
-  std::string onednn_max_cpu_isa;   // ONEDNN_MAX_CPU_ISA (2.x's check honours it)
-  std::string requested = "auto";   // RCL_REDUCED_GEMM
+  bool onednn = false;             // libtorch has oneDNN and it is enabled
+  std::string onednn_max_cpu_isa;  // ONEDNN_MAX_CPU_ISA (2.x's check honours it)
+  std::string requested = "auto";  // RCL_REDUCED_GEMM
   static CpuGemmFacts of_this_process(const std::string& cpuinfo = "/proc/cpuinfo");
 };
 ReducedGemmPath choose_reduced_gemm(const torch::Device& device, c10::ScalarType dtype, const CpuGemmFacts& facts);

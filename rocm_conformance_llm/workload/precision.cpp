@@ -41,9 +41,7 @@ void apply(torch::DeviceType device_type, const AutocastState& state) {
 // Read by every GEMM, on whatever thread its backward runs: one relaxed load when off.
 std::atomic<unsigned> g_reduced_in_float32{0};
 
-unsigned bit_of(c10::ScalarType dtype) {
-  return dtype == c10::kBFloat16 ? 1u : dtype == c10::kHalf ? 2u : 0u;
-}
+unsigned bit_of(c10::ScalarType dtype) { return dtype == c10::kBFloat16 ? 1u : dtype == c10::kHalf ? 2u : 0u; }
 
 // The dtype a GEMM whose first operand is `a` computes in, when that dtype is to run in float32.
 std::optional<c10::ScalarType> float32_instead(const torch::Tensor& a) {

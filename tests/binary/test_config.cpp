@@ -61,7 +61,8 @@ TEST(Cli, DeterministicModeSetsTheBlasWorkspaceConfigBeforeTheFirstGemm) {
 TEST(Cli, TheLogAndReportsSayHowTheBf16GemmsRan) {
   const auto dir = std::filesystem::temp_directory_path() / ("rcl-reduced-gemm-" + std::to_string(::getpid()));
   const auto run = [&](const std::string& precision, const std::string& env) {
-    const auto r = run_cli(kSmokeCpu + "--steps 2 --overwrite --precision " + precision + " --output-dir " + dir.string(), env);
+    const auto r =
+        run_cli(kSmokeCpu + "--steps 2 --overwrite --precision " + precision + " --output-dir " + dir.string(), env);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const auto config = nlohmann::json::parse(read_text(dir / "config.json")).at("reduced_precision_gemm");
     EXPECT_EQ(nlohmann::json::parse(read_text(dir / "report.json")).at("reduced_precision_gemm"), config);

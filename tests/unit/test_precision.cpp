@@ -92,7 +92,8 @@ TEST(ReducedGemm, TheFloat32PathIsTheNativeKernelsArithmetic) {
   EXPECT_EQ(native[0].scalar_type(), torch::kBFloat16);
   // Exactly a float32 GEMM of the rounded operands, rounded once.
   const auto rounded = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).to(torch::kFloat); };
-  EXPECT_TRUE(torch::equal(emulated[0], torch::nn::functional::linear(rounded(x), rounded(w), rounded(b)).to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(emulated[0],
+                           torch::nn::functional::linear(rounded(x), rounded(w), rounded(b)).to(torch::kBFloat16)));
   // Off again after the scope: float32 GEMMs are never touched.
   EXPECT_FALSE(reduced_gemm_in_float32(torch::kBFloat16));
   EXPECT_FALSE(reduced_gemm_in_float32(torch::kFloat));
@@ -138,7 +139,8 @@ TEST(ReducedGemm, TheChoiceFollowsTheCpuItsLibtorchAndTheOverride) {
 
 TEST(ReducedGemm, InstructionSetsAreReadFromCpuinfo) {
   const std::string file = ::testing::TempDir() + "/cpuinfo";
-  std::ofstream(file) << "processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16\n";
+  std::ofstream(file)
+      << "processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16\n";
   EXPECT_EQ(cpu_instruction_sets(file), (std::vector<std::string>{"AVX2", "AVX512", "AVX512-BF16", "AMX"}));
   std::ofstream(file) << "flags\t\t: fpu sse avx avx2\n";
   EXPECT_EQ(cpu_instruction_sets(file), (std::vector<std::string>{"AVX2"}));
