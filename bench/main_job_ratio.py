@@ -111,6 +111,7 @@ def main():
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", action="store_true", help="measure and write this kind's record and the table")
     mode.add_argument("--check", action="store_true", help="fail when the ratio exceeds FACTOR x the record")
+    p.add_argument("--note", default="", help="--record: how the machine was posed (kept in the row)")
     p.add_argument("--wait-quiet", type=float, default=120.0, help="--record: seconds to wait for an idle machine")
     p.add_argument("--write-missing", help="--check: where a kind without a record is recorded (default --records)")
     p.add_argument("--slow-main-tenfold", action="store_true", help="--check: the guard's own test")
@@ -140,6 +141,9 @@ def main():
     if args.record and args.steps != 40:
         sys.exit("--record measures the README's 40 steps")
     if args.record:
+        if args.note:
+            m["machine"] += f"; {args.note}"
+            kind += f" ({args.note})"
         records[kind] = m
         save(args.records, records)
         Path(args.table).write_text(render(records))
