@@ -11,13 +11,15 @@ clean runs would be a false alarm and is counted). Writes bench/gemm-checksum-ov
 (--output). Run with /usr/bin/python3; on a GPU: --device gpu --presets small,large.
 """
 import argparse
-import datetime
 import json
-import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_line  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("off", "rotating", "all")
@@ -73,11 +75,12 @@ def main():
     parser.add_argument("--output", default=str(REPO / "bench" / "gemm-checksum-overhead.md"))
     a = parser.parse_args()
     rows = [row for preset in a.presets.split(",") for row in measure(a, preset)]
+    version_file = Path(a.binary).parent / "libtorch-version.txt"  # written by the build
+    libtorch = version_file.read_text().strip() if version_file.exists() else "unknown"
     lines = [
         "# Checksum check: step-time cost and margin",
         "",
-        f"Written by `bench/gemm_checksum_overhead.py` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, "
-        f"{platform.node()} ({platform.processor() or platform.machine()}), device {a.device}, {a.precision}, "
+        f"Written by `bench/gemm_checksum_overhead.py` on {machine_line(libtorch)}, device {a.device}, {a.precision}, "
         f"{a.runs} rounds of {a.steps} steps (median after step {a.skip}); do not edit by hand.",
         "",
         "| preset | mode | step off (ms) | step with it (ms) | cost | spread over rounds | GEMM calls judged a step | distinct GEMMs | worst clean error / bound | false alarms |",

@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import torch
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
+from machine import CONTENDED, instruction_sets, others_busy_while, wait_until_quiet  # noqa: E402,F401
 from python_peer import measure_peak_gflops  # noqa: E402
 
 # (steps, leading steps discarded) per preset: long enough for a stable median, short enough
@@ -59,35 +59,9 @@ TUNED_ENV_HINT = ("OPENBLAS_NUM_THREADS=1 "
 # Environment that changes CPU threading or allocation under both implementations.
 THREADING_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
                  "GLIBC_TUNABLES")
-CONTENDED = 0.10  # other processes' CPU share above which a run is flagged as contended
 # Console step lines: "HH:MM:SS.mmm info step    12 | loss ..." (utils/logging.cpp pattern).
 LOG_STEP = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) .*?\bstep\s+(\d+) \|")
 LOG_MODEL = re.compile(r"model: (\d+) parameters, ([\d.e+]+) training FLOPs/token")
-
-
-def cpu_jiffies():
-    """(busy, total) jiffies over all CPUs since boot, from /proc/stat."""
-    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
-    return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait are not busy
-
-
-def others_busy_while(fn):
-    """Runs fn(); returns (its result, CPU share other processes used meanwhile)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    usage0, (busy0, total0) = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_jiffies()
-    result = fn()
-    usage1, (busy1, total1) = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_jiffies()
-    own = (usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime) * ticks
-    return result, max(0.0, (busy1 - busy0 - own) / max(1, total1 - total0))
-
-
-def wait_until_quiet(max_wait_s, threshold=0.15):
-    """Waits (up to max_wait_s) for the machine to go idle; returns the last busy share."""
-    deadline = time.time() + max_wait_s
-    while True:
-        _, busy = others_busy_while(lambda: time.sleep(2.0))
-        if busy <= threshold or time.time() >= deadline:
-            return busy
 
 
 def cpp_command(args, preset, precision, extra=(), steps=None):
@@ -251,8 +225,7 @@ def detector_overhead(args, workdir):
 def machine_facts(env):
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor())
-    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
+    isa = instruction_sets()
     return {
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M %Z").strip(),
         "nproc": os.cpu_count(),

@@ -386,9 +386,7 @@ torch::Tensor CausalSelfAttentionImpl::causal_conv(const torch::Tensor& x) const
   // copy `contiguous` makes.
   const auto padded = F::pad(x, F::PadFuncOptions({0, 0, conv_kernel_ - 1, 0}));  // [B, T + k - 1, C]
   const auto image = padded.unsqueeze(1).permute({0, 3, 1, 2});                    // [B, C, 1, T + k - 1]
-  const auto& weight = qkv_conv->weight;  // [C, 1, k]
-  const std::vector<int64_t> ones{1, 1}, zeros{0, 0};  // stride, padding, dilation
-  const auto out = at::conv2d(image, weight.unsqueeze(2), torch::Tensor(), ones, zeros, ones, weight.size(0));
+  const auto out = gemm_depthwise_conv2d(image, qkv_conv->weight.unsqueeze(2));  // weight [C, 1, 1, k]
   return out.squeeze(2).permute({0, 2, 1}).contiguous();
 }
 

@@ -63,8 +63,8 @@ cases=(
 
 # Faults below libtorch: name | how | extra arguments | expected component | signature ("-": no
 # warn/fail finding at all) | injection step | exit code. The shim rows corrupt the QKV projection
-# of the smoke model (1024 tokens x 64 -> 192: sgemm_ m=192 n=1024 k=64; fp32, as bf16 GEMMs do not
-# reach BLAS on CPU). One call of that shape comes before step 1 (the GEMM canary's own), then two per step (one per
+# of the smoke model (1024 tokens x 64 -> 192: sgemm_ m=192 n=1024 k=64; fp32: a bf16 GEMM reaches
+# BLAS on CPU only where it runs in float32, on a CPU without a native bf16 kernel). One call of that shape comes before step 1 (the GEMM canary's own), then two per step (one per
 # layer, forward only): call 2s is step s's first. The shadow check's rotation (8 ops on smoke)
 # looks at QKV at steps 2, 10, 18, ..., layer 0 and 1 in turn (step 10: layer 1, call 21).
 below=(

@@ -50,6 +50,11 @@ run_lane host-libtorch1.13 host_lane || status=1
 run_lane wheel-libtorch2.11 env RCL_CTEST_ARGS="-LE host_lane ${RCL_CTEST_ARGS:-}" bash scripts/wheel/test.sh || status=1
 
 echo "================ summary ================"
+# The machine every figure of this summary is from (README.md quotes it): instruction sets, libtorch, date.
+versions=$(cat build/libtorch-version.txt build-wheel/libtorch-version.txt 2>/dev/null | paste -sd/ -)
+/usr/bin/python3 -c 'import sys; sys.path.insert(0, "bench"); import machine; print("machine:", machine.machine_line(sys.argv[1]))' \
+  "${versions:-unknown}"
+printf 'total %.1f min\n' "$(awk -v s=$SECONDS 'BEGIN {print s / 60}')"
 for i in "${!names[@]}"; do
   printf '%-18s %-14s %5s min  %s\n' "${names[i]}" "${results[i]}" "${minutes[i]}" "${counts[i]}"
 done

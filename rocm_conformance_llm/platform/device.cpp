@@ -4,9 +4,11 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <thread>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -205,6 +207,107 @@ const char* const kRocmEnvironment[] = {
     "PYTORCH_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "TORCH_CUDNN_SDPA_PREFERRED"};
 }  // namespace
 
+namespace {
+
+std::vector<std::string> cpu_flags(const std::string& cpuinfo) {
+  std::ifstream in(cpuinfo);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      std::vector<std::string> flags;
+      for (std::string w; words >> w;) flags.push_back(w);
+      return flags;
+    }
+  return {};
+}
+
+bool has(const std::vector<std::string>& flags, const char* flag) {
+  return std::find(flags.begin(), flags.end(), flag) != flags.end();
+}
+
+bool has_avx512_core(const std::vector<std::string>& f) {
+  return has(f, "avx512f") && has(f, "avx512bw") && has(f, "avx512vl") && has(f, "avx512dq");
+}
+
+}  // namespace
+
+std::vector<std::string> cpu_instruction_sets(const std::string& cpuinfo) {
+  const auto f = cpu_flags(cpuinfo);
+  std::vector<std::string> out;
+  if (has(f, "avx2")) out.push_back("AVX2");
+  if (has_avx512_core(f)) out.push_back("AVX512");
+  if (has(f, "avx512_bf16")) out.push_back("AVX512-BF16");
+  if (has(f, "avx512_fp16")) out.push_back("AVX512-FP16");
+  if (has(f, "amx_bf16")) out.push_back("AMX");
+  return out;
+}
+
+CpuGemmFacts CpuGemmFacts::of_this_process(const std::string& cpuinfo) {
+  CpuGemmFacts facts{.flags = cpu_flags(cpuinfo),
+                     .torch_major = TORCH_VERSION_MAJOR,
+                     .onednn = at::hasMKLDNN() && at::globalContext().userEnabledMkldnn()};
+  if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA")) facts.onednn_max_cpu_isa = isa;
+  if (const char* requested = std::getenv("RCL_REDUCED_GEMM")) facts.requested = requested;
+  return facts;
+}
+
+ReducedGemmPath choose_reduced_gemm(const torch::Device& device, c10::ScalarType dtype, const CpuGemmFacts& facts) {
+  const std::string& requested = facts.requested.empty() ? std::string("auto") : facts.requested;
+  if (requested != "auto" && requested != "native" && requested != "float32")
+    throw ConfigError("invalid RCL_REDUCED_GEMM='" + requested + "': allowed auto, native, float32");
+  ReducedGemmPath path{.dtype = dtype, .requested = requested};
+  if (dtype != c10::kBFloat16 && dtype != c10::kHalf) {
+    path.why = "no bf16/fp16 GEMM in this run";
+    return path;
+  }
+  if (requested != "auto") {
+    path.in_float32 = requested == "float32";
+    path.why = "RCL_REDUCED_GEMM=" + requested;
+    return path;
+  }
+  if (!device.is_cpu()) {
+    path.why = "the GPU's BLAS";
+    return path;
+  }
+  const auto& f = facts.flags;
+  const bool bf16 = dtype == c10::kBFloat16;
+  if (!bf16 && facts.torch_major < 2) {
+    path.why = "libtorch 1.13 has no CPU fp16 GEMM to replace";
+    return path;
+  }
+  // 2.x's oneDNN check asks oneDNN's effective ISA, which ONEDNN_MAX_CPU_ISA can lower.
+  const std::string& cap = facts.onednn_max_cpu_isa;
+  const bool capped = facts.torch_major >= 2 && !cap.empty() && cap.rfind("AVX512", 0) != 0 &&
+                      cap.rfind("AVX10", 0) != 0 && cap.rfind("AMX", 0) != 0 && cap != "ALL" && cap != "AVX2_VNNI_2";
+  const bool ne_convert = facts.torch_major >= 2 && has(f, "avx_ne_convert");
+  const bool isa = bf16 ? has_avx512_core(f) || ne_convert : has(f, "avx512_fp16") || has(f, "amx_fp16") || ne_convert;
+  if (facts.onednn && isa && !capped) {
+    path.why = bf16 ? "oneDNN's bf16 kernel (AVX512BW+VL+DQ)" : "oneDNN's fp16 kernel";
+    return path;
+  }
+  path.in_float32 = true;
+  path.why = !facts.onednn ? "libtorch without oneDNN: plain loops"
+             : capped      ? "ONEDNN_MAX_CPU_ISA=" + cap + " leaves libtorch's GEMM in plain loops"
+             : bf16        ? "this CPU has no native bf16 GEMM in libtorch (no AVX512BW+VL+DQ): plain loops"
+                           : "this CPU has no native fp16 GEMM in libtorch (no AVX512-FP16/AMX-FP16): plain loops";
+  return path;
+}
+
+nlohmann::json ReducedGemmPath::to_json() const {
+  return {{"dtype", c10::toString(dtype)},
+          {"path", in_float32 ? "float32" : "native"},
+          {"requested", requested},
+          {"why", why}};
+}
+
+std::string ReducedGemmPath::describe() const {
+  const char* name = dtype == c10::kHalf ? "fp16" : "bf16";
+  return in_float32 ? fmt::format("{} GEMMs: computed in float32 on {} operands, results rounded to {} ({})", name,
+                                  name, name, why)
+                    : fmt::format("{} GEMMs: native ({})", name, why);
+}
+
 nlohmann::json environment_report(const torch::Device& device) {
   nlohmann::json env = nlohmann::json::object();
   for (const char* name : kRocmEnvironment)
@@ -220,6 +323,7 @@ nlohmann::json environment_report(const torch::Device& device) {
       {"blas_threads", blas_threads()},
       {"intra_op_threads", at::get_num_threads()},
       {"hardware_threads", std::thread::hardware_concurrency()},
+      {"cpu_instruction_sets", cpu_instruction_sets()},
       {"hostname", host_name()},
       {"env", env},
       {"hip_runtime", hip_runtime_report()},

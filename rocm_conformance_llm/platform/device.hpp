@@ -64,4 +64,35 @@ int blas_threads();
 // Keeps freed activations in the heap instead of unmapping and re-faulting them every step.
 void tune_host_allocator();
 
+// The CPU's instruction sets that decide how fast a GEMM runs, from /proc/cpuinfo's flags:
+// "AVX2", "AVX512" (F+BW+VL+DQ), "AVX512-BF16", "AVX512-FP16", "AMX" (AMX-BF16). What every
+// figure names its machine by; empty where the flags cannot be read.
+std::vector<std::string> cpu_instruction_sets(const std::string& cpuinfo = "/proc/cpuinfo");
+
+// How the run's bf16/fp16 GEMMs are computed, decided once per run (select_device) and put in
+// force by set_reduced_gemm_in_float32 (workload/precision.hpp). libtorch's CPU GEMM in bf16 is
+// oneDNN's only where its check passes (1.13: AVX512BW+VL+DQ; 2.x: the same, or AVX-NE-CONVERT;
+// fp16: AVX512-FP16/AMX-FP16/AVX-NE-CONVERT, >= 2.x); elsewhere ATen's plain loops, 50-200x
+// slower. There the GEMM runs in float32 on the bf16/fp16 operands and its result is rounded back:
+// a native kernel's arithmetic (products of the rounded operands summed in float32), in another
+// summation order. RCL_REDUCED_GEMM=native|float32 forces either (tests, measurements); auto or
+// unset decides by the device.
+struct ReducedGemmPath {
+  c10::ScalarType dtype = c10::ScalarType::BFloat16;
+  bool in_float32 = false;  // false: libtorch's own kernel in `dtype`
+  std::string requested = "auto";
+  std::string why;  // one clause, for the log and report.json
+  nlohmann::json to_json() const;
+  std::string describe() const;  // "bf16 GEMMs: ... (why)"
+};
+struct CpuGemmFacts {              // what the choice reads; the tests pose a CPU through it
+  std::vector<std::string> flags;  // /proc/cpuinfo's, lower case
+  int torch_major = 0;
+  bool onednn = false;             // libtorch has oneDNN and it is enabled
+  std::string onednn_max_cpu_isa;  // ONEDNN_MAX_CPU_ISA (2.x's check honours it)
+  std::string requested = "auto";  // RCL_REDUCED_GEMM
+  static CpuGemmFacts of_this_process(const std::string& cpuinfo = "/proc/cpuinfo");
+};
+ReducedGemmPath choose_reduced_gemm(const torch::Device& device, c10::ScalarType dtype, const CpuGemmFacts& facts);
+
 }  // namespace rcl

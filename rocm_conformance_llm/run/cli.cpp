@@ -201,7 +201,8 @@ constexpr const char* kConfigFileKeys[] = {"preset",      "stress_modes", "train
 constexpr const char* kConfigRecordKeys[] = {
     "stress_skipped",     "base_training", "stress_changes", "baseline", "output_dir", "world_size", "launcher",
     "environment",        "checkpoint",    "level",          "doctor",   "rocm_knobs", "fit",        "sizing",
-    "collective_backend", "host_memory",   "network",        "attention_backend_requested", "attention_kernel"};
+    "collective_backend", "host_memory",   "network",        "attention_backend_requested", "attention_kernel",
+    "reduced_precision_gemm"};
 
 // The sections a config file, a level and --set overlay onto a preset.
 constexpr const char* kConfigSections[] = {"training", "stress_profile", "diagnostics", "rocm"};

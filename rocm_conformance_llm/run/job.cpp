@@ -410,6 +410,9 @@ class Job {
     doc["environment"] = s_.environment;
     doc["collective_backend"] = training_.sync->backend();  // which c10d group this run's collectives used
     doc["parallel_layout"] = to_json(s_.parallel);
+    // Which GEMMs ran in their own dtype and which in float32 (a CPU without a native kernel).
+    doc["reduced_precision_gemm"] = s_.reduced_gemm.to_json();
+    report().add_section("reduced_precision_gemm", doc["reduced_precision_gemm"]);
     // Sized as it trains: the comm mode's experts are in the model only where the world shards them.
     doc["sizing"] = sizing_json(run_, model_config(run_.training, s_.parallel));
     fs::create_directories(run_.output_dir);
@@ -425,6 +428,7 @@ class Job {
     const TrainingConfig& model = trainer().model_config();
     spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),
                  flops_per_token(model), trainer().data().describe());
+    if (s_.reduced_gemm.dtype != c10::kFloat) spdlog::info("{}", s_.reduced_gemm.describe());
     spdlog::info("ROCm environment: {}", s_.environment.at("env").dump());
     if (!s_.faults.empty()) spdlog::warn("fault injection on: {}", s_.faults.to_string());
   }

@@ -17,6 +17,7 @@
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/network_preflight.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
+#include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
 namespace fs = std::filesystem;
@@ -65,6 +66,11 @@ void select_device(const RunConfig& run, RunSetup& s) {
   if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
   check_attention_backend(run.training, s.device.type());
   s.parallel = plan_parallel_layout(run.training, s.launch.world_size);
+  // Before the model runs a GEMM: on a CPU without a native bf16/fp16 kernel they run in float32.
+  const AutocastState autocast = autocast_for(run.training.mixed_precision);
+  s.reduced_gemm = choose_reduced_gemm(s.device, autocast.enabled ? autocast.dtype : c10::kFloat,
+                                       CpuGemmFacts::of_this_process());
+  set_reduced_gemm_in_float32(s.reduced_gemm.dtype, s.reduced_gemm.in_float32);
 }
 
 // Threads, allocator and ROCm knobs, then the environment as the run will meet it.

@@ -31,6 +31,7 @@ struct RunSetup {
   nlohmann::json doctor;                   // the doctor's checks (platform/doctor.hpp)
   nlohmann::json network;                  // the network preflight's record (transport/network_preflight.hpp)
   ParallelLayout parallel;                 // tensor / data / expert parallel degrees this world allows
+  ReducedGemmPath reduced_gemm;            // how the bf16/fp16 GEMMs run here (platform/device.hpp)
 };
 
 // Throws ConfigError (or CheckpointError) for a run that cannot start; `overwrite`: --overwrite.

@@ -74,7 +74,7 @@ struct ObservedLinearFunction : torch::autograd::Function<ObservedLinearFunction
     AutocastGuard no_autocast(device_type, AutocastState{.enabled = false});
     const auto xc = x.to(dtype), wc = weight.to(dtype);
     const auto bc = bias.defined() ? bias.to(dtype) : bias;
-    auto y = torch::nn::functional::linear(xc, wc, bc);
+    auto y = gemm_linear(xc, wc, bc);
     site->input_sizes = x.sizes().vec();
     site->input_dtype = x.scalar_type();
     site->weight_dtype = weight.scalar_type();
@@ -96,13 +96,13 @@ struct ObservedLinearFunction : torch::autograd::Function<ObservedLinearFunction
     const auto dy = grad_outputs[0].to(wc.scalar_type()).reshape({-1, n});
     torch::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) {
-      dx = dy.mm(wc);
+      dx = gemm_mm(dy, wc);
       report(*site, GemmPass::grad_input, dy, wc, {}, dx);
       dx = dx.reshape(site->input_sizes).to(site->input_dtype);
     }
     if (ctx->needs_input_grad(1)) {
       const auto x2 = xc.reshape({-1, k});
-      dw = dy.t().mm(x2);
+      dw = gemm_mm(dy.t(), x2);
       report(*site, GemmPass::grad_weight, dy.t(), x2, {}, dw);
       dw = dw.to(site->weight_dtype);
     }
@@ -142,7 +142,7 @@ GemmLayerScope::~GemmLayerScope() { t_layer = previous_; }
 torch::Tensor observed_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               const char* site) {
   if (!t_gemm_observer) {
-    auto y = torch::nn::functional::linear(x, weight, bias);
+    auto y = gemm_linear(x, weight, bias);
     if (t_corrupt_next == GemmPass::forward) {  // the fault strikes whether or not a check looks
       t_corrupt_next.reset();
       corrupt_one_element(y.reshape({-1, y.size(-1)}));

@@ -47,8 +47,8 @@ torch::Tensor TappedOp::rerun() const {
   torch::NoGradGuard no_grad;
   AutocastGuard no_autocast(inputs[0].device().type(), AutocastState{.enabled = false});
   switch (kind) {
-    case Kind::linear: return torch::nn::functional::linear(inputs[0], inputs[1], inputs[2]);
-    case Kind::matmul: return at::matmul(inputs[0], inputs[1]);
+    case Kind::linear: return gemm_linear(inputs[0], inputs[1], inputs[2]);
+    case Kind::matmul: return gemm_matmul(inputs[0], inputs[1]);
     case Kind::layer_norm: return at::layer_norm(inputs[0], inputs[1].sizes(), inputs[1], inputs[2], eps);
   }
   return {};
@@ -100,7 +100,7 @@ torch::Tensor tapped_linear(const torch::Tensor& x, const torch::Tensor& weight,
 }
 
 torch::Tensor tapped_matmul(const torch::Tensor& a, const torch::Tensor& b) {
-  auto y = torch::matmul(a, b);
+  auto y = gemm_matmul(a, b);
   if (t_observer) report(TappedOp::Kind::matmul, {a, b}, y);
   return y;
 }

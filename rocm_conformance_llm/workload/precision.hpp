@@ -39,6 +39,34 @@ class AutocastGuard {
   AutocastState previous_;
 };
 
+// Whether the model's `dtype` (bf16 or fp16) GEMMs run as float32 GEMMs of operands rounded to
+// `dtype`, their result rounded to it (platform/device.hpp choose_reduced_gemm says when and
+// why): set once per run before the model runs; the default is libtorch's own kernels.
+void set_reduced_gemm_in_float32(c10::ScalarType dtype, bool in_float32);
+bool reduced_gemm_in_float32(c10::ScalarType dtype);
+// Sets it for a scope and restores it (tests).
+class ReducedGemmInFloat32 {
+ public:
+  ReducedGemmInFloat32(c10::ScalarType dtype, bool in_float32);
+  ~ReducedGemmInFloat32();
+  ReducedGemmInFloat32(const ReducedGemmInFloat32&) = delete;
+  ReducedGemmInFloat32& operator=(const ReducedGemmInFloat32&) = delete;
+
+ private:
+  c10::ScalarType dtype_;
+  bool previous_;
+};
+
+// The model's GEMMs: nn::functional::linear, mm and matmul in the dtype autocast (or the first
+// operand) gives them, through libtorch's kernel, or in float32 as set above. Differentiable:
+// in float32 the backward's GEMMs run in float32 on the gradient rounded to the dtype too.
+torch::Tensor gemm_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b);
+torch::Tensor gemm_matmul(const torch::Tensor& a, const torch::Tensor& b);
+// The depthwise convolution of the Q/K/V filter (groups = channels, no bias): on a CPU, libtorch's
+// bf16 one is im2col and a GEMM per channel in the same loops, so it follows the same rule.
+torch::Tensor gemm_depthwise_conv2d(const torch::Tensor& input, const torch::Tensor& weight);
+
 // fp16 dynamic loss scaling with plain tensor ops (libtorch 1.13 has no GradScaler and no
 // CPU kernels for the _amp_* ops). The loss is multiplied by the scale before backward; the
 // gradients are divided by it before clipping. A step whose gradients hold Inf/NaN is skipped

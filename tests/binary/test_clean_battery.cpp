@@ -106,9 +106,9 @@ TEST_P(CleanBattery, EveryRunPassesWithoutWarnings) {
 std::vector<Kind> battery() {
   const std::vector<int> seeds = {1, 2};
   // gemm trains in bf16 and memory 8192-token sequences, and `all` does both on a deeper, wider
-  // model: on a CPU without native bf16 GEMMs (libtorch 1.13 sums bf16 in plain loops) a step of
-  // gemm costs about 40 smoke steps and one of `all` about 300. They run 40 steps: past the
-  // warm-up, two baseline windows and a late window.
+  // model (a step of `all` about 10-20 smoke steps, its bf16 GEMMs in float32 on a CPU without a
+  // native kernel; about 300 when they ran in libtorch's loops there). They run 40 steps: past
+  // the warm-up, two baseline windows and a late window.
   constexpr int kLongSteps = 40;
   std::vector<Kind> kinds = {{"", 1, seeds}, {"all", 1, seeds, kLongSteps}};
   for (const auto& mode : stress_mode_names())

@@ -16,6 +16,7 @@ namespace rcl {
 namespace {
 namespace RCL_UNITY_ID {
 
+using rcl::testing::kSmokeCpu;
 using rcl::testing::read_text;
 using rcl::testing::run_cli;
 
@@ -51,6 +52,38 @@ TEST(Cli, DeterministicModeSetsTheBlasWorkspaceConfigBeforeTheFirstGemm) {
   EXPECT_EQ(recorded("--set deterministic=true", "env -u CUBLAS_WORKSPACE_CONFIG"), ":4096:8");
   EXPECT_EQ(recorded("--stress rng", "CUBLAS_WORKSPACE_CONFIG=:16:8"), ":16:8");
   EXPECT_EQ(recorded("", "env -u CUBLAS_WORKSPACE_CONFIG"), "unset");
+  std::filesystem::remove_all(dir);
+}
+
+// How the bf16 GEMMs ran is in the log, config.json and report.json: forced either way here (the
+// device's own answer depends on the CPU: platform/device.hpp choose_reduced_gemm), float32 runs no
+// bf16 GEMM to speak of, and a misspelt override is refused before anything runs.
+TEST(Cli, TheLogAndReportsSayHowTheBf16GemmsRan) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rcl-reduced-gemm-" + std::to_string(::getpid()));
+  const auto run = [&](const std::string& precision, const std::string& env) {
+    const auto r =
+        run_cli(kSmokeCpu + "--steps 2 --overwrite --precision " + precision + " --output-dir " + dir.string(), env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto config = nlohmann::json::parse(read_text(dir / "config.json")).at("reduced_precision_gemm");
+    EXPECT_EQ(nlohmann::json::parse(read_text(dir / "report.json")).at("reduced_precision_gemm"), config);
+    return std::make_pair(config, r.out + r.err);
+  };
+  const auto [emulated, emulated_log] = run("bf16", "RCL_REDUCED_GEMM=float32");
+  EXPECT_EQ(emulated.at("path"), "float32");
+  EXPECT_NE(emulated_log.find("bf16 GEMMs: computed in float32 on bf16 operands, results rounded to bf16"),
+            std::string::npos);
+  const auto [native, native_log] = run("bf16", "RCL_REDUCED_GEMM=native");
+  EXPECT_EQ(native.at("path"), "native");
+  EXPECT_NE(native_log.find("bf16 GEMMs: native"), std::string::npos);
+  const auto [device, device_log] = run("bf16", "env -u RCL_REDUCED_GEMM");
+  EXPECT_EQ(device.at("requested"), "auto");
+  EXPECT_FALSE(device.at("why").get<std::string>().empty());
+  const auto [fp32, fp32_log] = run("fp32", "RCL_REDUCED_GEMM=float32");
+  EXPECT_EQ(fp32.at("path"), "native");
+  EXPECT_EQ(fp32_log.find("GEMMs:"), std::string::npos);
+  const auto refused = run_cli(kSmokeCpu + "--steps 1 --output-dir " + dir.string() + "-typo", "RCL_REDUCED_GEMM=fast");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("invalid RCL_REDUCED_GEMM='fast'"), std::string::npos) << refused.err;
   std::filesystem::remove_all(dir);
 }
 

@@ -35,7 +35,7 @@ struct ShimRun {
 const std::string kQkvForward = "RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64";
 const std::string kQkvWeightGradient = "RCL_SHIM_M=64 RCL_SHIM_N=192 RCL_SHIM_K=1024";
 
-// smoke on CPU, fp32 (bf16 GEMMs do not reach BLAS on this libtorch: see docs/fault-injection.md).
+// smoke on CPU, fp32 (bf16 GEMMs reach BLAS only where they run in float32: see docs/fault-injection.md).
 // The QKV projection of the smoke model: y = x W^T with 1024 tokens, 64 in, 192 out, which
 // libtorch passes to sgemm_ as m = 192, n = 1024, k = 64 (no other GEMM of the step has it).
 ShimRun run_with_shim(const std::string& name, const std::string& shim_env, const std::string& args,
@@ -165,6 +165,25 @@ TEST(GemmChecksumRun, EveryCallWrongIsPersistentFromItsFirstStep) {
   EXPECT_EQ(found[0]["classification"], "persistent");
   EXPECT_EQ(found[0]["severity"], "fail");
   EXPECT_EQ(run.exit_code, 1);
+}
+
+// A bf16 run whose GEMMs run in float32 (a CPU without a native bf16 kernel; forced here) reaches
+// BLAS, so a BLAS that stores wrong values is caught in bf16 too; libtorch's own bf16 kernel never
+// passes the shape to BLAS (the control).
+TEST(GemmChecksumRun, Bf16GemmsComputedInFloat32AreCheckedBelowLibtorchToo) {
+  const std::string shim = "RCL_SHIM_MODE=large RCL_SHIM_SCHEDULE=from RCL_SHIM_CALL=10 ";
+  const auto emulated =
+      run_with_shim("bf16-float32", shim + "RCL_REDUCED_GEMM=float32", "--precision bf16 --steps 8" + kEveryGemm);
+  const auto found = checksum_findings(emulated.findings);
+  ASSERT_FALSE(found.empty()) << emulated.findings.dump(1);
+  EXPECT_NE(found[0]["message"].get<std::string>().find("BFloat16"), std::string::npos) << found[0].dump();
+  EXPECT_EQ(found[0]["severity"], "fail");
+  EXPECT_EQ(emulated.exit_code, 1);
+  const auto native =
+      run_with_shim("bf16-native", shim + "RCL_REDUCED_GEMM=native", "--precision bf16 --steps 8" + kEveryGemm);
+  EXPECT_TRUE(checksum_findings(native.findings).empty()) << native.findings.dump(1);
+  // Only the GEMM canary's float32 call of the shape: never the corrupted ones from call 10.
+  EXPECT_LT(std::stol(native.shim_log.substr(native.shim_log.find("calls ") + 6)), 10) << native.shim_log;
 }
 
 // Every element of one call 1% off (fp32: far above its rounding): caught in its step.

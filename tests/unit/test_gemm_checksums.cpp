@@ -222,6 +222,41 @@ TEST(ObservedLinear, EveryLinearOfTheModelReportsItsThreeGemmsAndAllAreClean) {
   for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
 }
 
+// The float32 path of a CPU without a native bf16 GEMM (workload/precision.hpp): every GEMM of a
+// bf16 step stays within the checksums' bound, and one wrong element is still caught.
+TEST(ObservedLinear, Bf16GemmsComputedInFloat32AreCleanAndAWrongOneIsCaught) {
+  const ReducedGemmInFloat32 path(torch::kBFloat16, true);
+  TrainingConfig cfg;
+  cfg.hidden_size = 32;
+  cfg.num_heads = 2;
+  cfg.num_layers = 2;
+  cfg.seq_len = 16;
+  cfg.vocab_size = 29;
+  torch::manual_seed(8);
+  GPT model(cfg);
+  const auto tokens = torch::randint(cfg.vocab_size, {2, cfg.seq_len}, torch::kLong);
+  for (const bool corrupt : {false, true}) {
+    RecordingObserver observer;
+    {
+      const ObservedGemms armed(&observer);
+      torch::Tensor loss;
+      {
+        const AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
+        if (corrupt) corrupt_next_gemm(GemmPass::grad_weight);
+        loss = model->forward(tokens).to(torch::kFloat).logsumexp(-1).mean();
+      }
+      loss.backward();
+    }
+    ASSERT_EQ(observer.names.size(), 27u);
+    int wrong = 0;
+    for (size_t i = 0; i < observer.verdicts.size(); ++i) {
+      wrong += caught(observer.verdicts[i]);
+      if (!corrupt) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+    }
+    EXPECT_EQ(wrong, corrupt ? 1 : 0);
+  }
+}
+
 TEST(ObservedLinear, TheChunkedLossReportsEachChunksHeadGemmsAndItsRecomputation) {
   torch::manual_seed(7);
   const auto hidden = torch::randn({7, 8}).requires_grad_(true), table = torch::randn({13, 8}).requires_grad_(true);

@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -48,6 +53,98 @@ TEST(Autocast, BackwardOutsideTheRegionGivesFloat32Gradients) {
   loss.backward();
   EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);  // parameters stay float32
   EXPECT_TRUE(torch::isfinite(w.grad()).all().item<bool>());
+}
+
+// The float32 path of a bf16 GEMM: its operands rounded to bf16, products summed in float32, the
+// result rounded to bf16, as a native kernel does; only the summation order may differ (one bf16
+// ulp on some elements). Gradients too, in their own dtypes.
+TEST(ReducedGemm, TheFloat32PathIsTheNativeKernelsArithmetic) {
+  torch::manual_seed(11);
+  const auto x = torch::randn({3, 7, 48}), w = torch::randn({24, 48}), b = torch::randn({24});
+  const auto q = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16), k = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16);
+  const auto image = torch::randn({2, 6, 1, 10}).to(torch::kBFloat16), filter = torch::randn({6, 1, 1, 3});
+  auto run = [&](bool in_float32) {
+    const ReducedGemmInFloat32 path(torch::kBFloat16, in_float32);
+    const auto xi = x.clone().requires_grad_(true), wi = w.clone().requires_grad_(true);
+    const auto bi = b.clone().requires_grad_(true), qi = q.clone().requires_grad_(true);
+    const auto fi = filter.clone().requires_grad_(true);
+    torch::Tensor y, s, m, c;
+    {
+      AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
+      y = gemm_linear(xi, wi, bi);
+      s = gemm_matmul(qi, k.transpose(-2, -1));
+      m = gemm_mm(y.reshape({-1, 24}), wi);
+      c = gemm_depthwise_conv2d(image, fi);
+    }
+    (y.to(torch::kFloat).square().sum() + s.to(torch::kFloat).square().sum() + m.to(torch::kFloat).sum() +
+     c.to(torch::kFloat).square().sum())
+        .backward();
+    return std::vector<torch::Tensor>{y, s, m, c, xi.grad(), wi.grad(), bi.grad(), qi.grad(), fi.grad()};
+  };
+  const auto native = run(false), emulated = run(true);
+  for (size_t i = 0; i < native.size(); ++i) {
+    EXPECT_EQ(native[i].scalar_type(), emulated[i].scalar_type()) << i;
+    const auto reference = native[i].to(torch::kDouble);
+    EXPECT_LE((emulated[i].to(torch::kDouble) - reference).norm().item<double>(),
+              (1.0 / 128) * reference.norm().item<double>())
+        << "output/grad " << i;
+  }
+  EXPECT_EQ(native[0].scalar_type(), torch::kBFloat16);
+  // Exactly a float32 GEMM of the rounded operands, rounded once.
+  const auto rounded = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).to(torch::kFloat); };
+  EXPECT_TRUE(torch::equal(emulated[0],
+                           torch::nn::functional::linear(rounded(x), rounded(w), rounded(b)).to(torch::kBFloat16)));
+  // Off again after the scope: float32 GEMMs are never touched.
+  EXPECT_FALSE(reduced_gemm_in_float32(torch::kBFloat16));
+  EXPECT_FALSE(reduced_gemm_in_float32(torch::kFloat));
+}
+
+TEST(ReducedGemm, TheChoiceFollowsTheCpuItsLibtorchAndTheOverride) {
+  const torch::Device cpu(torch::kCPU);
+  const std::vector<std::string> avx2 = {"sse4_2", "avx", "avx2", "fma"};
+  std::vector<std::string> avx512 = avx2;
+  avx512.insert(avx512.end(), {"avx512f", "avx512bw", "avx512vl", "avx512dq"});
+  const CpuGemmFacts avx2_cpu{.flags = avx2, .torch_major = 1, .onednn = true};
+  const CpuGemmFacts avx512_cpu{.flags = avx512, .torch_major = 1, .onednn = true};
+  EXPECT_TRUE(choose_reduced_gemm(cpu, torch::kBFloat16, avx2_cpu).in_float32);
+  EXPECT_FALSE(choose_reduced_gemm(cpu, torch::kBFloat16, avx512_cpu).in_float32);
+  EXPECT_NE(choose_reduced_gemm(cpu, torch::kBFloat16, avx2_cpu).why.find("no AVX512BW+VL+DQ"), std::string::npos);
+  // Without oneDNN (or with it switched off) libtorch loops whatever the CPU.
+  EXPECT_TRUE(choose_reduced_gemm(cpu, torch::kBFloat16, CpuGemmFacts{.flags = avx512, .torch_major = 1}).in_float32);
+  // 2.x's check asks oneDNN's ISA, which ONEDNN_MAX_CPU_ISA can cap; 1.13's asks the CPU.
+  auto capped = avx512_cpu;
+  capped.onednn_max_cpu_isa = "AVX2";
+  EXPECT_FALSE(choose_reduced_gemm(cpu, torch::kBFloat16, capped).in_float32);
+  capped.torch_major = 2;
+  EXPECT_TRUE(choose_reduced_gemm(cpu, torch::kBFloat16, capped).in_float32);
+  // fp16: native only with an fp16 ISA on 2.x; 1.13 has no CPU fp16 GEMM at all (left as it is).
+  EXPECT_FALSE(choose_reduced_gemm(cpu, torch::kHalf, avx2_cpu).in_float32);
+  EXPECT_TRUE(choose_reduced_gemm(cpu, torch::kHalf, CpuGemmFacts{.flags = avx512, .torch_major = 2, .onednn = true})
+                  .in_float32);
+  // A GPU, a float32 run: nothing to replace. The override wins anywhere; a typo is refused.
+  EXPECT_FALSE(choose_reduced_gemm(torch::Device(torch::kCUDA, 0), torch::kBFloat16, avx2_cpu).in_float32);
+  EXPECT_FALSE(choose_reduced_gemm(cpu, torch::kFloat, avx2_cpu).in_float32);
+  auto forced = avx512_cpu;
+  forced.requested = "float32";
+  EXPECT_TRUE(choose_reduced_gemm(cpu, torch::kBFloat16, forced).in_float32);
+  auto loops = avx2_cpu;
+  loops.requested = "native";
+  EXPECT_FALSE(choose_reduced_gemm(cpu, torch::kBFloat16, loops).in_float32);
+  forced.requested = "fast";
+  EXPECT_THROW(choose_reduced_gemm(cpu, torch::kBFloat16, forced), ConfigError);
+  const auto path = choose_reduced_gemm(cpu, torch::kBFloat16, avx2_cpu);
+  EXPECT_EQ(path.to_json().at("path"), "float32");
+  EXPECT_NE(path.describe().find("bf16 GEMMs: computed in float32"), std::string::npos);
+}
+
+TEST(ReducedGemm, InstructionSetsAreReadFromCpuinfo) {
+  const std::string file = ::testing::TempDir() + "/cpuinfo";
+  std::ofstream(file)
+      << "processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_bf16\n";
+  EXPECT_EQ(cpu_instruction_sets(file), (std::vector<std::string>{"AVX2", "AVX512", "AVX512-BF16", "AMX"}));
+  std::ofstream(file) << "flags\t\t: fpu sse avx avx2\n";
+  EXPECT_EQ(cpu_instruction_sets(file), (std::vector<std::string>{"AVX2"}));
+  EXPECT_TRUE(cpu_instruction_sets(file + ".missing").empty());
 }
 
 TEST(LossScaler, ScalesLossAndUnscalesGradients) {
