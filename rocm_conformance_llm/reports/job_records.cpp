@@ -281,8 +281,8 @@ std::optional<JobOutcome> JobRecords::await_outcome(Clock::time_point deadline, 
 int JobRecords::stand_in_for_rank0() const {
   // The survivors that reported; rank 0's host first (its output directory is where a user looks).
   const auto rows = world_.collect_records("row", kReadLimit);
-  const auto beats = world_.collect_records("beat", kReadLimit, {0});
-  const std::string rank0_host = parsed_row(beats[0]) ? parsed_row(beats[0])->id.host : std::string();
+  const auto rank0 = parsed_row(world_.collect_records("beat", kReadLimit, {0})[0]);
+  const std::string rank0_host = rank0 ? rank0->id.host : std::string();
   std::optional<std::pair<bool, int>> first;  // (not on rank 0's host, rank)
   for (int r = 1; r < static_cast<int>(rows.size()); ++r) {
     const auto row = r == id_.world_rank ? std::optional(RankRow{.id = id_}) : parsed_row(rows[r]);
@@ -379,7 +379,7 @@ void JobRecords::write_and_publish(const std::filesystem::path& output_dir, cons
     for (const auto& row : rows)
       if (row.source == "report" && row.id.world_rank != id_.world_rank) readers.push_back(row.id.world_rank);
     if (!readers.empty()) {
-      const auto until = std::min(cut_by_stop(Clock::now() + kReadByAllLimit), Clock::now() + kReadByAllLimit);
+      const auto until = cut_by_stop(Clock::now() + kReadByAllLimit);
       world_.collect_records("read", std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()),
                              readers);
     }
@@ -388,19 +388,20 @@ void JobRecords::write_and_publish(const std::filesystem::path& output_dir, cons
 }
 
 void JobRecords::announce(const JobOutcome& outcome) const {
-  // One line per node: the writer's, and its first rank the outcome does not name lost.
+  // One line per node: the writer's, and its first rank the outcome does not name lost (its first
+  // local rank where the roster never came).
   const auto named = [&](int rank) {
     return std::any_of(outcome.suspects.begin(), outcome.suspects.end(), [&](const Suspect& s) {
       return std::find(s.ranks.begin(), s.ranks.end(), rank) != s.ranks.end();
     });
   };
-  int first = roster_.empty() && id_.local_rank != 0 ? -1 : id_.world_rank;
-  for (int r = 0; r < static_cast<int>(roster_.size()); ++r)
-    if (roster_[r] && roster_[r]->host == id_.host && !named(r)) {
-      first = std::min(first, r);
-      break;
-    }
-  if (first != id_.world_rank && id_.world_rank != outcome.written_by) return;
+  const auto speaks_for_its_node = [&] {
+    if (roster_.empty()) return id_.local_rank == 0;
+    for (int r = 0; r < static_cast<int>(roster_.size()); ++r)
+      if (roster_[r] && roster_[r]->host == id_.host && !named(r)) return r == id_.world_rank;
+    return true;
+  };
+  if (id_.world_rank != outcome.written_by && !speaks_for_its_node()) return;
   log_unfiltered(outcome.exit_code == 0 ? spdlog::level::info : spdlog::level::err, job_outcome_line(outcome));
 }
 
