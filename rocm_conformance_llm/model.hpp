@@ -11,8 +11,10 @@
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/config.hpp"
+#include "rocm_conformance_llm/workload/attention_kernels.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
 #include "rocm_conformance_llm/workload/lm_head.hpp"
+#include "rocm_conformance_llm/workload/model_flops.hpp"
 #include "rocm_conformance_llm/workload/model_parallel.hpp"
 #include "rocm_conformance_llm/workload/model_widths.hpp"
 #include "rocm_conformance_llm/workload/moe.hpp"
@@ -28,80 +30,10 @@ struct ModelOptions {
   bool attention_self_only = false;
 };
 
-// Trainable parameters of the model `cfg` describes (cfg.vocab_size must be resolved).
-int64_t parameter_count(const TrainingConfig& cfg);
-// The parameters that take part in a matrix multiply: every one except the learned position
-// table, which is only a lookup (the token table counts because the tied LM head multiplies by
-// it; grouped-query attention's narrower K/V projections count as they are).
-int64_t gemm_parameter_count(const TrainingConfig& cfg);
-
-// Training FLOPs per token (forward + backward), PaLM appendix B:
-//   6 * N + 12 * L * hidden * T
-// N = gemm_parameter_count less the experts a token is not routed to (moe_experts - moe_top_k
-// per layer), L = layers, T = seq_len. The second term is attention's QK^T and AV
-// products over every query head.
-// Activation recomputation (checkpointing) is not counted: this is model FLOPs, not hardware.
-double flops_per_token(const TrainingConfig& cfg);
-// The same with only the attention work a causal mask leaves useful: query t scores t keys, so
-// the square's term becomes its lower triangle, 6 * L * hidden * (T + 1). The FLOPs a fused
-// causal kernel needs; flops_per_token's square is what PaLM's MFU (and most papers) count.
-double causal_flops_per_token(const TrainingConfig& cfg);
-
 // Per-token cross entropy [B,T] in at least float32 (autocast leaves bf16/fp16 logits).
 torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& targets);
 // Mean of token_losses.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
-
-// --- attention kernels: what this build's SDPA can do, in one place ---
-
-// at::scaled_dot_product_attention and its backend switches exist (libtorch >= 2.0).
-bool sdpa_available();
-
-// Refuses, at config time, an attention_backend the kernel cannot serve for this dtype, device
-// and layout (ConfigError, one line naming the value and what is allowed). `device` is data so
-// the GPU rules can be tested on a CPU machine.
-void check_attention_backend(const TrainingConfig& cfg, torch::DeviceType device);
-
-// While alive, only `backend`'s kernel family serves SDPA ("sdpa": every family, libtorch
-// chooses; "math": left as it is); the previous switches are restored after. The switches are
-// process-global in libtorch. ConfigError for a fused backend without SDPA.
-class SdpaBackendScope {
- public:
-  explicit SdpaBackendScope(const std::string& backend);
-  ~SdpaBackendScope();
-  SdpaBackendScope(const SdpaBackendScope&) = delete;
-  SdpaBackendScope& operator=(const SdpaBackendScope&) = delete;
-
- private:
-  std::vector<bool> saved_;
-};
-
-// Padded batches: every second sequence (odd index) keeps round((1 - pad_fraction) * seq)
-// tokens (at least 1); the keys past them are padding.
-int64_t padded_length(int64_t seq, double pad_fraction);
-// Boolean [B, 1, T, T], true where a query may attend: causal, and no padded key. Right padding
-// keeps key 0 for every query, so no row is fully masked.
-torch::Tensor padded_causal_mask(int64_t batch, int64_t seq, double pad_fraction, torch::Device device);
-// The reference path: softmax(Q K^T / sqrt(d), masked to `allowed`) V, two batched GEMMs;
-// `allowed` is boolean and broadcasts to [B, H, T, T].
-torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const torch::Tensor& allowed, double dropout = 0.0, bool training = false);
-// at::scaled_dot_product_attention with the kernels enabled now; `allowed` undefined means
-// causal (is_causal). ConfigError without SDPA.
-torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& allowed, double dropout = 0.0);
-// The kernel sdpa_attention would run for these inputs with the kernels enabled now, as
-// libtorch's dispatcher picks it (at::_fused_sdp_choice): "flash", "mem_efficient", "cudnn",
-// "overrideable", "math" (no fused kernel takes the call) or "none". ConfigError without SDPA.
-std::string sdpa_kernel_choice(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& allowed, double dropout);
-// K or V [B, KV, T, D] -> [B, KV * groups, T, D]: head j serves query heads j*groups ..
-// (j+1)*groups - 1, as Hugging Face's repeat_kv (expand + reshape).
-torch::Tensor repeat_key_value_heads(const torch::Tensor& kv, int64_t groups);
-// The same values as `v` [.., T, D], as a strided view whose rows are D + 8 elements apart
-// (last dimension still contiguous, as the fused kernels require): fused kernels that assumed
-// V's row stride gave wrong results (ROCm/pytorch#3230).
-torch::Tensor strided_view_of(const torch::Tensor& v);
 
 // One layer's attention inputs, each [B, H, T, D] after QK-norm, rotary and the repeat of
 // grouped-query attention's K/V heads (the attention parity probe's copy is detached).
@@ -123,6 +55,7 @@ class NormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Norm);
 
+// Defined in workload/attention.cpp (the kernels it calls: workload/attention_kernels.hpp).
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const TrainingConfig& cfg, const ModelOptions& options);

@@ -1,5 +1,6 @@
 // The command line: flags -> a fully resolved RunConfig (preset, then --level, then config file,
 // then --set overrides and dedicated flags, then stress modes), validated before anything runs.
+// The flags are defined in cli.cpp, resolved and refused in cli_resolve.cpp, printed in cli_print.cpp.
 #pragma once
 
 #include <optional>
