@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
       return kExitClean;
     }
     if (probe) return run_attention_probe(run);
+    if (options->explain_step) return explain_step(run);
     return run_job(run, options->overwrite);
   } catch (const std::exception& e) {
     // ConfigError, or anything else before the output directory was usable (run_job reports

@@ -8,9 +8,12 @@
 #pragma once
 
 #include <array>
+#include <bitset>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <torch/torch.h>
@@ -88,6 +91,74 @@ class StepHooks {
   // Between optimizer steps, after `step` was published: nothing of the next step has run.
   virtual void between_steps(int64_t /*step*/) {}
 };
+
+// The points of a step where a part can act, in the order a step reaches them (the phases,
+// announced through on_phase, sit between them as step_schedule() lists): --explain-step prints,
+// for a resolved run, which part acts at each.
+enum class HookPoint {
+  step_begin,        // StepHooks::on_step_begin
+  phase,             // StepHooks::on_phase, at every phase
+  before_forward,    // StepHooks::before_forward, each micro-batch
+  logits,            // StepHooks::on_logits, each chunk of the LM head's logits
+  gradients,         // StepHooks::on_gradients
+  before_step_time,  // StepHooks::before_step_time
+  after_step_time,   // StepHooks::after_step_time
+  after_step,        // StepHooks::after_step
+  loss,              // StepHooks::on_loss, one step late
+  before_publish,    // StepHooks::before_publish
+  published,         // StepObserver::on_step
+  between_steps,     // StepHooks::between_steps
+};
+inline constexpr std::size_t kHookPoints = 12;
+using HookPoints = std::bitset<kHookPoints>;
+
+// One line of a step's schedule: a point where parts act, or a phase of the step's own work.
+struct ScheduleLine {
+  std::string_view what;       // the point's or the phase's name
+  std::string_view when;       // where it is in the step
+  int depth = 0;               // 1: inside the micro-batch loop
+  const HookPoint* point = nullptr;  // null: the step's own work (its phase announced at `phase`)
+};
+// Trainer::train_step and Trainer::run, top to bottom (a test holds the trainer to it).
+std::span<const ScheduleLine> step_schedule();
+
+namespace detail {
+template <typename Member>
+struct member_owner;
+template <typename Class, typename Type>
+struct member_owner<Type Class::*> {
+  using type = Class;
+};
+// Whether a part's member `Member` (a pointer to it, typed by the class that last declared it)
+// is declared below every class in `NoOps`: an override of their no-op.
+template <typename Member, typename... NoOps>
+inline constexpr bool declared_below = (!std::is_same_v<typename member_owner<Member>::type, NoOps> && ...);
+}  // namespace detail
+
+// Where a part of class `Part` acts, read from its type: the hook points it overrides, and
+// `published` when it observes steps. `NoOps`: further bases whose members do nothing (a
+// detector's base observes nothing). Computed, not declared, so it cannot drift from the code.
+template <typename Part, typename... NoOps>
+HookPoints hook_points_of() {
+  using detail::declared_below;
+  HookPoints p;
+  if constexpr (std::is_base_of_v<StepHooks, Part>) {
+    p[size_t(HookPoint::step_begin)] = declared_below<decltype(&Part::on_step_begin), StepHooks, NoOps...>;
+    p[size_t(HookPoint::phase)] = declared_below<decltype(&Part::on_phase), StepHooks, NoOps...>;
+    p[size_t(HookPoint::before_forward)] = declared_below<decltype(&Part::before_forward), StepHooks, NoOps...>;
+    p[size_t(HookPoint::logits)] = declared_below<decltype(&Part::on_logits), StepHooks, NoOps...>;
+    p[size_t(HookPoint::gradients)] = declared_below<decltype(&Part::on_gradients), StepHooks, NoOps...>;
+    p[size_t(HookPoint::before_step_time)] = declared_below<decltype(&Part::before_step_time), StepHooks, NoOps...>;
+    p[size_t(HookPoint::after_step_time)] = declared_below<decltype(&Part::after_step_time), StepHooks, NoOps...>;
+    p[size_t(HookPoint::after_step)] = declared_below<decltype(&Part::after_step), StepHooks, NoOps...>;
+    p[size_t(HookPoint::loss)] = declared_below<decltype(&Part::on_loss), StepHooks, NoOps...>;
+    p[size_t(HookPoint::before_publish)] = declared_below<decltype(&Part::before_publish), StepHooks, NoOps...>;
+    p[size_t(HookPoint::between_steps)] = declared_below<decltype(&Part::between_steps), StepHooks, NoOps...>;
+  }
+  if constexpr (std::is_base_of_v<StepObserver, Part>)
+    p[size_t(HookPoint::published)] = declared_below<decltype(&Part::on_step), StepObserver, NoOps...>;
+  return p;
+}
 
 // Calls each hook in the order added (faults before checks, so a check sees the fault).
 class StepHookList final : public StepHooks {

@@ -77,6 +77,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
                  "restart)");
   app.add_flag("--print-config", o.print_config, "Print the resolved config as JSON and exit");
   app.add_flag("--explain-stress", o.explain_stress, "Print what each stress mode changes and exit");
+  app.add_flag("--explain-step", o.explain_step,
+               "Print which check, fault and output acts at which point of a step for this run, and exit");
   app.add_flag("--list-stress", o.list_stress, "List stress modes, their ROCm targets and rules and exit");
   app.add_flag("--help-config", o.help_config,
                "List every config key (type, default, allowed values, meaning) "

@@ -36,6 +36,7 @@ struct CliOptions {
   std::string resume;  // --resume DIR | latest
   bool print_config = false;
   bool explain_stress = false;
+  bool explain_step = false;
   bool list_stress = false;
   bool help_config = false;
   bool markdown = false;  // --list-stress / --help-config as markdown tables

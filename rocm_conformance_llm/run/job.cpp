@@ -36,6 +36,7 @@
 #include "rocm_conformance_llm/reports/throughput.hpp"
 #include "rocm_conformance_llm/reports/training_collectives.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
+#include "rocm_conformance_llm/run/explain_step.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 #include "rocm_conformance_llm/run/run_setup.hpp"
 #include "rocm_conformance_llm/run/signals.hpp"
@@ -153,6 +154,32 @@ class Job {
     }
   }
 
+  // --explain-step: the trainer and what acts inside its step, built as preflight builds them (the
+  // detectors without their cross-rank preflight); the parts that write the run's files or start
+  // a thread are listed by their type. Nothing is written and no step runs. Rank 0's text ("" on
+  // the others).
+  std::string explain() {
+    build_training();
+    checks_.detectors = make_detectors(detector_context(), nullptr);
+    RunWiring wiring;
+    wiring.describe<RunSummary>(part::run_summary);
+    wiring.describe<MetricsObserver>(part::metrics);
+    wiring.describe<PrometheusObserver>(part::prometheus);
+    wiring.describe<ConsoleObserver>(part::console);
+    wiring.describe<TrainingCollectives>(part::training_collectives);
+    if (several_ranks()) wiring.describe<JobRecords>(part::job_records);
+    add_step_checks(wiring);
+    if (run_.diagnostics.memory_profile) wiring.describe<MemoryProfile>(part::memory_profile);
+    if (monitors_node()) wiring.describe<NodeMonitor>(part::node_monitor);
+    wiring.describe<Watchdog>(part::watchdog);
+    if (checkpoints()) wiring.describe<Checkpointer>(part::checkpointer);
+    const std::string heading = fmt::format(
+        "rocm-conformance-llm --explain-step: preset {} | stress {} | {} micro-batch(es) a step | world {} | device {}",
+        run_.preset, run_.stress_modes.empty() ? "none" : fmt::format("{}", fmt::join(run_.stress_modes, ",")),
+        trainer().model_config().grad_accum_steps, s_.launch.world_size, s_.device.str());
+    return s_.launch.rank == 0 ? explain_step_text(heading, wiring.in_order()) : "";
+  }
+
  private:
   ReportWriter& report() { return records_.report; }
 
@@ -168,9 +195,8 @@ class Job {
   // (reports/job_records.hpp: rank 0 gathers and writes it, the others stay until it is written);
   // a stop signal cuts those waits to the launcher's grace.
   void open_job_records(RunWiring& wiring) {
-    auto group = std::dynamic_pointer_cast<ProcessGroupSync>(training_.sync);
-    if (!group) return;
-    job_records_.emplace(group->world(), identity(), run_.diagnostics.warmup_steps,
+    if (!several_ranks()) return;
+    job_records_.emplace(*training_.sync->world().communicator, identity(), run_.diagnostics.warmup_steps,
                          StoreAddress{s_.launch.master_addr, s_.launch.master_port});
     job_records_->set_stop_check([] { return signals::received() != 0; });
     wiring.add(part::job_records, &*job_records_);
@@ -260,14 +286,9 @@ class Job {
     write_run_header();
     RunWiring wiring;
     open_step_outputs(wiring);
-    if (run_.diagnostics.count_host_reads) {
-      checks_.host_reads.emplace(trainer());
-      wiring.add(part::host_read_count, &*checks_.host_reads);
-    }
-    wiring.add(part::fault_injector, &*training_.injector);
-    for (auto& d : checks_.detectors) wiring.add(part::detectors, d.get());
+    add_step_checks(wiring);
     start_monitors(wiring, coverage);
-    if (!run_.checkpoint_interval.empty()) {
+    if (checkpoints()) {
       checkpointer_.emplace(trainer(), records_.findings, run_.checkpoint, run_.output_dir,
                             identity_of(run_, s_.launch.world_size));
       wiring.add(part::checkpointer, &*checkpointer_);
@@ -301,17 +322,34 @@ class Job {
   RunCoverage build_detectors() {
     stage_ = stage::detectors;
     RunCoverage coverage = run_coverage();
-    checks_.detectors = make_detectors(DetectorContext{.diag = run_.diagnostics,
-                                                       .log = records_.findings,
-                                                       .loop = training_.trainer.get(),
-                                                       .faults = &s_.faults,
-                                                       .sync = training_.sync},
-                                       &coverage);
+    checks_.detectors = make_detectors(detector_context(), &coverage);
     report().set_coverage(coverage);
     s_.faults.stop_rank_if_planned(phase::preflight, 0, s_.launch.rank);
     for (auto& d : checks_.detectors) d->preflight();
     return coverage;
   }
+
+  DetectorContext detector_context() {
+    return {.diag = run_.diagnostics,
+            .log = records_.findings,
+            .loop = training_.trainer.get(),
+            .faults = &s_.faults,
+            .sync = training_.sync};
+  }
+
+  // What acts inside the step: the host-read count, the fault injector, the detectors.
+  void add_step_checks(RunWiring& wiring) {
+    if (run_.diagnostics.count_host_reads) {
+      checks_.host_reads.emplace(trainer());
+      wiring.add(part::host_read_count, &*checks_.host_reads);
+    }
+    wiring.add(part::fault_injector, &*training_.injector);
+    for (auto& d : checks_.detectors) wiring.add(part::detectors, d.get());
+  }
+
+  bool several_ranks() const { return training_.sync->world().communicator != nullptr; }
+  bool monitors_node() const { return run_.diagnostics.enabled && s_.launch.local_rank == 0; }
+  bool checkpoints() const { return !run_.checkpoint_interval.empty(); }
 
   // metrics.jsonl, metrics.prom, the console, and the records every step feeds.
   void open_step_outputs(RunWiring& wiring) {
@@ -340,7 +378,7 @@ class Job {
       wiring.add(part::memory_profile, &*checks_.memory_profile);
     }
     // One monitor per node (its first local rank).
-    if (diag.enabled && s_.launch.local_rank == 0) {
+    if (monitors_node()) {
       checks_.node = std::make_unique<NodeMonitor>(diag, records_.findings, run_.output_dir, s_.launch.rank);
       checks_.node->start();
       checks_.node->record_coverage(coverage);
@@ -517,6 +555,13 @@ class Job {
 int run_job(const RunConfig& run, bool overwrite) {
   signals::install();
   return Job(run, setup_run(run, overwrite)).run();
+}
+
+int explain_step(const RunConfig& run) {
+  // Nothing is written: a previous run in the output directory is no reason to refuse.
+  Job job(run, setup_run(run, /*overwrite=*/true));
+  std::cout << job.explain();
+  return kExitClean;
 }
 
 int run_attention_probe(const RunConfig& run) {

@@ -12,6 +12,11 @@ namespace rcl {
 // too (interrupted, exit 4).
 int run_job(const RunConfig& run, bool overwrite);
 
+// --explain-step: which part acts at which point of a step for this resolved run (the trainer and
+// its checks built as for the run; nothing written, no step run), on stdout. Returns 0; throws
+// ConfigError (exit 2) for bad input, as the run would.
+int explain_step(const RunConfig& run);
+
 // `probe attention`: the attention parity probe alone, on the configured model at its
 // initialisation; its JSON on stdout. 0 every backend within its bound, 1 a mismatch; throws
 // ConfigError (exit 2) for bad input. `--inject attention-mask-corrupt` proves the exit code.

@@ -52,15 +52,23 @@ bool attaches_hooks(Attach a) { return a != Attach::observer; }
 
 std::span<const WiringSlot> run_wiring() { return kRunWiring; }
 
-void RunWiring::add(std::string_view slot, StepObserver* observer, StepHooks* hooks) {
+void RunWiring::add(std::string_view slot, StepObserver* observer, StepHooks* hooks, std::string name,
+                    HookPoints points, bool built) {
   const auto it =
       std::find_if(kRunWiring.begin(), kRunWiring.end(), [&](const WiringSlot& s) { return s.part == slot; });
   if (it == kRunWiring.end()) throw std::logic_error("no wiring slot '" + std::string(slot) + "'");
-  if ((attaches_observer(it->attach) && !observer) || (attaches_hooks(it->attach) && !hooks))
+  const auto index = static_cast<std::size_t>(it - kRunWiring.begin());
+  const Attach attach = it->attach;
+  if (built && ((attaches_observer(attach) && !observer) || (attaches_hooks(attach) && !hooks)))
     throw std::logic_error("wiring slot '" + std::string(slot) + "' takes a part it cannot attach");
-  added_.push_back({.slot = static_cast<std::size_t>(it - kRunWiring.begin()),
-                    .observer = attaches_observer(it->attach) ? observer : nullptr,
-                    .hooks = attaches_hooks(it->attach) ? hooks : nullptr});
+  // A part acts where its slot attaches it: a slot of observers never calls its hooks.
+  if (!attaches_observer(attach)) points.reset(size_t(HookPoint::published));
+  if (!attaches_hooks(attach)) points &= HookPoints().set(size_t(HookPoint::published));
+  added_.push_back({.slot = index,
+                    .observer = attaches_observer(attach) ? observer : nullptr,
+                    .hooks = attaches_hooks(attach) ? hooks : nullptr,
+                    .name = std::move(name),
+                    .points = points});
 }
 
 std::vector<RunWiring::Attachment> RunWiring::in_order() const {

@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "rocm_conformance_llm/checks/findings/detector.hpp"
 #include "rocm_conformance_llm/loop/step_hooks.hpp"
 #include "rocm_conformance_llm/loop/step_record.hpp"
 
@@ -55,6 +57,8 @@ class RunWiring {
     std::size_t slot = 0;              // index in run_wiring()
     StepObserver* observer = nullptr;  // null: not attached as one
     StepHooks* hooks = nullptr;
+    std::string name;   // the slot's, or a detector's catalog name
+    HookPoints points;  // where in the step it acts (hook_points_of)
   };
 
   // std::logic_error when `slot` is no slot's name or `p` is not what the slot attaches it as.
@@ -64,7 +68,14 @@ class RunWiring {
     StepHooks* hooks = nullptr;
     if constexpr (std::is_base_of_v<StepObserver, Part>) observer = p;
     if constexpr (std::is_base_of_v<StepHooks, Part>) hooks = p;
-    add(slot, observer, hooks);
+    if constexpr (std::is_base_of_v<Detector, Part>) add(slot, observer, hooks, p->name(), p->hook_points());
+    else add(slot, observer, hooks, std::string(slot), hook_points_of<Part>());
+  }
+  // For --explain-step: a part of type Part the run attaches at `slot`, listed where it would act
+  // but neither built nor attached (it writes the run's files, or starts a thread).
+  template <typename Part>
+  void describe(std::string_view slot) {
+    add(slot, nullptr, nullptr, std::string(slot), hook_points_of<Part>(), /*built=*/false);
   }
 
   // What attach_to adds, in its order.
@@ -72,7 +83,8 @@ class RunWiring {
   void attach_to(Trainer& trainer) const;
 
  private:
-  void add(std::string_view slot, StepObserver* observer, StepHooks* hooks);
+  void add(std::string_view slot, StepObserver* observer, StepHooks* hooks, std::string name, HookPoints points,
+           bool built = true);
   std::vector<Attachment> added_;
 };
 

@@ -20,6 +20,8 @@
 
 namespace rcl {
 
+class Communicator;
+
 // Which replica of the data a rank trains on, of how many: the ranks of one tensor-parallel group
 // are one replica (same batch, same dropout seed).
 struct DataReplica {
@@ -27,15 +29,26 @@ struct DataReplica {
   int count = 1;
 };
 
+// This rank's place in the job, one value that the trainer, the checks and the reports read:
+// its rank, the world's size, the c10d backend of its device's collectives as recorded in
+// config.json ("gloo", "rccl" or "nccl"; "none" in a world of one), its data replica, and the
+// world's group (its store carries the job report's records; null in a world of one).
+struct World {
+  int rank = 0;
+  int size = 1;
+  std::string backend = "none";
+  DataReplica replica{};
+  Communicator* communicator = nullptr;
+};
+
 class GradientSync {
  public:
   virtual ~GradientSync() = default;
-  virtual int rank() const = 0;
-  virtual int world_size() const = 0;
-  // The c10d backend the collectives of the training device's tensors go through, as recorded
-  // in config.json: "gloo", "rccl" or "nccl"; "none" in a world of one.
-  virtual std::string backend() const { return "none"; }
-  virtual DataReplica data_replica() const { return {rank(), world_size()}; }
+  const World& world() const { return world_; }
+  int rank() const { return world_.rank; }
+  int world_size() const { return world_.size; }
+  const std::string& backend() const { return world_.backend; }
+  DataReplica data_replica() const { return world_.replica; }
 
   // --- before the loop ---------------------------------------------------------------------
   // Applies this layout to the freshly built `model` (transport/parallelize.hpp): the tensor and
@@ -66,13 +79,20 @@ class GradientSync {
   virtual void after_update(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& /*out*/) {}
   // Mean of a scalar across ranks (loss, for identical logs on every rank; stop votes).
   virtual double mean_across_ranks(double value) = 0;
+
+ protected:
+  explicit GradientSync(World world) : world_(std::move(world)) {}
+  // A split model's ranks of one tensor-parallel group become one data replica (split_model).
+  void set_data_replica(DataReplica replica) { world_.replica = replica; }
+
+ private:
+  World world_;
 };
 
 // World of one: nothing to synchronise.
 class LocalSync final : public GradientSync {
  public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
+  LocalSync() : GradientSync(World{}) {}
   double mean_across_ranks(double value) override { return value; }
 };
 

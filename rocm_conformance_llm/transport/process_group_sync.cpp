@@ -90,15 +90,22 @@ int first_rank_not_in(const std::vector<int>& odd) {
 
 }  // namespace
 
+namespace {
+World world_of(Communicator& comm) {
+  return {.rank = comm.rank(),
+          .size = comm.world_size(),
+          .backend = comm.backend(),
+          .replica = {comm.rank(), comm.world_size()},
+          .communicator = &comm};
+}
+}  // namespace
+
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, DataParallel data_parallel)
-    : comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
+    : GradientSync(world_of(*comm)),
+      comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
   if (data_parallel == DataParallel::zero) zero_.emplace(*comm_);
   if (data_parallel == DataParallel::fsdp) fsdp_.emplace(*comm_);
 }
-
-int ProcessGroupSync::rank() const { return comm_->rank(); }
-int ProcessGroupSync::world_size() const { return comm_->world_size(); }
-std::string ProcessGroupSync::backend() const { return comm_->backend(); }
 
 void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& params, std::vector<CollectiveSample>& out) {
   torch::NoGradGuard no_grad;
@@ -210,9 +217,8 @@ void ProcessGroupSync::begin_step(int64_t step) {
 void ProcessGroupSync::split_model(const ParallelLayout& layout) {
   split_ = std::make_unique<SplitModel>(*comm_, layout);
   if (zero_) zero_.emplace(split_->data());  // ZeRO's shards: over the data-parallel group
+  set_data_replica({split_->data().rank(), split_->data().world_size()});
 }
-
-DataReplica ProcessGroupSync::data_replica() const { return {data_comm().rank(), data_comm().world_size()}; }
 
 void ProcessGroupSync::set_split_parameters(SplitParameters params) {
   if (split_) split_->set_parameters(std::move(params));

@@ -52,12 +52,6 @@ class ProcessGroupSync final : public GradientSync {
   ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
                    DataParallel data_parallel = DataParallel::ddp);
 
-  int rank() const override;
-  int world_size() const override;
-  std::string backend() const override;
-  DataReplica data_replica() const override;
-  // The world's communicator: its store carries the job report's records.
-  Communicator& world() const { return *comm_; }
   // The model split over the groups split_model made (parallelize_split), placed, then fully
   // sharded under FSDP (fully_shard); the optimizer's shard is ZeRO's or FSDP's, and a split
   // model's norm weighs each parameter by its copies.

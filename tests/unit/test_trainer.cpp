@@ -217,9 +217,8 @@ class ThreadPairSync final : public GradientSync {
     std::array<std::vector<torch::Tensor>, 2> grads;
     std::array<double, 2> scalars{};
   };
-  ThreadPairSync(std::shared_ptr<Shared> shared, int rank) : shared_(std::move(shared)), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int world_size() const override { return 2; }
+  ThreadPairSync(std::shared_ptr<Shared> shared, int rank)
+      : GradientSync(World{.rank = rank, .size = 2, .replica = {rank, 2}}), shared_(std::move(shared)), rank_(rank) {}
   void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override {
     const auto& params = optimizer.shared_parameters();
     auto& mine = shared_->grads[rank_];

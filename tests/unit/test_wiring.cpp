@@ -96,6 +96,40 @@ TEST(RunWiring, RefusesAnUnknownSlotOrAPartItCannotAttach) {
   EXPECT_EQ(wiring.in_order()[0].hooks, nullptr);
 }
 
+// What --explain-step lists: each part under its slot's name (a detector under its own), where
+// its type says it acts, and a part only described (not built) attached nowhere.
+struct LossWatch : Detector {
+  using Detector::Detector;
+  void on_loss(int64_t, double) override {}
+};
+
+TEST(RunWiring, NamesEachPartAndWhereItActs) {
+  Hooks injector;
+  Observer metrics;
+  DiagnosticsConfig diag;
+  FindingLog log([](std::string_view) -> const SignatureSpec* { return nullptr; });
+  auto detector = Detector::build<LossWatch>(diag, log);
+  detector->set_name("loss_watch");
+  RunWiring wiring;
+  wiring.add(part::fault_injector, &injector);
+  wiring.add(part::metrics, &metrics);
+  wiring.add(part::detectors, detector.get());
+  wiring.describe<Both>(part::watchdog);
+  const auto parts = wiring.in_order();
+  ASSERT_EQ(parts.size(), 4u);
+  const auto only = [](HookPoint p) { return HookPoints().set(size_t(p)); };
+  EXPECT_EQ(parts[0].name, "metrics");
+  EXPECT_EQ(parts[0].points, only(HookPoint::published));
+  EXPECT_EQ(parts[1].name, "fault_injector");
+  EXPECT_TRUE(parts[1].points.none());  // overrides no hook
+  EXPECT_EQ(parts[2].name, "loss_watch");
+  EXPECT_EQ(parts[2].points, only(HookPoint::loss));  // the detector base's on_step is no act
+  EXPECT_EQ(parts[3].name, "watchdog");
+  EXPECT_EQ(parts[3].points, only(HookPoint::published));
+  EXPECT_EQ(parts[3].observer, nullptr);
+  EXPECT_EQ(parts[3].hooks, nullptr);
+}
+
 }  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl

@@ -54,7 +54,7 @@ RunProfile run_profile(const DetectorContext& c) {
 
 template <typename T>
 std::unique_ptr<Detector> step_detector(const DetectorContext& c) {
-  return std::make_unique<T>(c.diag, c.log, run_profile(c));
+  return Detector::build<T>(c.diag, c.log, run_profile(c));
 }
 
 std::vector<DetectorSpec> builtin_detectors() {
@@ -116,7 +116,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop) return nullptr;
-         return std::make_unique<NonFiniteLocaliser>(c.diag, c.log, *c.loop);
+         return Detector::build<NonFiniteLocaliser>(c.diag, c.log, *c.loop);
        }},
       {"gemm_canary",
        "loop",
@@ -125,7 +125,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"diagnostics.gemm_canary_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.diag.gemm_canary_interval <= 0) return nullptr;
-         return std::make_unique<GemmCanaryCheck>(c.diag, c.log, *c.loop, c.faults);
+         return Detector::build<GemmCanaryCheck>(c.diag, c.log, *c.loop, c.faults);
        }},
       {"shadow_check",
        "loop",
@@ -134,7 +134,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"diagnostics.shadow_check_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.diag.shadow_check_interval <= 0) return nullptr;
-         return std::make_unique<ShadowCheck>(c.diag, c.log, *c.loop);
+         return Detector::build<ShadowCheck>(c.diag, c.log, *c.loop);
        }},
       {"gemm_checksums",
        "loop",
@@ -142,7 +142,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"diagnostics.gemm_checksums", "diagnostics.gemm_checksums_per_step"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.diag.gemm_checksums == GemmChecksums::off) return nullptr;
-         return std::make_unique<GemmChecksumCheck>(c.diag, c.log, *c.loop);
+         return Detector::build<GemmChecksumCheck>(c.diag, c.log, *c.loop);
        }},
       {"attention_probe",
        "loop",
@@ -151,7 +151,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"training.attention_probe_interval", "training.attention_probe_seq_len", "training.attention_pad_fraction"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.loop->ctx().cfg.attention_probe_interval <= 0) return nullptr;
-         return std::make_unique<AttentionProbeCheck>(c.diag, c.log, *c.loop, c.faults);
+         return Detector::build<AttentionProbeCheck>(c.diag, c.log, *c.loop, c.faults);
        }},
       // Classifies the numeric anomalies above (anomaly_rerun.hpp): it only amends their findings.
       {"anomaly_rerun",
@@ -160,7 +160,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || !AnomalyRerun::applies(c.loop->ctx().cfg)) return nullptr;
-         return std::make_unique<AnomalyRerun>(c.diag, c.log, *c.loop);
+         return Detector::build<AnomalyRerun>(c.diag, c.log, *c.loop);
        }},
       // Produces op_counts for metrics.jsonl; `--baseline` judges them (op_fingerprint_changed).
       {"op_fingerprint",
@@ -169,7 +169,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"diagnostics.fingerprint_interval"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.diag.fingerprint_interval <= 0) return nullptr;
-         return std::make_unique<OpFingerprint>(c.diag, c.log, *c.loop);
+         return Detector::build<OpFingerprint>(c.diag, c.log, *c.loop);
        }},
       {"replay",
        "loop",
@@ -186,7 +186,7 @@ std::vector<DetectorSpec> builtin_detectors() {
            all_gather = [group](const std::vector<double>& values) {
              return group->all_gather_values(values, "rng_mask_hash");
            };
-         return std::make_unique<ReplayCheck>(c.diag, c.log, *c.loop, c.faults, std::move(all_gather));
+         return Detector::build<ReplayCheck>(c.diag, c.log, *c.loop, c.faults, std::move(all_gather));
        }},
 
       // --- cross-rank checks (RCCL): every rank, after every step ---
@@ -208,7 +208,7 @@ std::vector<DetectorSpec> builtin_detectors() {
          // CPU ranks share the host's cores: under load one runs 2-3x slower for ~10 steps at a
          // time (bench/false-alarms.md); only a rank 4x slower is a straggler.
          if (run_profile(c).shared_cores) options.straggler.ratio = std::max(options.straggler.ratio, 4.0);
-         return std::make_unique<CommMonitor>(c.diag, c.log, std::move(group), c.loop->model()->parameters(), options,
+         return Detector::build<CommMonitor>(c.diag, c.log, std::move(group), c.loop->model()->parameters(), options,
                                               c.loop);
        }},
 
@@ -223,7 +223,7 @@ std::vector<DetectorSpec> builtin_detectors() {
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync);
          if (!group || !c.loop || c.loop->ctx().cfg.collective_check_interval <= 0) return nullptr;
-         return std::make_unique<CollectiveCheck>(
+         return Detector::build<CollectiveCheck>(
              c.diag, c.log, std::move(group),
              CollectiveCheckOptions::from(c.loop->ctx().cfg, c.diag, run_profile(c).shared_cores), c.faults, c.loop);
        }},
@@ -368,7 +368,9 @@ std::vector<std::unique_ptr<Detector>> make_detectors(const DetectorContext& ctx
     if (!spec.make) continue;
     auto detector = spec.make(ctx);
     if (coverage) coverage->record(spec, detector != nullptr, why_not_built(spec));
-    if (detector) out.push_back(std::move(detector));
+    if (!detector) continue;
+    detector->set_name(spec.name);
+    out.push_back(std::move(detector));
   }
   return out;
 }

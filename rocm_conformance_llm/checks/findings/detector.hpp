@@ -4,9 +4,11 @@
 // whole run at the end (finish). Every detector is registered in checks/detectors/catalog.cpp.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "rocm_conformance_llm/checks/findings/finding_log.hpp"
 #include "rocm_conformance_llm/config.hpp"
@@ -34,6 +36,20 @@ class Detector : public StepObserver, public StepHooks {
   // Top-level report.json sections this detector measured (e.g. "collectives"), read after finish().
   virtual nlohmann::json report_sections() const { return nlohmann::json::object(); }
 
+  // A detector of class T, knowing where in the step it acts (from T's own overrides, so what
+  // --explain-step prints is what the code does). The catalog builds every detector this way.
+  template <typename T, typename... Args>
+  static std::unique_ptr<Detector> build(Args&&... args) {
+    auto detector = std::make_unique<T>(std::forward<Args>(args)...);
+    detector->hook_points_ = hook_points_of<T, Detector>();
+    return detector;
+  }
+  // Empty for a detector built otherwise (a test's).
+  HookPoints hook_points() const { return hook_points_; }
+  // Its name in the catalog (make_detectors sets it): how --explain-step names it.
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
  protected:
   // Into the run's FindingLog, which caps each signature (its SignatureSpec): a NaN that
   // persists for 500 steps is one finding, not 500.
@@ -52,6 +68,8 @@ class Detector : public StepObserver, public StepHooks {
  private:
   FindingLog& log_;
   std::set<std::string> reported_;
+  HookPoints hook_points_;
+  std::string name_ = "detector";
 };
 
 }  // namespace rcl
