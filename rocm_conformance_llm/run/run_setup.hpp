@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/faults/fault_plan.hpp"
+#include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/baseline.hpp"
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 #include "rocm_conformance_llm/run/run_config.hpp"
