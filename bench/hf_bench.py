@@ -52,7 +52,7 @@ ROWS = {
                                           "position=rotary"], 40, 10),
     ],
 }
-# minimum C++/HF tokens/s per precision (issue 47: the peer's own stack, on both kinds of CPU)
+# minimum C++/HF tokens/s per precision: against the peer's own stack, on CPUs with and without native bf16
 GOAL = {"cpu": {"fp32": 1.0, "bf16": 1.2}, "gpu": {"fp32": 1.2, "bf16": 1.2}}
 TABLE = {"cpu": BENCH_DIR / "results-hf.md", "gpu": BENCH_DIR / "results-hf-gpu.md"}
 CURVE_EVERY = 5

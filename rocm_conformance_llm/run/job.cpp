@@ -60,7 +60,7 @@ std::string Job::explain() {
   wiring.describe<Watchdog>(part::watchdog);
   if (checkpoints()) wiring.describe<Checkpointer>(part::checkpointer);
   const std::string heading = fmt::format(
-      "rocm-conformance-llm --explain-step: preset {} | stress {} | {} micro-batch(es) a step | world {} | device {}",
+      "rocm-conformance-llm --explain-step: preset {} | stress {} | micro-batches a step: {} | world {} | device {}",
       run_.preset, run_.stress_modes.empty() ? "none" : fmt::format("{}", fmt::join(run_.stress_modes, ",")),
       trainer().model_config().grad_accum_steps, s_.launch.world_size, s_.device.str());
   return s_.launch.rank == 0 ? explain_step_text(heading, wiring.in_order()) : "";

@@ -99,7 +99,8 @@ void Job::add_step_checks(RunWiring& wiring) {
     checks_.host_reads.emplace(trainer());
     wiring.add(part::host_read_count, &*checks_.host_reads);
   }
-  wiring.add(part::fault_injector, &*training_.injector);
+  wiring.add(part::fault_injector, &*training_.injector,
+             s_.faults.empty() ? "fault_injector (idle: no --inject)" : "fault_injector");
   for (auto& d : checks_.detectors) wiring.add(part::detectors, d.get());
 }
 

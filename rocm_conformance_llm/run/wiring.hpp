@@ -62,14 +62,15 @@ class RunWiring {
   };
 
   // std::logic_error when `slot` is no slot's name or `p` is not what the slot attaches it as.
+  // `name`: how --explain-step names it (default: the slot's name; a detector's own).
   template <typename Part>
-  void add(std::string_view slot, Part* p) {
+  void add(std::string_view slot, Part* p, std::string name = "") {
     StepObserver* observer = nullptr;
     StepHooks* hooks = nullptr;
     if constexpr (std::is_base_of_v<StepObserver, Part>) observer = p;
     if constexpr (std::is_base_of_v<StepHooks, Part>) hooks = p;
     if constexpr (std::is_base_of_v<Detector, Part>) add(slot, observer, hooks, p->name(), p->hook_points());
-    else add(slot, observer, hooks, std::string(slot), hook_points_of<Part>());
+    else add(slot, observer, hooks, name.empty() ? std::string(slot) : std::move(name), hook_points_of<Part>());
   }
   // For --explain-step: a part of type Part the run attaches at `slot`, listed where it would act
   // but neither built nor attached (it writes the run's files, or starts a thread).

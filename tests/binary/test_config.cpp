@@ -116,6 +116,44 @@ TEST(Cli, ListAndExplainStress) {
   EXPECT_NE(explain.out.find("memory  seq_len"), std::string::npos) << explain.out;
 }
 
+// The parts acting at `point` in --explain-step's text: the "->" line under it.
+std::string acting_at(const std::string& text, const std::string& point) {
+  const auto at = text.find("\n  " + point + ": ");
+  if (at == std::string::npos) return "(no point " + point + ")";
+  const auto arrow = text.find("-> ", at);
+  return text.substr(arrow + 3, text.find('\n', arrow) - arrow - 3);
+}
+
+// --explain-step: the resolved run's step top to bottom, each check at the points its code acts
+// (read from its class), in the order the trainer calls them; nothing written, bad input refused.
+TEST(Cli, ExplainStepShowsWhereEachCheckActsAndWritesNothing) {
+  const auto dir = rcl::testing::fresh_dir("config", "explain-step");
+  std::filesystem::remove_all(dir);
+  const auto all = run_cli("--device cpu --stress all --explain-step --output-dir " + dir.string());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  // The rng mode's rewind-and-replay re-drives the loop between steps, never inside one.
+  EXPECT_NE(acting_at(all.out, "between_steps").find("replay"), std::string::npos) << all.out;
+  EXPECT_EQ(acting_at(all.out, "before_forward").find("replay"), std::string::npos) << all.out;
+  // Non-finite gradients are localised before the optimizer spreads them; the injector is idle.
+  EXPECT_NE(acting_at(all.out, "on_gradients").find("nonfinite_localisation"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("fault_injector (idle: no --inject)"), std::string::npos) << all.out;
+  // Observers hear the published step in the wiring's order: the outputs, then the checks, the watchdog last.
+  const std::string published = acting_at(all.out, "on_step");
+  EXPECT_EQ(published.rfind("run_summary, metrics", 0), 0u) << published;
+  EXPECT_LT(published.find("console"), published.find("numerics")) << published;
+  EXPECT_EQ(published.substr(published.rfind(", ") + 2), "watchdog") << published;
+  // Unstressed: no replay; an injected fault strikes first wherever it acts.
+  const auto plain = run_cli("--device cpu --explain-step --inject nan@step=3");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("replay"), std::string::npos) << plain.out;
+  EXPECT_EQ(acting_at(plain.out, "on_gradients").rfind("fault_injector, ", 0), 0u) << plain.out;
+  EXPECT_EQ(plain.out.find("(idle"), std::string::npos) << plain.out;
+  const auto bad = run_cli("--device cpu --explain-step --stress bogus");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+}
+
 // A composition the posed device cannot hold: refused before anything runs, one line with the
 // predicted and available bytes, no output directory; --print-config shows the fit and refuses.
 TEST(Cli, ACompositionThatDoesNotFitTheDeviceIsRefusedBeforeAnythingIsWritten) {
@@ -147,7 +185,7 @@ TEST(Cli, ACompositionThatDoesNotFitTheDeviceIsRefusedBeforeAnythingIsWritten) {
             std::string::npos);
 }
 
-// A CPU run the host cannot hold (issue 38: it used to start, fail to allocate, exit 3 and blame
+// A CPU run the host cannot hold (it used to start, fail to allocate, exit 3 and blame
 // the ROCr allocator): refused as a GPU's is, before anything is written.
 TEST(Cli, ACpuRunTheHostCannotHoldIsRefusedBeforeAnythingIsWritten) {
   const auto dir = rcl::testing::fresh_dir("config", "host-unfit");
