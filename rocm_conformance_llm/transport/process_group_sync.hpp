@@ -1,6 +1,7 @@
 // Data-parallel gradient averaging over a c10d group (Gloo on CPU, RCCL on ROCm), plus the
 // cross-rank RCCL checks whose verdicts every rank learns: an exact all-reduce canary, a
 // parameter fingerprint, collective sequence numbers and per-rank step times.
+// The gradient sync is defined in process_group_sync.cpp, the checks in process_group_checks.cpp.
 #pragma once
 
 #include <memory>
