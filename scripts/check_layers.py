@@ -17,9 +17,10 @@ import pathlib
 import re
 import sys
 
-# Bottom up. A folder is a layer; utils/ is the specification's own name for part of the base.
+# Bottom up. A folder is a layer; utils/ is the specification's own name for part of the base, and
+# config/ holds the pieces of the top-level config.* and stress_modes.*.
 LAYERS = ["base", "config", "platform", "workload", "transport", "loop", "faults", "checks", "reports", "run"]
-FOLDER_LAYER = {"base": "base", "utils": "base", "platform": "platform", "workload": "workload",
+FOLDER_LAYER = {"base": "base", "utils": "base", "config": "config", "platform": "platform", "workload": "workload",
                 "transport": "transport", "loop": "loop", "faults": "faults", "checks": "checks",
                 "reports": "reports", "run": "run"}
 # A layer's sub-folders, bottom up; every file of a layer listed here is in one of them.

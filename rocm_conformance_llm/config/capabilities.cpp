@@ -1,0 +1,40 @@
+// The run's capabilities, `attention_backend=auto` resolved by them, and capability requirements.
+#include "rocm_conformance_llm/config/capabilities.hpp"
+
+#include <torch/version.h>
+
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rocm_conformance_llm/base/strings.hpp"
+
+namespace rcl {
+
+Capabilities Capabilities::of_this_build(bool gpu) {
+  return {.torch_major = TORCH_VERSION_MAJOR, .torch_minor = TORCH_VERSION_MINOR, .gpu = gpu};
+}
+
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps) {
+  if (requested != AttentionBackend::automatic) return requested;
+  return caps.gpu && caps.torch_major >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
+}
+
+std::string CapabilityRequirement::describe() const {
+  std::vector<std::string> parts;
+  if (torch_major > 0 || torch_minor > 0) parts.push_back(fmt::format("libtorch >= {}.{}", torch_major, torch_minor));
+  if (gpu) parts.push_back("GPU");
+  return join(parts);
+}
+
+std::string CapabilityRequirement::unmet(const Capabilities& c) const {
+  std::vector<std::string> reasons;
+  if (std::pair(c.torch_major, c.torch_minor) < std::pair(torch_major, torch_minor))
+    reasons.push_back(fmt::format("needs libtorch >= {}.{} (this build has {}.{})", torch_major, torch_minor,
+                                  c.torch_major, c.torch_minor));
+  if (gpu && !c.gpu) reasons.push_back("needs a GPU (this run is on the CPU)");
+  return join(reasons, "; ");
+}
+
+}  // namespace rcl

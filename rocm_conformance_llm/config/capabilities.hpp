@@ -1,0 +1,36 @@
+// What a run can do (libtorch version, GPU) and what a stress mode or rule needs of it; apart from
+// the field tables because it describes the run's build and device, not a config key.
+#pragma once
+
+#include <string>
+
+#include "rocm_conformance_llm/config/enums.hpp"
+
+namespace rcl {
+
+// What a run can do: stress modes require it, and `attention_backend=auto` is resolved by it.
+struct Capabilities {
+  int torch_major = 0;
+  int torch_minor = 0;
+  bool gpu = false;  // the run uses a GPU
+  // This build's libtorch (TORCH_VERSION_MAJOR/MINOR) and `gpu`.
+  static Capabilities of_this_build(bool gpu);
+};
+
+// `auto` for a run with `caps`: SDPA on a GPU whose libtorch has it (>= 2.0), where its fused
+// kernels ran `small` at 20.1% of an H200's peak against the explicit path's 11.3%
+// (bench/results-gpu.md); elsewhere the explicit path, what every CPU run used before `auto`.
+// Any other value is the user's choice and is returned as it is.
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps);
+
+// What a mode or rule needs of the run's Capabilities; a mode whose requirement does not hold
+// is skipped with the reason.
+struct CapabilityRequirement {
+  int torch_major = 0;  // libtorch >= torch_major.torch_minor (0.0: any)
+  int torch_minor = 0;
+  bool gpu = false;                                // needs a GPU
+  std::string describe() const;                    // "libtorch >= 2.0, GPU", or "" for none
+  std::string unmet(const Capabilities& c) const;  // "" when it holds, else the reason
+};
+
+}  // namespace rcl
