@@ -1,4 +1,4 @@
-// The rocm.* config keys (config.hpp's RCL_ROCM_FIELDS) as the environment variables libtorch
+// The rocm.* config keys (config/fields.hpp's RCL_ROCM_FIELDS) as the environment variables libtorch
 // and the ROCm libraries read when they initialise: HSA_ENABLE_SDMA when HIP starts (ROCr),
 // the allocator settings at the first device allocation, TORCH_BLAS_PREFER_HIPBLASLT and
 // TunableOp's at the first GEMM, MIOpen's at its first handle.
