@@ -93,6 +93,12 @@ void FaultInjector::on_gradients(int64_t step, const std::vector<torch::Tensor>&
 }
 
 void FaultInjector::before_step_time(StepRecord& rec, double elapsed_s) {
+  if (const FaultSpec* leak = active(FaultKind::memory_leak, rec.step)) {
+    // Filled, so the pages are really committed (RSS on CPU, allocated bytes on a GPU) before
+    // the step's memory is sampled.
+    leaked_.push_back(
+        torch::empty({leak->bytes_per_step}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)).fill_(1));
+  }
   if (const FaultSpec* slow = active(FaultKind::slow_step, rec.step)) {
     // Without SECONDS the step takes 3x its own time on any hardware: a performance cliff.
     std::this_thread::sleep_for(std::chrono::duration<double>(slow->seconds > 0 ? slow->seconds : 2.0 * elapsed_s));
@@ -104,14 +110,6 @@ void FaultInjector::before_step_time(StepRecord& rec, double elapsed_s) {
   std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
   // Timed on the device's stream (RCCL on 2.x), the collective's settle keeps this addition.
   rec.collectives.back().seconds += delay_s;
-}
-
-void FaultInjector::after_step_time(StepRecord& rec) {
-  const FaultSpec* leak = active(FaultKind::memory_leak, rec.step);
-  if (!leak) return;
-  // Filled, so the pages are really committed (RSS on CPU, allocated bytes on a GPU).
-  leaked_.push_back(
-      torch::empty({leak->bytes_per_step}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)).fill_(1));
 }
 
 }  // namespace rcl

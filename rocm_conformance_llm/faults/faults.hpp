@@ -24,8 +24,7 @@ class FaultInjector final : public StepHooks {
   torch::Tensor on_logits(torch::Tensor logits, int64_t step) override;      // loss-spike, logits-nan[-once]
   void on_gradients(int64_t step, const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum,
                     int64_t first_micro_batch) override;              // grad-bitflip
-  void before_step_time(StepRecord& rec, double elapsed_s) override;  // slow-step, slow-collective
-  void after_step_time(StepRecord& rec) override;                     // memory-leak
+  void before_step_time(StepRecord& rec, double elapsed_s) override;  // slow-step, slow-collective, memory-leak
 
  private:
   const FaultSpec* active(FaultKind kind, int64_t step) const;

@@ -77,18 +77,17 @@ class StepHooks {
   // loss, on the device; `first_micro_batch`: the data cursor of the step's first micro-batch.
   virtual void on_gradients(int64_t /*step*/, const std::vector<torch::Tensor>& /*params*/,
                             const torch::Tensor& /*loss_sum*/, int64_t /*first_micro_batch*/) {}
-  // The step's work is queued; its time is about to be taken (`elapsed_s` so far).
+  // The step's work is queued; its time is about to be taken (`elapsed_s` so far) and its memory
+  // sampled after that: what a hook does here counts in both (a slow step, a leak).
   virtual void before_step_time(StepRecord& /*rec*/, double /*elapsed_s*/) {}
-  // Step time taken, memory not yet sampled.
-  virtual void after_step_time(StepRecord& /*rec*/) {}
-  // The record is complete (memory, validation loss); outside the step's time.
-  virtual void after_step(StepRecord& /*rec*/) {}
   // Step `step`'s loss reached the host (one step late) as this rank's `local_loss`.
   virtual void on_loss(int64_t /*step*/, double /*local_loss*/) {}
   // The published record is complete (the mean loss across ranks included) and the observers
   // have not seen it yet: a check may add what only it measures (host_reads).
   virtual void before_publish(StepRecord& /*rec*/) {}
-  // Between optimizer steps, after `step` was published: nothing of the next step has run.
+  // Between optimizer steps, outside any step's time: `step` is done (its record not yet
+  // published), nothing of the next step has run. Where checks that re-drive the loop (replay,
+  // re-run) or probe the device on their own inputs (GEMM canary, attention probe) act.
   virtual void between_steps(int64_t /*step*/) {}
 };
 
@@ -102,14 +101,12 @@ enum class HookPoint {
   logits,            // StepHooks::on_logits, each chunk of the LM head's logits
   gradients,         // StepHooks::on_gradients
   before_step_time,  // StepHooks::before_step_time
-  after_step_time,   // StepHooks::after_step_time
-  after_step,        // StepHooks::after_step
   loss,              // StepHooks::on_loss, one step late
   before_publish,    // StepHooks::before_publish
   published,         // StepObserver::on_step
   between_steps,     // StepHooks::between_steps
 };
-inline constexpr std::size_t kHookPoints = 12;
+inline constexpr std::size_t kHookPoints = 10;
 using HookPoints = std::bitset<kHookPoints>;
 
 // One line of a step's schedule: a point where parts act, or a phase of the step's own work.
@@ -149,8 +146,6 @@ HookPoints hook_points_of() {
     p[size_t(HookPoint::logits)] = declared_below<decltype(&Part::on_logits), StepHooks, NoOps...>;
     p[size_t(HookPoint::gradients)] = declared_below<decltype(&Part::on_gradients), StepHooks, NoOps...>;
     p[size_t(HookPoint::before_step_time)] = declared_below<decltype(&Part::before_step_time), StepHooks, NoOps...>;
-    p[size_t(HookPoint::after_step_time)] = declared_below<decltype(&Part::after_step_time), StepHooks, NoOps...>;
-    p[size_t(HookPoint::after_step)] = declared_below<decltype(&Part::after_step), StepHooks, NoOps...>;
     p[size_t(HookPoint::loss)] = declared_below<decltype(&Part::on_loss), StepHooks, NoOps...>;
     p[size_t(HookPoint::before_publish)] = declared_below<decltype(&Part::before_publish), StepHooks, NoOps...>;
     p[size_t(HookPoint::between_steps)] = declared_below<decltype(&Part::between_steps), StepHooks, NoOps...>;
@@ -184,12 +179,6 @@ class StepHookList final : public StepHooks {
   }
   void before_step_time(StepRecord& rec, double elapsed_s) override {
     for (auto* h : hooks_) h->before_step_time(rec, elapsed_s);
-  }
-  void after_step_time(StepRecord& rec) override {
-    for (auto* h : hooks_) h->after_step_time(rec);
-  }
-  void after_step(StepRecord& rec) override {
-    for (auto* h : hooks_) h->after_step(rec);
   }
   void on_loss(int64_t step, double local_loss) override {
     for (auto* h : hooks_) h->on_loss(step, local_loss);

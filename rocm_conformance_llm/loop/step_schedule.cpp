@@ -9,8 +9,7 @@ namespace {
 
 constexpr HookPoint kStepBegin = HookPoint::step_begin, kBeforeForward = HookPoint::before_forward,
                     kLogits = HookPoint::logits, kGradients = HookPoint::gradients,
-                    kBeforeStepTime = HookPoint::before_step_time, kAfterStepTime = HookPoint::after_step_time,
-                    kAfterStep = HookPoint::after_step, kBetweenSteps = HookPoint::between_steps,
+                    kBeforeStepTime = HookPoint::before_step_time, kBetweenSteps = HookPoint::between_steps,
                     kLoss = HookPoint::loss, kBeforePublish = HookPoint::before_publish,
                     kPublished = HookPoint::published;
 
@@ -26,13 +25,13 @@ constexpr std::array kSchedule = {
                  &kGradients},
     ScheduleLine{"optimizer", "unscale, clip, the update the non-finite guard admits", 0},
     ScheduleLine{"grad_sync", "ZeRO and FSDP: the other ranks' updated shards gathered", 0},
-    ScheduleLine{"before_step_time", "the step's work queued; its time about to be taken", 0, &kBeforeStepTime},
-    ScheduleLine{"after_step_time", "the step's time taken; memory not yet sampled", 0, &kAfterStepTime},
+    ScheduleLine{"before_step_time", "the step's work queued; its time about to be taken, its memory sampled", 0,
+                 &kBeforeStepTime},
     ScheduleLine{"eval", "every eval_interval steps: validation, outside the step's time", 0},
-    ScheduleLine{"after_step", "the step's record complete (memory, validation loss)", 0, &kAfterStep},
     ScheduleLine{"between_steps",
-                 "the previous step published, nothing of the next one run: where checks re-drive the loop", 0,
-                 &kBetweenSteps},
+                 "the previous step published, nothing of the next one run: where checks re-drive the loop or "
+                 "probe the device",
+                 0, &kBetweenSteps},
     ScheduleLine{"on_loss", "one step later, the next step's work queued: the loss on the host", 0, &kLoss},
     ScheduleLine{"allreduce_loss", "the mean loss across ranks", 0},
     ScheduleLine{"before_publish", "the record complete, no observer has seen it", 0, &kBeforePublish},

@@ -238,8 +238,8 @@ StepRecord Trainer::begin_step() {
   return rec;
 }
 
-// Step time, memory, and what runs outside the step's time: validation and the checks (those
-// steps must not look slow).
+// Step time, memory, and validation, which runs outside the step's time (so that it does not
+// look slow); the checks that probe the device run later, between steps.
 // On a GPU with timing events, step_time_s is the host's until publish() replaces it with the
 // device's (the hooks here see the host's).
 void Trainer::finish_step(StepRecord& rec, StepClock& clock) {
@@ -250,10 +250,8 @@ void Trainer::finish_step(StepRecord& rec, StepClock& clock) {
   rec.step_time_s = clock.host_seconds();
   rec.host = clock.host_load();
   rec.tokens_per_s = double(rec.tokens) / rec.step_time_s;
-  hooks_.after_step_time(rec);
   rec.memory = sample_memory(ctx_.device);
   if (cfg.eval_interval > 0 && rec.step % cfg.eval_interval == 0 && !replaying_) rec.val_loss = evaluate();
-  hooks_.after_step(rec);
 }
 
 Trainer::StepValues Trainer::run_unpublished_step(bool fp32) {

@@ -28,8 +28,6 @@ class ScheduleRecorder final : public StepHooks, public StepObserver {
     note("on_gradients", step);
   }
   void before_step_time(StepRecord& rec, double) override { note("before_step_time", rec.step); }
-  void after_step_time(StepRecord& rec) override { note("after_step_time", rec.step); }
-  void after_step(StepRecord& rec) override { note("after_step", rec.step); }
   void on_loss(int64_t step, double) override { note("on_loss", step); }
   void before_publish(StepRecord& rec) override { note("before_publish", rec.step); }
   void on_step(const StepRecord& rec) override { note("on_step", rec.step); }
@@ -92,6 +90,20 @@ TEST(StepSchedule, TheTrainerCallsEveryPointInTheTablesOrder) {
     const bool reached = std::find(recorder.seen.begin(), recorder.seen.end(), line.what) != recorder.seen.end();
     EXPECT_TRUE(reached) << line.what << " never called";
   }
+}
+
+// The points a step calls, read off the table the first test holds the trainer to: everything
+// before between_steps is Trainer::train_step's; on_phase counts once for all its phases.
+TEST(StepSchedule, AStepCallsAtMostSixPointsVisibly) {
+  const auto lines = step_schedule();
+  const auto between =
+      std::find_if(lines.begin(), lines.end(), [](const ScheduleLine& l) { return l.what == "between_steps"; });
+  ASSERT_NE(between, lines.end());
+  std::vector<std::string_view> in_step{"on_phase"};
+  for (auto line = lines.begin(); line != between; ++line)
+    if (line->point) in_step.push_back(line->what);
+  EXPECT_LE(in_step.size(), 6U) << "train_step calls " << in_step.size() << " points";
+  EXPECT_EQ(between->point ? *between->point : HookPoint::phase, HookPoint::between_steps);
 }
 
 struct LossOnly : StepHooks {

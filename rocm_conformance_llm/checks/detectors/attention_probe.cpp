@@ -247,10 +247,10 @@ AttentionProbeCheck::AttentionProbeCheck(const DiagnosticsConfig& cfg, FindingLo
 
 void AttentionProbeCheck::preflight() { probe(0, loop_.rank()); }
 
-void AttentionProbeCheck::after_step(StepRecord& rec) {
-  if (loop_.replaying() || rec.step % loop_.ctx().cfg.attention_probe_interval != 0) return;
-  loop_.enter_phase(phase::attention_probe, rec.step);
-  probe(rec.step, rec.rank);
+void AttentionProbeCheck::between_steps(int64_t step) {
+  if (step % loop_.ctx().cfg.attention_probe_interval != 0) return;
+  loop_.enter_phase(phase::attention_probe, step);
+  probe(step, loop_.rank());
 }
 
 void AttentionProbeCheck::probe(int64_t step, int rank) {

@@ -141,7 +141,7 @@ class AttentionProbeCheck final : public Detector {
  public:
   AttentionProbeCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults);
   void preflight() override;
-  void after_step(StepRecord& rec) override;
+  void between_steps(int64_t step) override;
 
  private:
   void probe(int64_t step, int rank);

@@ -227,13 +227,14 @@ GemmCanaryCheck::GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, 
       faults_(faults),
       canary_(canary_shapes(loop.ctx().cfg, loop.ctx().device), loop.ctx().device) {}
 
-void GemmCanaryCheck::after_step(StepRecord& rec) {
-  if (loop_.replaying() || rec.step % cfg_.gemm_canary_interval != 0) return;
-  loop_.enter_phase(phase::canary, rec.step);
+void GemmCanaryCheck::between_steps(int64_t step) {
+  if (step % cfg_.gemm_canary_interval != 0) return;
+  loop_.enter_phase(phase::canary, step);
+  const int rank = loop_.rank();
   CanaryFault fault = CanaryFault::none;
-  if (faults_ && faults_->fires(FaultKind::gemm_corrupt_once, rec.step, rec.rank)) fault = CanaryFault::once;
-  if (faults_ && faults_->fires(FaultKind::gemm_corrupt, rec.step, rec.rank)) fault = CanaryFault::persistent;
-  canary_.run(rec.step, rec.rank, log(), fault);
+  if (faults_ && faults_->fires(FaultKind::gemm_corrupt_once, step, rank)) fault = CanaryFault::once;
+  if (faults_ && faults_->fires(FaultKind::gemm_corrupt, step, rank)) fault = CanaryFault::persistent;
+  canary_.run(step, rank, log(), fault);
 }
 
 }  // namespace rcl

@@ -119,7 +119,7 @@ class GemmCanaryCheck final : public Detector {
  public:
   // `faults`: gemm-corrupt and gemm-corrupt-once corrupt a canary output (nullptr: no faults).
   GemmCanaryCheck(const DiagnosticsConfig& cfg, FindingLog& log, LoopAccess& loop, const FaultPlan* faults);
-  void after_step(StepRecord& rec) override;
+  void between_steps(int64_t step) override;
 
  private:
   LoopAccess& loop_;
