@@ -6,6 +6,7 @@
 namespace rcl {
 
 std::vector<StressMode> builtin_stress_modes() {
+  using Cfg = TrainingConfig;  // the rules name their fields by pointer (TrainingField)
   return {
       // rocBLAS / hipBLASLt: wider hidden and FFN make bigger, differently shaped GEMMs
       // (QKV, projections, MLP, LM head), and bf16/fp16 send them down the reduced-precision
@@ -35,13 +36,13 @@ std::vector<StressMode> builtin_stress_modes() {
                         "widening h -> h' multiplies learning_rate by (h / h')^this"},
                        {"init_std_width_exponent", 0.5, at_least(0, "0 = keep the base's"),
                         "widening h -> h' multiplies init_std by (h / h')^this"}},
-       .rules = {raise_count_to_share_at_most("num_heads", intensity("max_head_dim"), "hidden_size",
-                                              "min_hidden_size", "num_key_value_heads"),
+       .rules = {raise_count_to_share_at_most(&Cfg::num_heads, intensity("max_head_dim"), &Cfg::hidden_size,
+                                              "min_hidden_size", &Cfg::num_key_value_heads),
                  inversely_scaling(
-                     raise_to_multiple("hidden_size", intensity("min_hidden_size"), "num_heads", 8),
-                     {{"learning_rate", "learning_rate_width_exponent"}, {"init_std", "init_std_width_exponent"}}),
-                 raise_to("ffn_multiplier", intensity("min_ffn_multiplier")),
-                 replace("mixed_precision", "fp32", intensity("precision"))}},
+                     raise_to_multiple(&Cfg::hidden_size, intensity("min_hidden_size"), &Cfg::num_heads, 8),
+                     {{&Cfg::learning_rate, "learning_rate_width_exponent"}, {&Cfg::init_std, "init_std_width_exponent"}}),
+                 raise_to(&Cfg::ffn_multiplier, intensity("min_ffn_multiplier")),
+                 replace(&Cfg::mixed_precision, "fp32", intensity("precision"))}},
       // rocRAND: dropout and stochastic depth draw Philox masks every step on every layer;
       // deterministic algorithms plus rewind-and-replay checks make any RNG drift visible.
       // Seeds are always fixed (--seed, default 1234); this mode adds the checks. Deterministic
@@ -54,9 +55,9 @@ std::vector<StressMode> builtin_stress_modes() {
        .intensities = {{"min_dropout", 0.1, within(0, 1, false), "dropout floor"},
                        {"min_drop_path", 0.1, within(0, 1, false), "drop_path floor"},
                        {"replay_check_interval", 20, at_least(1), "replay checks at least every this many steps"}},
-       .rules = {raise_to("dropout", intensity("min_dropout")), raise_to("drop_path", intensity("min_drop_path")),
-                 raise_to("determinism", fixed("replay")),
-                 at_least_every("replay_check_interval", intensity("replay_check_interval"))}},
+       .rules = {raise_to(&Cfg::dropout, intensity("min_dropout")), raise_to(&Cfg::drop_path, intensity("min_drop_path")),
+                 raise_to(&Cfg::determinism, fixed("replay")),
+                 at_least_every(&Cfg::replay_check_interval, intensity("replay_check_interval"))}},
       // RCCL: small per-device batches make compute short relative to communication, and an
       // all-reduce after every micro-step multiplies the collectives per optimizer step;
       // per-rank logs and frequent cross-rank checksums expose stragglers and desyncs. The
@@ -83,13 +84,13 @@ std::vector<StressMode> builtin_stress_modes() {
                        {"min_distributed_moe_experts", 4, at_least(1),
                         "distributed_moe_experts floor (experts where moe_experts is 0 and several data-parallel ranks "
                         "shard them)"}},
-       .rules = {lower_to("batch_size", intensity("max_batch_size")), lower_to("grad_sync_interval", fixed(1)),
-                 switch_on("log_per_rank"), raise_to("data_parallel", fixed("zero")),
-                 raise_to("distributed_tensor_parallel_degree", intensity("min_distributed_tensor_parallel_degree")),
-                 raise_to("distributed_moe_experts", intensity("min_distributed_moe_experts")),
-                 at_least_every("checksum_interval", intensity("max_checksum_interval")),
-                 at_least_every("collective_check_interval", intensity("max_collective_check_interval")),
-                 raise_to("collective_check_max_mb", intensity("min_collective_message_mb"))}},
+       .rules = {lower_to(&Cfg::batch_size, intensity("max_batch_size")), lower_to(&Cfg::grad_sync_interval, fixed(1)),
+                 switch_on(&Cfg::log_per_rank), raise_to(&Cfg::data_parallel, fixed("zero")),
+                 raise_to(&Cfg::distributed_tensor_parallel_degree, intensity("min_distributed_tensor_parallel_degree")),
+                 raise_to(&Cfg::distributed_moe_experts, intensity("min_distributed_moe_experts")),
+                 at_least_every(&Cfg::checksum_interval, intensity("max_checksum_interval")),
+                 at_least_every(&Cfg::collective_check_interval, intensity("max_collective_check_interval")),
+                 raise_to(&Cfg::collective_check_max_mb, intensity("min_collective_message_mb"))}},
       // ROCr allocator: long sequences make large, irregular activation allocations;
       // checkpointing frees and re-allocates them in backward; accumulation keeps gradients
       // alive across micro-steps; ballast shrinks the headroom the caching allocator has.
@@ -103,10 +104,10 @@ std::vector<StressMode> builtin_stress_modes() {
        // On a GPU the long sequences go through fused SDPA, the attention mode's own rule: with
        // the math path one score tensor is batch x heads x seq^2 (12.9 GB in bf16 at `small`,
        // 8 x 12 x 8192^2; 29.7 s/step measured on an H100, docs/gpu-run.md).
-       .rules = {raise_to("seq_len", intensity("min_seq_len")),
-                 only_where({.torch_major = 2, .gpu = true}, replace("attention_backend", "math", fixed("sdpa"))),
-                 switch_on("activation_checkpointing"), raise_to("grad_accum_steps", intensity("min_grad_accum_steps")),
-                 raise_to("memory_pressure_bytes", intensity("memory_pressure_bytes"))}},
+       .rules = {raise_to(&Cfg::seq_len, intensity("min_seq_len")),
+                 only_where({.torch_major = 2, .gpu = true}, replace(&Cfg::attention_backend, "math", fixed("sdpa"))),
+                 switch_on(&Cfg::activation_checkpointing), raise_to(&Cfg::grad_accum_steps, intensity("min_grad_accum_steps")),
+                 raise_to(&Cfg::memory_pressure_bytes, intensity("memory_pressure_bytes"))}},
       // MIOpen: deeper stacks with sandwich and QK norms multiply the normalisation kernels,
       // SwiGLU/GELU add fused elementwise kernels, and the depthwise causal conv on Q/K/V is
       // a convolution, which on ROCm goes through MIOpen's Find/solver machinery.
@@ -117,9 +118,9 @@ std::vector<StressMode> builtin_stress_modes() {
        .intensities = {{"min_num_layers", 24, at_least(1), "num_layers floor"},
                        {"activation", "swiglu", one_of_names<Activation>(), "MLP activation to use"},
                        {"qkv_conv_kernel", 3, at_least(0), "qkv_conv_kernel floor"}},
-       .rules = {raise_to("num_layers", intensity("min_num_layers")), set_to("norm_layout", fixed("sandwich")),
-                 switch_on("qk_norm"), set_to("activation", intensity("activation")),
-                 raise_to("qkv_conv_kernel", intensity("qkv_conv_kernel"))}},
+       .rules = {raise_to(&Cfg::num_layers, intensity("min_num_layers")), set_to(&Cfg::norm_layout, fixed("sandwich")),
+                 switch_on(&Cfg::qk_norm), set_to(&Cfg::activation, intensity("activation")),
+                 raise_to(&Cfg::qkv_conv_kernel, intensity("qkv_conv_kernel"))}},
       // AOTriton / CK fused attention (MIOpen where it serves them): SDPA lets libtorch pick
       // its fused kernels, on padded batches with a padding mask (memory-efficient SDPA gave
       // wrong results with one on ROCm 6.2 / AOTriton 0.8.0, pytorch/pytorch#147460: max diff
@@ -134,10 +135,10 @@ std::vector<StressMode> builtin_stress_modes() {
        .intensities = {{"pad_fraction", 0.25, within(0, 1, false), "attention_pad_fraction floor"},
                        {"probe_interval", 50, at_least(1), "parity probes at least every this many steps"},
                        {"probe_seq_len", 1024, at_least(1), "attention_probe_seq_len floor"}},
-       .rules = {replace("attention_backend", "math", fixed("sdpa")),
-                 raise_to("attention_pad_fraction", intensity("pad_fraction")), switch_on("attention_noncontiguous_v"),
-                 at_least_every("attention_probe_interval", intensity("probe_interval")),
-                 raise_to("attention_probe_seq_len", intensity("probe_seq_len"))},
+       .rules = {replace(&Cfg::attention_backend, "math", fixed("sdpa")),
+                 raise_to(&Cfg::attention_pad_fraction, intensity("pad_fraction")), switch_on(&Cfg::attention_noncontiguous_v),
+                 at_least_every(&Cfg::attention_probe_interval, intensity("probe_interval")),
+                 raise_to(&Cfg::attention_probe_seq_len, intensity("probe_seq_len"))},
        .requires_capability = {.torch_major = 2}},
   };
 }

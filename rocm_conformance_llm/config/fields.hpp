@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -239,6 +241,30 @@ struct RocmConfig {
 };
 
 #undef RCL_DECLARE_MEMBER
+
+// The table's name of a TrainingConfig member (`&TrainingConfig::seq_len` -> "seq_len").
+template <typename T>
+constexpr std::string_view training_field_name(T TrainingConfig::*member) {
+#define RCL_NAME_IF_MEMBER(type, field, default_value, check, meaning) \
+  if constexpr (std::is_same_v<T, type>)                               \
+    if (member == &TrainingConfig::field) return #field;
+  RCL_TRAINING_FIELDS(RCL_NAME_IF_MEMBER)
+#undef RCL_NAME_IF_MEMBER
+  return {};  // not reached: every member is in the table
+}
+
+// A TrainingConfig field named through a pointer to it: the stress rules name their fields this
+// way, so a misspelt or removed field is a compile error, not a rule that fails when a run
+// composes it. The rule keeps the table's name.
+class TrainingField {
+ public:
+  template <typename T>
+  consteval TrainingField(T TrainingConfig::*member) : name_(training_field_name(member)) {}  // NOLINT: implicit
+  operator std::string() const { return std::string(name_); }                                  // NOLINT: implicit
+
+ private:
+  std::string_view name_;
+};
 
 // Key/value heads of cfg's attention: num_key_value_heads, or num_heads when it is 0.
 int64_t key_value_heads(const TrainingConfig& cfg);

@@ -13,8 +13,8 @@
 namespace rcl {
 namespace {
 
-StressRule make_rule(std::string field, StressOp op, RuleValue value) {
-  return {.field = std::move(field),
+StressRule make_rule(TrainingField field, StressOp op, RuleValue value) {
+  return {.field = field,
           .op = op,
           .intensity = std::move(value.intensity),
           .literal = std::move(value.literal)};
@@ -44,39 +44,39 @@ bool below(const std::string& field, const nlohmann::json& slot, const nlohmann:
 RuleValue intensity(std::string key) { return {.intensity = std::move(key)}; }
 RuleValue fixed(nlohmann::json literal) { return {.literal = std::move(literal)}; }
 
-StressRule raise_to(std::string field, RuleValue value) {
-  return make_rule(std::move(field), StressOp::kAtLeast, std::move(value));
+StressRule raise_to(TrainingField field, RuleValue value) {
+  return make_rule(field, StressOp::kAtLeast, std::move(value));
 }
-StressRule raise_to_multiple(std::string field, RuleValue value, std::string read_field, int64_t factor) {
-  StressRule rule = raise_to(std::move(field), std::move(value));
-  rule.multiple_of = std::move(read_field);
+StressRule raise_to_multiple(TrainingField field, RuleValue value, TrainingField read_field, int64_t factor) {
+  StressRule rule = raise_to(field, std::move(value));
+  rule.multiple_of = read_field;
   rule.multiple_factor = factor;
   return rule;
 }
-StressRule raise_count_to_share_at_most(std::string count_field, RuleValue cap, std::string width_field,
-                                        std::string width_floor, std::string aligned_to) {
-  StressRule rule = make_rule(std::move(count_field), StressOp::kShareAtMost, std::move(cap));
-  rule.width = std::move(width_field);
+StressRule raise_count_to_share_at_most(TrainingField count_field, RuleValue cap, TrainingField width_field,
+                                        std::string width_floor, TrainingField aligned_to) {
+  StressRule rule = make_rule(count_field, StressOp::kShareAtMost, std::move(cap));
+  rule.width = width_field;
   rule.width_floor = std::move(width_floor);
-  rule.aligned_to = std::move(aligned_to);
+  rule.aligned_to = aligned_to;
   return rule;
 }
 StressRule inversely_scaling(StressRule rule, std::vector<InverseScale> scales) {
   rule.inverse_scales = std::move(scales);
   return rule;
 }
-StressRule lower_to(std::string field, RuleValue value) {
-  return make_rule(std::move(field), StressOp::kAtMost, std::move(value));
+StressRule lower_to(TrainingField field, RuleValue value) {
+  return make_rule(field, StressOp::kAtMost, std::move(value));
 }
-StressRule switch_on(std::string field) { return make_rule(std::move(field), StressOp::kSwitchOn, fixed(true)); }
-StressRule at_least_every(std::string field, RuleValue value) {
-  return make_rule(std::move(field), StressOp::kEvery, std::move(value));
+StressRule switch_on(TrainingField field) { return make_rule(field, StressOp::kSwitchOn, fixed(true)); }
+StressRule at_least_every(TrainingField field, RuleValue value) {
+  return make_rule(field, StressOp::kEvery, std::move(value));
 }
-StressRule set_to(std::string field, RuleValue value) {
-  return make_rule(std::move(field), StressOp::kSet, std::move(value));
+StressRule set_to(TrainingField field, RuleValue value) {
+  return make_rule(field, StressOp::kSet, std::move(value));
 }
-StressRule replace(std::string field, nlohmann::json replaced, RuleValue value) {
-  StressRule rule = make_rule(std::move(field), StressOp::kReplace, std::move(value));
+StressRule replace(TrainingField field, nlohmann::json replaced, RuleValue value) {
+  StressRule rule = make_rule(field, StressOp::kReplace, std::move(value));
   rule.replaces = std::move(replaced);
   return rule;
 }

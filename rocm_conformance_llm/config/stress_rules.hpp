@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocm_conformance_llm/config/capabilities.hpp"
+#include "rocm_conformance_llm/config/fields.hpp"
 
 namespace rcl {
 
@@ -28,12 +29,16 @@ enum class StressOp {
 // b, `field` is multiplied by (a / b)^exponent, the exponent being the mode's intensity
 // `exponent` (0: left alone). E.g. a learning rate tuned for a width, for a wider model.
 struct InverseScale {
+  InverseScale(TrainingField scaled, std::string exponent_key)
+      : field(scaled), exponent(std::move(exponent_key)) {}
   std::string field;
   std::string exponent;
 };
 
 // One change to one TrainingConfig field (and the fields it scales). The value is the mode's
-// intensity `intensity`, or the fixed `literal` when `intensity` is empty.
+// intensity `intensity`, or the fixed `literal` when `intensity` is empty. The builders below
+// take the fields as TrainingField (pointers to members); the rule keeps their table names, as
+// the config's JSON, to which it is applied, and its description use them.
 struct StressRule {
   std::string field;
   StressOp op = StressOp::kSet;
@@ -57,22 +62,22 @@ struct RuleValue {
 RuleValue intensity(std::string key);
 RuleValue fixed(nlohmann::json literal);
 
-StressRule raise_to(std::string field, RuleValue value);
+StressRule raise_to(TrainingField field, RuleValue value);
 // raise_to, then rounded up to a multiple of factor × `read_field` (also where the field was
 // already above the value: the read field may have been raised by the mode's earlier rule).
-StressRule raise_to_multiple(std::string field, RuleValue value, std::string read_field, int64_t factor);
+StressRule raise_to_multiple(TrainingField field, RuleValue value, TrainingField read_field, int64_t factor);
 // count >= ceil(max(`width_field`, <width_floor>) / <cap>), rounded up to a multiple of
 // `aligned_to` where that is not 0: so the width, raised to its floor and split over the count,
 // gives each part at most the cap (num_heads for a head_dim ceiling).
-StressRule raise_count_to_share_at_most(std::string count_field, RuleValue cap, std::string width_field,
-                                        std::string width_floor, std::string aligned_to);
+StressRule raise_count_to_share_at_most(TrainingField count_field, RuleValue cap, TrainingField width_field,
+                                        std::string width_floor, TrainingField aligned_to);
 // `rule` (a numeric raise), also scaling `scales` by (old / new)^exponent whenever it raises.
 StressRule inversely_scaling(StressRule rule, std::vector<InverseScale> scales);
-StressRule lower_to(std::string field, RuleValue value);
-StressRule switch_on(std::string field);
-StressRule at_least_every(std::string field, RuleValue value);
-StressRule set_to(std::string field, RuleValue value);
-StressRule replace(std::string field, nlohmann::json replaced, RuleValue value);
+StressRule lower_to(TrainingField field, RuleValue value);
+StressRule switch_on(TrainingField field);
+StressRule at_least_every(TrainingField field, RuleValue value);
+StressRule set_to(TrainingField field, RuleValue value);
+StressRule replace(TrainingField field, nlohmann::json replaced, RuleValue value);
 // `rule`, applied only where the run meets `when` (elsewhere the mode leaves that field alone).
 StressRule only_where(CapabilityRequirement when, StressRule rule);
 

@@ -19,40 +19,35 @@ const DeviceFitRule& device_fit_rule() {
   // sequence length, the gemm mode's widths, the fusion mode's depth are the stress and stay.
   // 10% of the device is left to the runtime's context, BLAS workspaces and the other
   // processes a shared node runs.
-  static const DeviceFitRule rule{.switches_off = "checkpoint_keep_attention",
+  static const DeviceFitRule rule{.switches_off = &TrainingConfig::checkpoint_keep_attention,
                                   .switches_off_why = "recompute whole blocks: the kept attention outputs do not fit",
-                                  .lowers = "batch_size",
-                                  .keeps_tokens_with = "grad_accum_steps",
+                                  .lowers = &TrainingConfig::batch_size,
+                                  .keeps_tokens_with = &TrainingConfig::grad_accum_steps,
                                   .usable_fraction = 0.9,
                                   .why = "smaller micro-batches, more of them: the same tokens per optimizer step"};
   return rule;
 }
 
 namespace {
-TrainingConfig with_micro_batch(const TrainingConfig& cfg, const DeviceFitRule& rule, int64_t micro) {
-  nlohmann::json j = cfg;
-  const int64_t composed = j.at(rule.lowers).get<int64_t>();
-  j[rule.keeps_tokens_with] = j.at(rule.keeps_tokens_with).get<int64_t>() * (composed / micro);
-  j[rule.lowers] = micro;
-  return j.get<TrainingConfig>();
+TrainingConfig with_micro_batch(TrainingConfig cfg, const DeviceFitRule& rule, int64_t micro) {
+  cfg.*rule.keeps_tokens_with *= cfg.*rule.lowers / micro;
+  cfg.*rule.lowers = micro;
+  return cfg;
 }
 
-TrainingConfig switched_off(const TrainingConfig& cfg, const DeviceFitRule& rule) {
-  nlohmann::json j = cfg;
-  j[rule.switches_off] = false;
-  return j.get<TrainingConfig>();
+TrainingConfig switched_off(TrainingConfig cfg, const DeviceFitRule& rule) {
+  cfg.*rule.switches_off = false;
+  return cfg;
 }
 
 // What the fit did, for its reason line: "FIELD a -> b (why)" for each step of the rule taken.
-std::string steps_taken(const nlohmann::json& changes, const DeviceFitRule& rule) {
+std::string steps_taken(const TrainingConfig& composed, const TrainingConfig& fitted, const DeviceFitRule& rule) {
   std::vector<std::string> steps;
-  if (changes.contains(rule.switches_off))
-    steps.push_back(fmt::format("{} true -> false ({})", rule.switches_off, rule.switches_off_why));
-  if (changes.contains(rule.lowers)) {
-    const auto& batch = changes.at(rule.lowers);
-    const int64_t before = batch[0].get<int64_t>(), after = batch[1].get<int64_t>();
-    steps.push_back(fmt::format("{} {} -> {}, {} x{} ({})", rule.lowers, before, after, rule.keeps_tokens_with,
-                                before / after, rule.why));
+  if (composed.*rule.switches_off != fitted.*rule.switches_off)
+    steps.push_back(fmt::format("{} true -> false ({})", training_field_name(rule.switches_off), rule.switches_off_why));
+  if (const int64_t before = composed.*rule.lowers, after = fitted.*rule.lowers; before != after) {
+    steps.push_back(fmt::format("{} {} -> {}, {} x{} ({})", training_field_name(rule.lowers), before, after,
+                                training_field_name(rule.keeps_tokens_with), before / after, rule.why));
   }
   return fmt::format("{}", fmt::join(steps, ", "));
 }
@@ -71,10 +66,10 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
   std::vector<TrainingConfig> candidates{composed};
   TrainingConfig base = composed;
   const bool switching_off_helps =
-      nlohmann::json(composed).at(rule.switches_off).get<bool>() &&
+      composed.*rule.switches_off &&
       predict_step(switched_off(composed, rule), device).peak_bytes < fit.composed.peak_bytes;
   if (switching_off_helps) candidates.push_back(base = switched_off(composed, rule));
-  const int64_t batch = nlohmann::json(composed).at(rule.lowers).get<int64_t>();
+  const int64_t batch = composed.*rule.lowers;
   for (int64_t micro = batch - 1; micro >= 1; --micro)
     if (batch % micro == 0) candidates.push_back(with_micro_batch(base, rule, micro));
 
@@ -87,11 +82,12 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
     fit.changes = config_diff(composed, candidate);
     // Why switches_off stayed on where it mattered: the configuration fits with it.
     const std::string kept =
-        switching_off_helps && fit.changes.empty() ? fmt::format(" with {} on", rule.switches_off) : "";
+        switching_off_helps && fit.changes.empty() ? fmt::format(" with {} on", training_field_name(rule.switches_off))
+                                                   : "";
     fit.reason = fit.changes.empty() ? fmt::format("fits{}: predicted peak {} of {} available", kept,
                                                    gib_text(predicted.peak_bytes), gib_text(fit.available_bytes))
                                      : fmt::format("{}: predicted peak {} -> {}, {} available",
-                                                   steps_taken(fit.changes, rule), gib_text(fit.composed.peak_bytes),
+                                                   steps_taken(composed, candidate, rule), gib_text(fit.composed.peak_bytes),
                                                    gib_text(predicted.peak_bytes), gib_text(fit.available_bytes));
     return fit;
   }
@@ -100,7 +96,7 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
       "the configuration does not fit the device: predicted peak {} bytes ({}) even at {} 1 > available {} bytes "
       "({} of {} bytes, {}); lower what the stress modes raised (e.g. --set stress_profile.memory.min_seq_len=...) "
       "or use a larger device",
-      smallest.peak_bytes, gib_text(smallest.peak_bytes), rule.lowers, fit.available_bytes,
+      smallest.peak_bytes, gib_text(smallest.peak_bytes), training_field_name(rule.lowers), fit.available_bytes,
       fmt::format("{:.0f}%", 100 * rule.usable_fraction), device.capacity_bytes, device.name);
   return fit;
 }
@@ -150,9 +146,9 @@ nlohmann::json DeviceFit::to_json() const {
   return {
       {"device", {{"name", device.name}, {"capacity_bytes", device.capacity_bytes}, {"peak_flops", device.peak_flops}}},
       {"rule",
-       {{"switches_off", device_fit_rule().switches_off},
-        {"lowers", device_fit_rule().lowers},
-        {"keeps_tokens_with", device_fit_rule().keeps_tokens_with},
+       {{"switches_off", std::string(training_field_name(device_fit_rule().switches_off))},
+        {"lowers", std::string(training_field_name(device_fit_rule().lowers))},
+        {"keeps_tokens_with", std::string(training_field_name(device_fit_rule().keeps_tokens_with))},
         {"usable_fraction", device_fit_rule().usable_fraction}}},
       {"available_bytes", available_bytes},
       {"fits", fits},

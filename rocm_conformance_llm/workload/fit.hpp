@@ -20,10 +20,10 @@ namespace rcl {
 // lowers `keeps_tokens_with` (tests check the registry), so the fit never undoes a mode's floor or
 // ceiling.
 struct DeviceFitRule {
-  std::string switches_off;
+  bool TrainingConfig::*switches_off;
   std::string switches_off_why;
-  std::string lowers;
-  std::string keeps_tokens_with;
+  int64_t TrainingConfig::*lowers;
+  int64_t TrainingConfig::*keeps_tokens_with;
   double usable_fraction = 0;  // of the device's capacity the predicted peak (with slack) may take
   std::string why;
 };

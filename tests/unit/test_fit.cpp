@@ -213,10 +213,11 @@ TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
   // The registry: no mode raises what the fit lowers, nor lowers or sets what it raises.
   for (const auto& mode : stress_mode_registry())
     for (const auto& r : mode.rules) {
-      EXPECT_FALSE(r.field == rule.lowers && r.op != StressOp::kAtMost) << mode.name << " guards " << r.field;
-      EXPECT_FALSE(r.field == rule.keeps_tokens_with && r.op != StressOp::kAtLeast)
+      EXPECT_FALSE(r.field == training_field_name(rule.lowers) && r.op != StressOp::kAtMost)
           << mode.name << " guards " << r.field;
-      EXPECT_NE(r.field, rule.switches_off) << mode.name << " guards " << r.field;
+      EXPECT_FALSE(r.field == training_field_name(rule.keeps_tokens_with) && r.op != StressOp::kAtLeast)
+          << mode.name << " guards " << r.field;
+      EXPECT_NE(r.field, training_field_name(rule.switches_off)) << mode.name << " guards " << r.field;
     }
   // Every composition, fitted to devices that make the rule act: applying its modes again to the
   // fitted config changes nothing (every floor and ceiling still holds).

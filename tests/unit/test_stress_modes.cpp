@@ -253,7 +253,7 @@ StressMode canary_mode(CapabilityRequirement requirement) {
           .targets = "HIP runtime (test only)",
           .summary = "more validation batches",
           .intensities = {{"min_eval_batches", 6, at_least(1), "eval_batches floor"}},
-          .rules = {raise_to("eval_batches", intensity("min_eval_batches"))},
+          .rules = {raise_to(&TrainingConfig::eval_batches, intensity("min_eval_batches"))},
           .requires_capability = requirement};
 }
 
@@ -264,6 +264,21 @@ TEST(StressRegistry, HasTheSpecsModesAndEveryRuleCommutesAndIsIdempotent) {
   EXPECT_EQ(registry_problems(), std::vector<std::string>{});
 }
 
+// A rule names its field by a pointer to the member; what it keeps is the table's key, which the
+// config's JSON and `--explain-stress` use.
+TEST(StressRules, AFieldNamedByItsMemberIsTheTablesKey) {
+  EXPECT_EQ(training_field_name(&TrainingConfig::seq_len), "seq_len");
+  EXPECT_EQ(training_field_name(&TrainingConfig::batch_size), "batch_size");  // same type, another member
+  EXPECT_EQ(training_field_name(&TrainingConfig::dropout), "dropout");
+  EXPECT_EQ(training_field_name(&TrainingConfig::attention_backend), "attention_backend");
+  EXPECT_EQ(raise_to_multiple(&TrainingConfig::hidden_size, fixed(256), &TrainingConfig::num_heads, 8).multiple_of,
+            "num_heads");
+  std::set<std::string> keys;
+  for (const auto& f : training_fields()) keys.insert(f.name);
+  for (const auto& mode : stress_mode_registry())
+    for (const auto& rule : mode.rules) EXPECT_TRUE(keys.contains(rule.field)) << mode.name << ": " << rule.field;
+}
+
 TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesField) {
   const auto expect_problem = [](StressMode mode, const std::string& needle) {
     mode.name = "clash";
@@ -272,24 +287,24 @@ TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesF
     EXPECT_NE(join(problems, "\n").find(needle), std::string::npos) << join(problems, "\n");
   };
   StressMode writes_seq_len = canary_mode({});
-  writes_seq_len.rules = {raise_to("seq_len", intensity("min_eval_batches"))};
+  writes_seq_len.rules = {raise_to(&TrainingConfig::seq_len, intensity("min_eval_batches"))};
   expect_problem(writes_seq_len, "seq_len is written by memory and clash");
   StressMode writes_kv_heads = canary_mode({});
-  writes_kv_heads.rules = {raise_to("num_key_value_heads", intensity("min_eval_batches"))};
+  writes_kv_heads.rules = {raise_to(&TrainingConfig::num_key_value_heads, intensity("min_eval_batches"))};
   expect_problem(writes_kv_heads, "gemm reads num_key_value_heads, which clash writes");
   StressMode reads_hidden = canary_mode({});
-  reads_hidden.rules = {raise_to_multiple("eval_batches", intensity("min_eval_batches"), "hidden_size", 1)};
+  reads_hidden.rules = {raise_to_multiple(&TrainingConfig::eval_batches, intensity("min_eval_batches"), &TrainingConfig::hidden_size, 1)};
   expect_problem(reads_hidden, "clash reads hidden_size, which gemm writes");
   StressMode writes_learning_rate = canary_mode({});
-  writes_learning_rate.rules = {lower_to("learning_rate", intensity("min_eval_batches"))};
+  writes_learning_rate.rules = {lower_to(&TrainingConfig::learning_rate, intensity("min_eval_batches"))};
   expect_problem(writes_learning_rate, "learning_rate is written by gemm and clash");
   StressMode scales_batch = canary_mode({});
   scales_batch.rules = {
-      inversely_scaling(raise_to("eval_batches", intensity("min_eval_batches")), {{"batch_size", "nope"}})};
+      inversely_scaling(raise_to(&TrainingConfig::eval_batches, intensity("min_eval_batches")), {{&TrainingConfig::batch_size, "nope"}})};
   expect_problem(scales_batch, "batch_size is written by comm and clash");
   expect_problem(scales_batch, "undeclared intensity nope");
   StressMode undeclared = canary_mode({});
-  undeclared.rules = {lower_to("eval_batches", intensity("nope"))};
+  undeclared.rules = {lower_to(&TrainingConfig::eval_batches, intensity("nope"))};
   expect_problem(undeclared, "undeclared intensity nope");
   EXPECT_EQ(registry_problems(), std::vector<std::string>{});  // the guards removed them
 }
