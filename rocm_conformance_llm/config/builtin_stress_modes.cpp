@@ -40,7 +40,8 @@ std::vector<StressMode> builtin_stress_modes() {
                                               "min_hidden_size", &Cfg::num_key_value_heads),
                  inversely_scaling(
                      raise_to_multiple(&Cfg::hidden_size, intensity("min_hidden_size"), &Cfg::num_heads, 8),
-                     {{&Cfg::learning_rate, "learning_rate_width_exponent"}, {&Cfg::init_std, "init_std_width_exponent"}}),
+                     {{&Cfg::learning_rate, "learning_rate_width_exponent"},
+                      {&Cfg::init_std, "init_std_width_exponent"}}),
                  raise_to(&Cfg::ffn_multiplier, intensity("min_ffn_multiplier")),
                  replace(&Cfg::mixed_precision, "fp32", intensity("precision"))}},
       // rocRAND: dropout and stochastic depth draw Philox masks every step on every layer;
@@ -55,8 +56,8 @@ std::vector<StressMode> builtin_stress_modes() {
        .intensities = {{"min_dropout", 0.1, within(0, 1, false), "dropout floor"},
                        {"min_drop_path", 0.1, within(0, 1, false), "drop_path floor"},
                        {"replay_check_interval", 20, at_least(1), "replay checks at least every this many steps"}},
-       .rules = {raise_to(&Cfg::dropout, intensity("min_dropout")), raise_to(&Cfg::drop_path, intensity("min_drop_path")),
-                 raise_to(&Cfg::determinism, fixed("replay")),
+       .rules = {raise_to(&Cfg::dropout, intensity("min_dropout")),
+                 raise_to(&Cfg::drop_path, intensity("min_drop_path")), raise_to(&Cfg::determinism, fixed("replay")),
                  at_least_every(&Cfg::replay_check_interval, intensity("replay_check_interval"))}},
       // RCCL: small per-device batches make compute short relative to communication, and an
       // all-reduce after every micro-step multiplies the collectives per optimizer step;
@@ -86,7 +87,8 @@ std::vector<StressMode> builtin_stress_modes() {
                         "shard them)"}},
        .rules = {lower_to(&Cfg::batch_size, intensity("max_batch_size")), lower_to(&Cfg::grad_sync_interval, fixed(1)),
                  switch_on(&Cfg::log_per_rank), raise_to(&Cfg::data_parallel, fixed("zero")),
-                 raise_to(&Cfg::distributed_tensor_parallel_degree, intensity("min_distributed_tensor_parallel_degree")),
+                 raise_to(&Cfg::distributed_tensor_parallel_degree,
+                          intensity("min_distributed_tensor_parallel_degree")),
                  raise_to(&Cfg::distributed_moe_experts, intensity("min_distributed_moe_experts")),
                  at_least_every(&Cfg::checksum_interval, intensity("max_checksum_interval")),
                  at_least_every(&Cfg::collective_check_interval, intensity("max_collective_check_interval")),
@@ -106,7 +108,8 @@ std::vector<StressMode> builtin_stress_modes() {
        // 8 x 12 x 8192^2; 29.7 s/step measured on an H100, docs/gpu-run.md).
        .rules = {raise_to(&Cfg::seq_len, intensity("min_seq_len")),
                  only_where({.torch_major = 2, .gpu = true}, replace(&Cfg::attention_backend, "math", fixed("sdpa"))),
-                 switch_on(&Cfg::activation_checkpointing), raise_to(&Cfg::grad_accum_steps, intensity("min_grad_accum_steps")),
+                 switch_on(&Cfg::activation_checkpointing),
+                 raise_to(&Cfg::grad_accum_steps, intensity("min_grad_accum_steps")),
                  raise_to(&Cfg::memory_pressure_bytes, intensity("memory_pressure_bytes"))}},
       // MIOpen: deeper stacks with sandwich and QK norms multiply the normalisation kernels,
       // SwiGLU/GELU add fused elementwise kernels, and the depthwise causal conv on Q/K/V is
@@ -136,7 +139,8 @@ std::vector<StressMode> builtin_stress_modes() {
                        {"probe_interval", 50, at_least(1), "parity probes at least every this many steps"},
                        {"probe_seq_len", 1024, at_least(1), "attention_probe_seq_len floor"}},
        .rules = {replace(&Cfg::attention_backend, "math", fixed("sdpa")),
-                 raise_to(&Cfg::attention_pad_fraction, intensity("pad_fraction")), switch_on(&Cfg::attention_noncontiguous_v),
+                 raise_to(&Cfg::attention_pad_fraction, intensity("pad_fraction")),
+                 switch_on(&Cfg::attention_noncontiguous_v),
                  at_least_every(&Cfg::attention_probe_interval, intensity("probe_interval")),
                  raise_to(&Cfg::attention_probe_seq_len, intensity("probe_seq_len"))},
        .requires_capability = {.torch_major = 2}},

@@ -14,10 +14,7 @@ namespace rcl {
 namespace {
 
 StressRule make_rule(TrainingField field, StressOp op, RuleValue value) {
-  return {.field = field,
-          .op = op,
-          .intensity = std::move(value.intensity),
-          .literal = std::move(value.literal)};
+  return {.field = field, .op = op, .intensity = std::move(value.intensity), .literal = std::move(value.literal)};
 }
 
 int64_t round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
@@ -72,9 +69,7 @@ StressRule switch_on(TrainingField field) { return make_rule(field, StressOp::kS
 StressRule at_least_every(TrainingField field, RuleValue value) {
   return make_rule(field, StressOp::kEvery, std::move(value));
 }
-StressRule set_to(TrainingField field, RuleValue value) {
-  return make_rule(field, StressOp::kSet, std::move(value));
-}
+StressRule set_to(TrainingField field, RuleValue value) { return make_rule(field, StressOp::kSet, std::move(value)); }
 StressRule replace(TrainingField field, nlohmann::json replaced, RuleValue value) {
   StressRule rule = make_rule(field, StressOp::kReplace, std::move(value));
   rule.replaces = std::move(replaced);
@@ -153,9 +148,8 @@ std::string describe_op(const StressRule& rule, bool markdown) {
     case StressOp::kReplace: return field + " " + value_text(rule.replaces) + " -> " + value;
     case StressOp::kShareAtMost:
       return fmt::format("{} >= max({}, {}) / {}, rounded up to a multiple of {} (where not 0)", field,
-                         code(rule.width),
-                         markdown ? "*" + rule.width_floor + "*" : "<" + rule.width_floor + ">", value,
-                         code(rule.aligned_to));
+                         code(rule.width), markdown ? "*" + rule.width_floor + "*" : "<" + rule.width_floor + ">",
+                         value, code(rule.aligned_to));
   }
   return field;
 }

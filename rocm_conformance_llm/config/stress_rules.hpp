@@ -14,13 +14,13 @@
 namespace rcl {
 
 enum class StressOp {
-  kAtLeast,   // raise to at least the value (optionally rounded up to a multiple of a read field);
-              // a string field (one_of) is ordered by its allowed list, e.g. off < replay < all
-  kAtMost,    // lower to at most the value
-  kSwitchOn,  // set a bool to true
-  kEvery,     // an every-N-steps interval at least this often (0 = off counts as never)
-  kSet,       // set to the value (a string enum)
-  kReplace,   // replace one specific value (`replaces`) by the value, leave any other alone
+  kAtLeast,      // raise to at least the value (optionally rounded up to a multiple of a read field);
+                 // a string field (one_of) is ordered by its allowed list, e.g. off < replay < all
+  kAtMost,       // lower to at most the value
+  kSwitchOn,     // set a bool to true
+  kEvery,        // an every-N-steps interval at least this often (0 = off counts as never)
+  kSet,          // set to the value (a string enum)
+  kReplace,      // replace one specific value (`replaces`) by the value, leave any other alone
   kShareAtMost,  // raise a count until a width split over it gives each part at most the value:
                  // count >= ceil(max(width field, width floor) / value), a multiple of `aligned_to`
 };
@@ -29,8 +29,7 @@ enum class StressOp {
 // b, `field` is multiplied by (a / b)^exponent, the exponent being the mode's intensity
 // `exponent` (0: left alone). E.g. a learning rate tuned for a width, for a wider model.
 struct InverseScale {
-  InverseScale(TrainingField scaled, std::string exponent_key)
-      : field(scaled), exponent(std::move(exponent_key)) {}
+  InverseScale(TrainingField scaled, std::string exponent_key) : field(scaled), exponent(std::move(exponent_key)) {}
   std::string field;
   std::string exponent;
 };
@@ -44,13 +43,13 @@ struct StressRule {
   StressOp op = StressOp::kSet;
   std::string intensity{};
   nlohmann::json literal{};
-  nlohmann::json replaces{};     // kReplace only
-  std::string multiple_of{};     // kAtLeast only: a read field; a raised value is rounded up to
-  int64_t multiple_factor = 1;   // a multiple of multiple_factor × that field
-  std::string width{};           // kShareAtMost only: the read field split over the count,
-  std::string width_floor{};     // the intensity that width is raised to by the mode's own rule,
-  std::string aligned_to{};      // and a read field the count stays a multiple of (0: any count)
-  CapabilityRequirement when{};  // the rule applies only where the run meets this
+  nlohmann::json replaces{};                   // kReplace only
+  std::string multiple_of{};                   // kAtLeast only: a read field; a raised value is rounded up to
+  int64_t multiple_factor = 1;                 // a multiple of multiple_factor × that field
+  std::string width{};                         // kShareAtMost only: the read field split over the count,
+  std::string width_floor{};                   // the intensity that width is raised to by the mode's own rule,
+  std::string aligned_to{};                    // and a read field the count stays a multiple of (0: any count)
+  CapabilityRequirement when{};                // the rule applies only where the run meets this
   std::vector<InverseScale> inverse_scales{};  // kAtLeast on a number only: scaled when it raises
 };
 

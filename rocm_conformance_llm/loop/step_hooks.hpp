@@ -111,9 +111,9 @@ using HookPoints = std::bitset<kHookPoints>;
 
 // One line of a step's schedule: a point where parts act, or a phase of the step's own work.
 struct ScheduleLine {
-  std::string_view what;       // the point's or the phase's name
-  std::string_view when;       // where it is in the step
-  int depth = 0;               // 1: inside the micro-batch loop
+  std::string_view what;             // the point's or the phase's name
+  std::string_view when;             // where it is in the step
+  int depth = 0;                     // 1: inside the micro-batch loop
   const HookPoint* point = nullptr;  // null: the step's own work (its phase announced at `phase`)
 };
 // Trainer::train_step and Trainer::run, top to bottom (a test holds the trainer to it).

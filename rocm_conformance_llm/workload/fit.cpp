@@ -44,7 +44,8 @@ TrainingConfig switched_off(TrainingConfig cfg, const DeviceFitRule& rule) {
 std::string steps_taken(const TrainingConfig& composed, const TrainingConfig& fitted, const DeviceFitRule& rule) {
   std::vector<std::string> steps;
   if (composed.*rule.switches_off != fitted.*rule.switches_off)
-    steps.push_back(fmt::format("{} true -> false ({})", training_field_name(rule.switches_off), rule.switches_off_why));
+    steps.push_back(
+        fmt::format("{} true -> false ({})", training_field_name(rule.switches_off), rule.switches_off_why));
   if (const int64_t before = composed.*rule.lowers, after = fitted.*rule.lowers; before != after) {
     steps.push_back(fmt::format("{} {} -> {}, {} x{} ({})", training_field_name(rule.lowers), before, after,
                                 training_field_name(rule.keeps_tokens_with), before / after, rule.why));
@@ -81,14 +82,15 @@ DeviceFit fit_to_device(const TrainingConfig& composed, const DeviceDescription&
     fit.fitted = predicted;
     fit.changes = config_diff(composed, candidate);
     // Why switches_off stayed on where it mattered: the configuration fits with it.
-    const std::string kept =
-        switching_off_helps && fit.changes.empty() ? fmt::format(" with {} on", training_field_name(rule.switches_off))
-                                                   : "";
-    fit.reason = fit.changes.empty() ? fmt::format("fits{}: predicted peak {} of {} available", kept,
-                                                   gib_text(predicted.peak_bytes), gib_text(fit.available_bytes))
-                                     : fmt::format("{}: predicted peak {} -> {}, {} available",
-                                                   steps_taken(composed, candidate, rule), gib_text(fit.composed.peak_bytes),
-                                                   gib_text(predicted.peak_bytes), gib_text(fit.available_bytes));
+    const std::string kept = switching_off_helps && fit.changes.empty()
+                                 ? fmt::format(" with {} on", training_field_name(rule.switches_off))
+                                 : "";
+    fit.reason = fit.changes.empty()
+                     ? fmt::format("fits{}: predicted peak {} of {} available", kept, gib_text(predicted.peak_bytes),
+                                   gib_text(fit.available_bytes))
+                     : fmt::format("{}: predicted peak {} -> {}, {} available", steps_taken(composed, candidate, rule),
+                                   gib_text(fit.composed.peak_bytes), gib_text(predicted.peak_bytes),
+                                   gib_text(fit.available_bytes));
     return fit;
   }
   const SizingPrediction& smallest = fit.fitted = predict_step(candidates.back(), device);

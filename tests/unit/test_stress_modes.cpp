@@ -158,7 +158,8 @@ std::string rule_law_problem(const StressMode& mode, const StressRule& rule, std
       const int64_t width = std::max(a.at(rule.width).get<int64_t>(), intensities.at(rule.width_floor).get<int64_t>());
       if (count < x.get<int64_t>()) return where + " moved against its direction";
       if (count * cap < width) return where + " leaves a share above its cap";
-      if (count != x && align > 0 && count % align != 0) return where + " raised it off a multiple of " + rule.aligned_to;
+      if (count != x && align > 0 && count % align != 0)
+        return where + " raised it off a multiple of " + rule.aligned_to;
     } else if (numeric) {
       if (stress_rank(field, rule.op, y) < stress_rank(field, rule.op, x))
         return where + " moved against its direction";
@@ -293,14 +294,15 @@ TEST(StressRegistry, ThePropertyCheckFailsForAModeThatWritesOrReadsAnotherModesF
   writes_kv_heads.rules = {raise_to(&TrainingConfig::num_key_value_heads, intensity("min_eval_batches"))};
   expect_problem(writes_kv_heads, "gemm reads num_key_value_heads, which clash writes");
   StressMode reads_hidden = canary_mode({});
-  reads_hidden.rules = {raise_to_multiple(&TrainingConfig::eval_batches, intensity("min_eval_batches"), &TrainingConfig::hidden_size, 1)};
+  reads_hidden.rules = {
+      raise_to_multiple(&TrainingConfig::eval_batches, intensity("min_eval_batches"), &TrainingConfig::hidden_size, 1)};
   expect_problem(reads_hidden, "clash reads hidden_size, which gemm writes");
   StressMode writes_learning_rate = canary_mode({});
   writes_learning_rate.rules = {lower_to(&TrainingConfig::learning_rate, intensity("min_eval_batches"))};
   expect_problem(writes_learning_rate, "learning_rate is written by gemm and clash");
   StressMode scales_batch = canary_mode({});
-  scales_batch.rules = {
-      inversely_scaling(raise_to(&TrainingConfig::eval_batches, intensity("min_eval_batches")), {{&TrainingConfig::batch_size, "nope"}})};
+  scales_batch.rules = {inversely_scaling(raise_to(&TrainingConfig::eval_batches, intensity("min_eval_batches")),
+                                          {{&TrainingConfig::batch_size, "nope"}})};
   expect_problem(scales_batch, "batch_size is written by comm and clash");
   expect_problem(scales_batch, "undeclared intensity nope");
   StressMode undeclared = canary_mode({});

@@ -208,8 +208,9 @@ TrainerProbeInputs prepare_trainer_attention_probe(LoopAccess& loop) {
   const auto& tokens = loop.train_batch(0).inputs;
   const AttentionInputs in =
       capture_attention_inputs(loop.model(), tokens.narrow(0, 0, std::min<int64_t>(tokens.size(0), kProbeSequences)));
-  return {.prepared = prepare_attention_probe(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, false)),
-          .training_kernel = training_kernel_of(loop, in)};
+  return {
+      .prepared = prepare_attention_probe(in, loop.ctx().device, AttentionProbeOptions::from(loop.ctx().cfg, false)),
+      .training_kernel = training_kernel_of(loop, in)};
 }
 
 TrainerAttentionProbe probe_trainer_attention(LoopAccess& loop, bool corrupt_masked) {

@@ -87,9 +87,9 @@ struct PreparedAttentionProbe {
   struct Case {
     torch::ScalarType dtype;
     const char* name;
-    torch::Tensor q{}, k{}, v{};      // rounded to `dtype`, on the device
-    torch::Tensor reference[2]{};     // float64 on the host: [0] causal only, [1] with the padding mask
-    double bound[2] = {0.0, 0.0};     // attention_bound(..) * max|V|, per mask
+    torch::Tensor q{}, k{}, v{};   // rounded to `dtype`, on the device
+    torch::Tensor reference[2]{};  // float64 on the host: [0] causal only, [1] with the padding mask
+    double bound[2] = {0.0, 0.0};  // attention_bound(..) * max|V|, per mask
     double v_max = 0.0;
   };
   torch::Device device{torch::kCPU};
