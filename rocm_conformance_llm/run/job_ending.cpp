@@ -92,7 +92,7 @@ nlohmann::json Job::throughput() const {
   return throughput_section(
       run_.training, {.tokens_per_s = steps.value("tokens_per_s", nlohmann::json::object()).value("overall", 0.0),
                       .measured_peak_tflops = run_.measured_peak_tflops,
-                      .ranks_per_token = s_.parallel.tensor_degree,
+                      .ranks_per_token = s_.group.layout.tensor_degree,
                       .device_model = s_.device.is_cpu() ? std::nullopt : gpu_model_name()});
 }
 

@@ -60,10 +60,10 @@ void Job::build_training() {
   const TrainingConfig& cfg = run_.training;
   stage_ = stage::rendezvous;
   s_.faults.stop_rank_if_planned(phase::rendezvous, 0, s_.launch.rank);
-  training_.sync = make_gradient_sync(s_.launch, cfg, s_.device);
+  training_.sync = make_gradient_sync(s_.launch, s_.group, cfg, s_.device);
   stage_ = stage::model;
   training_.trainer = std::make_unique<Trainer>(
-      RunContext{model_config(cfg, s_.parallel), run_.diagnostics, s_.device, run_.output_dir}, training_.sync);
+      RunContext{model_config(cfg, s_.group.layout), run_.diagnostics, s_.device, run_.output_dir}, training_.sync);
   // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
   if (cfg.data_parallel != DataParallel::ddp || trainer().model()->parallel().expert)
     report().add_section("data_parallel", data_parallel_section(cfg.data_parallel, trainer().optimizer_shard(),
@@ -189,12 +189,12 @@ void Job::write_run_header() {
   nlohmann::json& doc = records_.config_doc;
   doc["environment"] = s_.environment;
   doc["collective_backend"] = training_.sync->backend();  // which c10d group this run's collectives used
-  doc["parallel_layout"] = to_json(s_.parallel);
+  doc["parallel_layout"] = to_json(s_.group.layout);
   // Which GEMMs ran in their own dtype and which in float32 (a CPU without a native kernel).
   doc["reduced_precision_gemm"] = s_.reduced_gemm.to_json();
   report().add_section("reduced_precision_gemm", doc["reduced_precision_gemm"]);
   // Sized as it trains: the comm mode's experts are in the model only where the world shards them.
-  doc["sizing"] = sizing_json(run_, model_config(run_.training, s_.parallel));
+  doc["sizing"] = sizing_json(run_, model_config(run_.training, s_.group.layout));
   fs::create_directories(run_.output_dir);
   if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", doc.dump(2) + "\n");
   spdlog::info(
@@ -204,7 +204,7 @@ void Job::write_run_header() {
       TORCH_VERSION, RCL_TORCH_BUILD, s_.environment.at("blas").get<std::string>(), s_.launch.world_size,
       s_.launch.launcher, training_.sync->backend());
   spdlog::info("resolved config: {}", nlohmann::json(run_.training).dump());
-  for (const auto& note : s_.parallel.notes) spdlog::info("parallel layout: {}", note);
+  for (const auto& note : s_.group.layout.notes) spdlog::info("parallel layout: {}", note);
   const TrainingConfig& model = trainer().model_config();
   spdlog::info("model: {} parameters, {:.3g} training FLOPs/token; data: {}", parameter_count(model),
                flops_per_token(model), trainer().data().describe());

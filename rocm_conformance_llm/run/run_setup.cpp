@@ -65,11 +65,11 @@ void select_device(const RunConfig& run, RunSetup& s) {
   s.device = resolve_device(run.training.device, s.launch.local_rank);
   if (!gemm_env.empty()) spdlog::info("deterministic mode: set {} before the first GEMM", gemm_env);
   check_attention_backend(run.training, s.device.type());
-  s.parallel = plan_parallel_layout(run.training, s.launch.world_size);
+  s.group = plan_group(run.training, s.launch.world_size);
   // Before the model runs a GEMM: on a CPU without a native bf16/fp16 kernel they run in float32.
   const AutocastState autocast = autocast_for(run.training.mixed_precision);
-  s.reduced_gemm = choose_reduced_gemm(s.device, autocast.enabled ? autocast.dtype : c10::kFloat,
-                                       CpuGemmFacts::of_this_process());
+  s.reduced_gemm =
+      choose_reduced_gemm(s.device, autocast.enabled ? autocast.dtype : c10::kFloat, CpuGemmFacts::of_this_process());
   set_reduced_gemm_in_float32(s.reduced_gemm.dtype, s.reduced_gemm.in_float32);
 }
 
@@ -110,9 +110,7 @@ RunSetup setup_run(const RunConfig& run, bool overwrite) {
   if (!run.baseline_dir.empty()) s.baseline = load_run_record(run.baseline_dir);
   select_device(run, s);
   // The rendezvous waits this long for rank 0; so does the preflight's probe of it.
-  const auto rendezvous_timeout =
-      std::chrono::milliseconds(std::llround(run.training.collective_timeout_s * 1000.0));
-  s.network = check_network(s.launch, collective_backend(s.device), rendezvous_timeout);
+  s.network = check_network(s.launch, collective_backend(s.device), s.group.collective_timeout);
   prepare_host(run, s);
   return s;
 }

@@ -31,7 +31,7 @@ struct RunSetup {
   nlohmann::json rocm_knobs;               // the variables the rocm.* keys set (platform/rocm_knobs.hpp)
   nlohmann::json doctor;                   // the doctor's checks (platform/doctor.hpp)
   nlohmann::json network;                  // the network preflight's record (transport/network_preflight.hpp)
-  ParallelLayout parallel;                 // tensor / data / expert parallel degrees this world allows
+  GroupPlan group;                         // the parallel degrees this world allows, the collective timeout
   ReducedGemmPath reduced_gemm;            // how the bf16/fp16 GEMMs run here (platform/device.hpp)
 };
 

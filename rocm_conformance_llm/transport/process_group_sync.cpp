@@ -81,7 +81,8 @@ World world_of(Communicator& comm) {
 
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, DataParallel data_parallel)
     : GradientSync(world_of(*comm)),
-      comm_(std::move(comm)), bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
+      comm_(std::move(comm)),
+      bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
   if (data_parallel == DataParallel::zero) zero_.emplace(*comm_);
   if (data_parallel == DataParallel::fsdp) fsdp_.emplace(*comm_);
 }
@@ -195,19 +196,17 @@ void ProcessGroupSync::complete_gradients(FlatAdamW& optimizer, std::vector<Coll
   if (split_) split_->complete_gradients(optimizer.local_grads(), out);
 }
 
-std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
-                                                 const torch::Device& device) {
+std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const GroupPlan& plan,
+                                                 const TrainingConfig& cfg, const torch::Device& device) {
   if (!launch.distributed()) {  // cfg is validated (config.cpp)
     if (cfg.data_parallel != DataParallel::ddp)
       spdlog::info("data_parallel={} has no effect in a world of one rank: nothing to shard",
                    name_of(cfg.data_parallel));
     return std::make_shared<LocalSync>();
   }
-  const auto timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0));
-  auto sync = std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, timeout), cfg.bucket_mb,
-                                                 cfg.data_parallel);
-  const ParallelLayout layout = plan_parallel_layout(cfg, launch.world_size);
-  if (layout.tensor_degree > 1 || layout.expert_degree > 1) sync->split_model(layout);
+  auto sync = std::make_shared<ProcessGroupSync>(Communicator::connect(launch, device, plan.collective_timeout),
+                                                 cfg.bucket_mb, cfg.data_parallel);
+  if (plan.layout.tensor_degree > 1 || plan.layout.expert_degree > 1) sync->split_model(plan.layout);
   return sync;
 }
 

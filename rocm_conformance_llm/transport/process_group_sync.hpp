@@ -123,9 +123,9 @@ class ProcessGroupSync final : public GradientSync {
 };
 
 // LocalSync for one process; otherwise a ProcessGroupSync over a group built from `launch`
-// (Gloo for a CPU device, RCCL for a GPU), with cfg.bucket_mb, cfg.collective_timeout_s and
+// (Gloo for a CPU device, RCCL for a GPU) as `plan` lays it out, with cfg.bucket_mb and
 // cfg.data_parallel (which, in a world of one, has nothing to shard: logged, not an error).
-std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const TrainingConfig& cfg,
-                                                 const torch::Device& device);
+std::shared_ptr<GradientSync> make_gradient_sync(const LaunchInfo& launch, const GroupPlan& plan,
+                                                 const TrainingConfig& cfg, const torch::Device& device);
 
 }  // namespace rcl

@@ -1,5 +1,6 @@
 #include "rocm_conformance_llm/transport/subgroups.hpp"
 
+#include <cmath>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -34,6 +35,11 @@ std::vector<int> ParallelLayout::expert_data_group(int rank) const {
   for (const int r : data_group(rank))
     if (expert_rank(r) == expert_rank(rank)) ranks.push_back(r);
   return ranks;
+}
+
+GroupPlan plan_group(const TrainingConfig& cfg, int world_size) {
+  return {.layout = plan_parallel_layout(cfg, world_size),
+          .collective_timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0))};
 }
 
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {

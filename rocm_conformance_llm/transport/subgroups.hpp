@@ -5,6 +5,7 @@
 // choice is recorded (ParallelLayout::notes: config.json and the console), never a crash.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,14 @@ struct ParallelLayout {
 // model experts only where moe_experts is 0 and there are several data-parallel ranks. A world of
 // one is all ones (and no distributed experts), recorded.
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size);
+// The group a run's ranks form, planned once (run/run_setup.cpp) and read by whatever forms or
+// probes it: the layout fitted to the world, and how long a collective (the rendezvous too) may
+// wait before it is a hang (training.collective_timeout_s).
+struct GroupPlan {
+  ParallelLayout layout;
+  std::chrono::milliseconds collective_timeout{};
+};
+GroupPlan plan_group(const TrainingConfig& cfg, int world_size);
 // The model `layout` trains: `cfg` with distributed_moe_experts' experts where they apply.
 TrainingConfig model_config(const TrainingConfig& cfg, const ParallelLayout& layout);
 nlohmann::json to_json(const ParallelLayout& layout);

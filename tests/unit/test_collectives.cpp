@@ -522,7 +522,7 @@ TEST(CommMonitorTest, SleepingRankIsNamedStragglerAndOthersSeeTheLatency) {
 
 TEST(MakeGradientSyncTest, OneProcessIsLocalAndGpuRanksMeetOverRcclWhereBuilt) {
   TrainingConfig cfg;
-  const auto local = make_gradient_sync(LaunchInfo{}, cfg, torch::kCPU);
+  const auto local = make_gradient_sync(LaunchInfo{}, plan_group(cfg, 1), cfg, torch::kCPU);
   EXPECT_EQ(local->world_size(), 1);
   EXPECT_EQ(local->backend(), "none");
   EXPECT_EQ(std::dynamic_pointer_cast<ProcessGroupSync>(local), nullptr);

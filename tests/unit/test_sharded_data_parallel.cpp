@@ -67,7 +67,8 @@ std::vector<RankResult> train(const RunContext& base, int world, const std::stri
   test::run_loopback_ranks(
       world,
       [&](const LaunchInfo& launch) {
-        return std::shared_ptr<GradientSync>(make_gradient_sync(launch, ctx.cfg, torch::kCPU));
+        return std::shared_ptr<GradientSync>(
+            make_gradient_sync(launch, plan_group(ctx.cfg, launch.world_size), ctx.cfg, torch::kCPU));
       },
       [&](std::shared_ptr<GradientSync>& sync, int rank) {
         std::unique_ptr<Trainer> trainer;
@@ -267,7 +268,10 @@ void expect_checksum_names_a_wrong_gathered_shard(const std::string& data_parall
   std::vector<std::vector<Finding>> clean(2), corrupt(2);
   std::mutex building;
   test::run_loopback_ranks(
-      2, [&](const LaunchInfo& launch) { return make_gradient_sync(launch, ctx.cfg, torch::kCPU); },
+      2,
+      [&](const LaunchInfo& launch) {
+        return make_gradient_sync(launch, plan_group(ctx.cfg, launch.world_size), ctx.cfg, torch::kCPU);
+      },
       [&](std::shared_ptr<GradientSync>& sync, int rank) {
         std::unique_ptr<Trainer> trainer;
         {

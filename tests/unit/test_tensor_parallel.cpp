@@ -243,6 +243,18 @@ TEST(ParallelLayout, AWorldThatDoesNotAllowTheDegreeFallsBackAndSaysSo) {
   EXPECT_TRUE(eight.notes.empty());
 }
 
+// The run plans its group once: the layout the world allows and the timeout every collective and
+// the rendezvous wait for, in milliseconds.
+TEST(ParallelLayout, TheGroupPlanIsTheFittedLayoutAndTheTimeoutInMilliseconds) {
+  TrainingConfig cfg = small_model("gpt2");
+  cfg.tensor_parallel_degree = 4;
+  cfg.collective_timeout_s = 2.5;
+  const GroupPlan plan = plan_group(cfg, 6);
+  EXPECT_EQ(plan.layout.tensor_degree, 2);
+  EXPECT_EQ(plan.layout.notes, plan_parallel_layout(cfg, 6).notes);
+  EXPECT_EQ(plan.collective_timeout, std::chrono::milliseconds(2500));
+}
+
 TEST(ParallelLayout, AWorldOfOneIsARecordedNoOp) {
   TrainingConfig cfg = small_model("gpt2");
   cfg.tensor_parallel_degree = 2;
