@@ -21,6 +21,7 @@
 namespace rcl {
 
 class Communicator;
+class SplitModel;
 
 // Which replica of the data a rank trains on, of how many: the ranks of one tensor-parallel group
 // are one replica (same batch, same dropout seed).
@@ -31,14 +32,17 @@ struct DataReplica {
 
 // This rank's place in the job, one value that the trainer, the checks and the reports read:
 // its rank, the world's size, the c10d backend of its device's collectives as recorded in
-// config.json ("gloo", "rccl" or "nccl"; "none" in a world of one), its data replica, and the
-// world's group (its store carries the job report's records; null in a world of one).
+// config.json ("gloo", "rccl" or "nccl"; "none" in a world of one), its data replica, the
+// world's group (its store carries the job report's records; null in a world of one) and the
+// model's split over it (which ranks hold the same values of each kind of parameter; null for
+// whole replicas). The cross-rank checks work over it (checks/detectors/cross_rank_checks.hpp).
 struct World {
   int rank = 0;
   int size = 1;
   std::string backend = "none";
   DataReplica replica{};
   Communicator* communicator = nullptr;
+  const SplitModel* split = nullptr;
 };
 
 class GradientSync {
@@ -79,11 +83,18 @@ class GradientSync {
   virtual void after_update(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& /*out*/) {}
   // Mean of a scalar across ranks (loss, for identical logs on every rank; stop votes).
   virtual double mean_across_ranks(double value) = 0;
+  // Every rank takes the same starting parameters: rank 0's (a split model's from its
+  // data-parallel group's first rank, its experts from the first rank holding them). Before step
+  // 1, by the cross-rank checks' preflight, which then proves them equal.
+  virtual void broadcast_parameters(const std::vector<torch::Tensor>& /*params*/) {}
 
  protected:
   explicit GradientSync(World world) : world_(std::move(world)) {}
-  // A split model's ranks of one tensor-parallel group become one data replica (split_model).
-  void set_data_replica(DataReplica replica) { world_.replica = replica; }
+  // A split model: the ranks of one tensor-parallel group become one data replica (split_model).
+  void set_split(const SplitModel* split, DataReplica replica) {
+    world_.split = split;
+    world_.replica = replica;
+  }
 
  private:
   World world_;

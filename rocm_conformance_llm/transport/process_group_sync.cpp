@@ -185,7 +185,7 @@ void ProcessGroupSync::begin_step(int64_t step) {
 void ProcessGroupSync::split_model(const ParallelLayout& layout) {
   split_ = std::make_unique<SplitModel>(*comm_, layout);
   if (zero_) zero_.emplace(split_->data());  // ZeRO's shards: over the data-parallel group
-  set_data_replica({split_->data().rank(), split_->data().world_size()});
+  set_split(split_.get(), {split_->data().rank(), split_->data().world_size()});
 }
 
 void ProcessGroupSync::set_split_parameters(SplitParameters params) {

@@ -15,6 +15,7 @@
 
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/checks/detectors/collective_check.hpp"
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/transport/collective_battery.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
@@ -318,7 +319,7 @@ TEST(CollectiveBatteryTest, CleanBatteryIsExactOverSeedsAndWorlds) {
     for (const uint64_t seed : {1u, 2u, 3u}) {
       std::vector<CollectiveBatteryResult> results(world);
       run_ranks(world, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-        results[r] = sync->run_collective_battery(cases, seed);
+        results[r] = CrossRankChecks(sync).run_collective_battery(cases, seed);
       });
       for (int r = 0; r < world; ++r) {
         EXPECT_TRUE(results[r].findings.empty())
@@ -341,7 +342,7 @@ TEST(CollectiveBatteryTest, WrongShardFromOneRankIsNamedOnEveryRank) {
   const auto cases = battery_cases(battery_sizes(int64_t{32} << 10));
   std::vector<CollectiveBatteryResult> results(world);
   run_ranks(world, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-    results[r] = sync->run_collective_battery(cases, 5, {.wrong_shard = r == culprit});
+    results[r] = CrossRankChecks(sync).run_collective_battery(cases, 5, {.wrong_shard = r == culprit});
   });
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(results[r].findings.size(), 1u) << "rank " << r;
@@ -378,7 +379,8 @@ TEST(CollectiveBatteryTest, StallBeforeReduceScatterTimesOutNamingTheCollectiveG
       world,
       [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
         try {
-          sync->run_collective_battery(cases, 9, {.stall_before_reduce_scatter_s = r == culprit ? 2.5 * timeout_s : 0});
+          CrossRankChecks(sync).run_collective_battery(
+              cases, 9, {.stall_before_reduce_scatter_s = r == culprit ? 2.5 * timeout_s : 0});
         } catch (const CollectiveError& e) {
           errors[r] = e;
         }

@@ -10,6 +10,7 @@
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/checks/detectors/catalog.hpp"
 #include "rocm_conformance_llm/checks/detectors/comm_monitor.hpp"
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/checks/detectors/op_counter.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
@@ -145,7 +146,7 @@ TEST(ProcessGroupSyncTest, ScalarsAndBroadcast) {
   std::vector<torch::Tensor> broadcast(world);
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
     means[r] = sync->mean_across_ranks(1.0 + r);  // (1+2+3)/3
-    gathered[r] = sync->all_gather_values({0.1 * r, -1.0 * r}, "test_gather");
+    gathered[r] = CrossRankChecks(sync).all_gather_values({0.1 * r, -1.0 * r}, "test_gather");
     std::vector<torch::Tensor> params = {dyadic({4, 4}, r), dyadic({3}, 100 + r)};
     sync->broadcast_parameters(params);
     broadcast[r] = torch::cat({params[0].reshape(-1), params[1]});
@@ -163,9 +164,10 @@ TEST(CommChecksTest, CanaryPassesAndFailsWhenOneRankPerturbsItsContribution) {
   const int world = 4;
   std::vector<std::vector<Finding>> clean(world), faulty(world);
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
-    clean[r] = sync->run_canary();
-    if (r == 1) sync->inject_canary_fault(1.0);
-    faulty[r] = sync->run_canary();
+    CrossRankChecks checks(sync);
+    clean[r] = checks.run_canary();
+    if (r == 1) checks.inject_canary_fault(1.0);
+    faulty[r] = checks.run_canary();
   });
   for (int r = 0; r < world; ++r) {
     EXPECT_TRUE(clean[r].empty()) << "rank " << r << ": " << (clean[r].empty() ? "" : clean[r][0].message);
@@ -189,9 +191,10 @@ TEST(CommChecksTest, ParameterChecksumNamesThePerturbedRank) {
     std::vector<std::vector<Finding>> clean(world), perturbed(world);
     run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
       std::vector<torch::Tensor> params = {dyadic({16, 8}, 42), dyadic({8}, 43)};
-      clean[r] = sync->compare_parameters(params);
+      CrossRankChecks checks(sync);
+      clean[r] = checks.compare_parameters(params);
       if (r == culprit) params[0][3][2].fill_(std::nextafter(params[0][3][2].item<float>(), 1e9f));  // one ulp
-      perturbed[r] = sync->compare_parameters(params);
+      perturbed[r] = checks.compare_parameters(params);
     });
     for (int r = 0; r < world; ++r) {
       EXPECT_TRUE(clean[r].empty()) << "world " << world << " rank " << r;
@@ -209,13 +212,13 @@ TEST(CommChecksTest, ParameterChecksumNamesThePerturbedRank) {
 // compare_parameters(all) once per parameter of `params`, that one a unit in the last place off
 // on the culprit rank (restored after), by parameter name.
 std::map<std::string, std::vector<Finding>> compared_with_one_ulp_off(
-    ProcessGroupSync& sync, const std::map<std::string, torch::Tensor>& params, const std::vector<torch::Tensor>& all,
+    CrossRankChecks& checks, const std::map<std::string, torch::Tensor>& params, const std::vector<torch::Tensor>& all,
     bool culprit) {
   std::map<std::string, std::vector<Finding>> findings;
   for (const auto& [name, p] : params) {
     const torch::Tensor kept = p.clone();
     if (culprit) p[1][2].fill_(std::nextafter(p[1][2].item<float>(), 1e9f));
-    findings[name] = sync.compare_parameters(all);
+    findings[name] = checks.compare_parameters(all);
     p.copy_(kept);
   }
   return findings;
@@ -238,8 +241,9 @@ TEST(CommChecksTest, SplitModelComparesOnlyTheRanksThatMustAgree) {
     sync->set_split_parameters({.partial = {}, .tensor_split = {params.at("tensor_split")}});
     std::vector<torch::Tensor> all;
     for (const auto& [name, p] : params) all.push_back(p);
-    clean[r] = sync->compare_parameters(all);
-    perturbed[r] = compared_with_one_ulp_off(*sync, params, all, r == kCulprit);
+    CrossRankChecks checks(sync);
+    clean[r] = checks.compare_parameters(all);
+    perturbed[r] = compared_with_one_ulp_off(checks, params, all, r == kCulprit);
   });
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(clean[r].empty()) << "rank " << r << ": " << clean[r].front().message;
@@ -273,8 +277,9 @@ TEST(CommChecksTest, ExpertsAreComparedOnlyAmongTheRanksHoldingThem) {
       sync->set_split_parameters({.partial = {}, .tensor_split = {}, .experts = {params.at("expert")}});
       std::vector<torch::Tensor> all;
       for (const auto& [name, p] : params) all.push_back(p);
-      clean[r] = sync->compare_parameters(all);
-      perturbed[r] = compared_with_one_ulp_off(*sync, params, all, r == kCulprit);
+      CrossRankChecks checks(sync);
+      clean[r] = checks.compare_parameters(all);
+      perturbed[r] = compared_with_one_ulp_off(checks, params, all, r == kCulprit);
       // The start-up broadcast gives each rank rank 0's replicated weights and the first holder's
       // experts, never another expert's.
       for (const auto& [name, p] : params) p.add_(r);
@@ -425,7 +430,7 @@ TEST(CommChecksTest, SequenceCheckNamesARankThatNeverComes) {
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
     if (r == absent) return;
     try {
-      sync->compare_collective_sequences();
+      CrossRankChecks(sync).compare_collective_sequences();
     } catch (const CollectiveError& e) {
       errors[r] = e;
     }

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
@@ -279,20 +280,19 @@ void expect_checksum_names_a_wrong_gathered_shard(const std::string& data_parall
           trainer = std::make_unique<Trainer>(ctx, sync);
         }
         trainer->run();
-        auto group = std::dynamic_pointer_cast<ProcessGroupSync>(sync);
-        ASSERT_TRUE(group);
+        CrossRankChecks checks(sync);
         FsdpModel* fsdp = trainer->model()->fsdp();
         ASSERT_EQ(fsdp != nullptr, data_parallel == "fsdp");
         if (fsdp) fsdp->gather_all();
         const auto params = trainer->model()->parameters();
-        clean[rank] = group->compare_parameters(params);
+        clean[rank] = checks.compare_parameters(params);
         // Rank 1's copy of rank 0's shard (the first elements: the first parameter) is off by one ulp.
         if (rank == 1) {
           torch::NoGradGuard no_grad;
           auto first = params.front().view(-1).narrow(0, 0, 1);
           first.copy_(torch::nextafter(first, first + 1));
         }
-        corrupt[rank] = group->compare_parameters(params);
+        corrupt[rank] = checks.compare_parameters(params);
         if (fsdp) fsdp->release_all();
       });
   for (int r = 0; r < 2; ++r) {

@@ -11,6 +11,7 @@
 #include "rocm_conformance_llm/checks/detectors/collective_check.hpp"
 #include "rocm_conformance_llm/checks/detectors/collectives.hpp"
 #include "rocm_conformance_llm/checks/detectors/comm_monitor.hpp"
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/checks/detectors/gemm_canary.hpp"
 #include "rocm_conformance_llm/checks/detectors/gemm_checksums.hpp"
 #include "rocm_conformance_llm/checks/detectors/loss_sanity.hpp"
@@ -51,6 +52,9 @@ RunProfile run_profile(const DetectorContext& c) {
   run.vocab_size = ctx.cfg.vocab_size;
   return run;
 }
+
+// The cross-rank checks need a group: a world of several ranks.
+bool several_ranks(const DetectorContext& c) { return c.sync && c.sync->world().communicator; }
 
 template <typename T>
 std::unique_ptr<Detector> step_detector(const DetectorContext& c) {
@@ -182,9 +186,9 @@ std::vector<DetectorSpec> builtin_detectors() {
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
          if (!c.loop || c.loop->ctx().cfg.replay_check_interval <= 0) return nullptr;
          GatherValues all_gather;  // several ranks: the shared-seed masks are compared across them
-         if (auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync))
-           all_gather = [group](const std::vector<double>& values) {
-             return group->all_gather_values(values, "rng_mask_hash");
+         if (several_ranks(c))
+           all_gather = [checks = std::make_shared<CrossRankChecks>(c.sync)](const std::vector<double>& values) {
+             return checks->all_gather_values(values, "rng_mask_hash");
            };
          return Detector::build<ReplayCheck>(c.diag, c.log, *c.loop, c.faults, std::move(all_gather));
        }},
@@ -202,14 +206,12 @@ std::vector<DetectorSpec> builtin_detectors() {
          "test:CommMonitorTest.SleepingRankIsNamedStragglerAndOthersSeeTheLatency", isolate_node}},
        {"training.checksum_interval", "diagnostics.warmup_steps"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync);
-         if (!group || !c.loop) return nullptr;
+         if (!several_ranks(c) || !c.loop) return nullptr;
          auto options = CommMonitorOptions::from(c.loop->ctx().cfg);
          // CPU ranks share the host's cores: under load one runs 2-3x slower for ~10 steps at a
          // time (bench/false-alarms.md); only a rank 4x slower is a straggler.
          if (run_profile(c).shared_cores) options.straggler.ratio = std::max(options.straggler.ratio, 4.0);
-         return Detector::build<CommMonitor>(c.diag, c.log, std::move(group), c.loop->model()->parameters(), options,
-                                              c.loop);
+         return Detector::build<CommMonitor>(c.diag, c.log, c.sync, c.loop->model()->parameters(), options, c.loop);
        }},
 
       // Every collective kind (all-reduce, all-gather, reduce-scatter, uneven all-to-all,
@@ -221,10 +223,9 @@ std::vector<DetectorSpec> builtin_detectors() {
        {"training.collective_check_interval", "training.collective_check_max_mb", "diagnostics.collective_slow_ratio",
         "diagnostics.collective_slow_min_extra_s"},
        [](const DetectorContext& c) -> std::unique_ptr<Detector> {
-         auto group = std::dynamic_pointer_cast<ProcessGroupSync>(c.sync);
-         if (!group || !c.loop || c.loop->ctx().cfg.collective_check_interval <= 0) return nullptr;
+         if (!several_ranks(c) || !c.loop || c.loop->ctx().cfg.collective_check_interval <= 0) return nullptr;
          return Detector::build<CollectiveCheck>(
-             c.diag, c.log, std::move(group),
+             c.diag, c.log, c.sync,
              CollectiveCheckOptions::from(c.loop->ctx().cfg, c.diag, run_profile(c).shared_cores), c.faults, c.loop);
        }},
 

@@ -34,10 +34,11 @@ CollectiveCheckOptions CollectiveCheckOptions::from(const TrainingConfig& cfg, c
   return o;
 }
 
-CollectiveCheck::CollectiveCheck(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<ProcessGroupSync> sync,
-                                 CollectiveCheckOptions options, const FaultPlan* faults, LoopAccess* loop)
+CollectiveCheck::CollectiveCheck(const DiagnosticsConfig& diag, FindingLog& log,
+                                 std::shared_ptr<const GradientSync> sync, CollectiveCheckOptions options,
+                                 const FaultPlan* faults, LoopAccess* loop)
     : Detector(diag, log),
-      sync_(std::move(sync)),
+      checks_(std::move(sync)),
       options_(options),
       faults_(faults),
       loop_(loop),
@@ -56,7 +57,7 @@ void CollectiveCheck::on_step(const StepRecord& record) {
 void CollectiveCheck::run_battery_at(int64_t step) {
   BatteryFaults planted;
   if (faults_) {
-    const int rank = sync_->rank();
+    const int rank = checks_.world().rank;
     planted.wrong_shard = faults_->fires(FaultKind::collective_corrupt, step, rank);
     if (faults_->fires(FaultKind::collective_hang, step, rank))
       planted.stall_before_reduce_scatter_s = 2.5 * options_.collective_timeout_s;
@@ -64,7 +65,7 @@ void CollectiveCheck::run_battery_at(int64_t step) {
       planted.slow_all_to_all_s = slow->seconds > 0 ? slow->seconds : kDefaultSlowAllToAllS;
   }
   CollectiveBatteryResult result =
-      sync_->run_collective_battery(cases_, options_.seed + static_cast<uint64_t>(step), planted);
+      checks_.run_collective_battery(cases_, options_.seed + static_cast<uint64_t>(step), planted);
   ++batteries_;
   for (auto& f : result.findings) {
     f.step = step;  // the battery's step: records are published while the next step runs
@@ -104,7 +105,7 @@ void CollectiveCheck::run_battery_at(int64_t step) {
         .signature = "collective_slow",
         .severity = Severity::warn,
         .step = step,
-        .rank = sync_->rank(),
+        .rank = checks_.world().rank,
         .message =
             fmt::format("{} collective case{} slow in the battery at step {} (>= {:g}x their "
                         "median, slowest rank's time): {}",
@@ -132,13 +133,13 @@ nlohmann::json CollectiveCheck::report_sections() const {
          {"wrong_runs", h.wrong_runs},
          {"latency_s", median},
          {"latency_history_s", std::vector<double>(h.seconds.begin(), h.seconds.end())},
-         {"bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, median, sync_->world_size())},
-         {"last_bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, h.last_seconds, sync_->world_size())}});
+         {"bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, median, checks_.world().size)},
+         {"last_bus_bandwidth_gbps", bus_bandwidth_gbps(c.kind, c.bytes, h.last_seconds, checks_.world().size)}});
   }
   if (cases.empty()) return nlohmann::json::object();
   return {
       {"collectives",
-       {{"world_size", sync_->world_size()}, {"batteries", batteries_}, {"seed", options_.seed}, {"cases", cases}}}};
+       {{"world_size", checks_.world().size}, {"batteries", batteries_}, {"seed", options_.seed}, {"cases", cases}}}};
 }
 
 }  // namespace rcl

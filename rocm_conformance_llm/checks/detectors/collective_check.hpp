@@ -15,10 +15,10 @@
 #include <memory>
 #include <vector>
 
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/checks/findings/detector.hpp"
 #include "rocm_conformance_llm/faults/fault_plan.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
-#include "rocm_conformance_llm/transport/process_group_sync.hpp"
 
 namespace rcl {
 
@@ -35,8 +35,9 @@ struct CollectiveCheckOptions {
 
 class CollectiveCheck final : public Detector {
  public:
-  // `faults` (may be null): collective-corrupt, collective-hang and slow-all-to-all strike in the battery.
-  CollectiveCheck(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<ProcessGroupSync> sync,
+  // Over `sync`'s world of several ranks. `faults` (may be null): collective-corrupt,
+  // collective-hang and slow-all-to-all strike in the battery.
+  CollectiveCheck(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<const GradientSync> sync,
                   CollectiveCheckOptions options, const FaultPlan* faults = nullptr, LoopAccess* loop = nullptr);
 
   void preflight() override;
@@ -55,7 +56,7 @@ class CollectiveCheck final : public Detector {
     std::string route;
   };
 
-  std::shared_ptr<ProcessGroupSync> sync_;
+  CrossRankChecks checks_;
   CollectiveCheckOptions options_;
   const FaultPlan* faults_;
   LoopAccess* loop_;

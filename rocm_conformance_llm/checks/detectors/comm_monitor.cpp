@@ -12,10 +12,11 @@ CommMonitorOptions CommMonitorOptions::from(const TrainingConfig& cfg) {
   return options;
 }
 
-CommMonitor::CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<ProcessGroupSync> sync,
+CommMonitor::CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<GradientSync> sync,
                          std::vector<torch::Tensor> params, CommMonitorOptions options, LoopAccess* loop)
     : Detector(diag, log),
       sync_(std::move(sync)),
+      checks_(sync_),
       params_(std::move(params)),
       options_(options),
       loop_(loop),
@@ -31,7 +32,7 @@ void CommMonitor::preflight() {
     sync_->broadcast_parameters(params_);
     full.keep_values();
   }
-  report_all(sync_->run_canary());
+  report_all(checks_.run_canary());
   report_all(compare_parameters());
 }
 
@@ -39,7 +40,7 @@ FsdpModel* CommMonitor::fsdp() const { return loop_ ? loop_->model()->fsdp() : n
 
 std::vector<Finding> CommMonitor::compare_parameters() {
   const GatheredParameters full(fsdp());
-  return sync_->compare_parameters(params_);
+  return checks_.compare_parameters(params_);
 }
 
 void CommMonitor::on_step(const StepRecord& record) {
@@ -47,7 +48,7 @@ void CommMonitor::on_step(const StepRecord& record) {
   if (loop_) loop_->enter_phase(phase::checksum, record.step);
   const bool check = options_.check_interval > 0 && record.step % options_.check_interval == 0;
   if (check) {
-    std::vector<Finding> desync = sync_->compare_collective_sequences();
+    std::vector<Finding> desync = checks_.compare_collective_sequences();
     if (!desync.empty()) {
       const Finding fatal = desync.front();
       report_all(std::move(desync));
@@ -57,7 +58,7 @@ void CommMonitor::on_step(const StepRecord& record) {
 
   double in_collectives = 0.0;
   for (const auto& c : record.collectives) in_collectives += c.seconds;
-  const RankStepTimes times = sync_->gather_step_times(record.step_time_s, in_collectives);
+  const RankStepTimes times = checks_.gather_step_times(record.step_time_s, in_collectives);
   if (!in_warmup(record)) {
     if (const auto verdict = stragglers_.add(times.busy_s)) {
       report(Finding{component::rccl,
@@ -81,7 +82,7 @@ void CommMonitor::on_step(const StepRecord& record) {
   }
 
   if (check) {
-    report_all(sync_->run_canary());
+    report_all(checks_.run_canary());
     report_all(compare_parameters());
     if (options_.log_step_time_spread && sync_->rank() == 0) {
       const StepTimeSpread step = spread(times.step_s);

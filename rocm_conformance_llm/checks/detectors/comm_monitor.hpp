@@ -12,11 +12,11 @@
 
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/checks/findings/detector.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
 #include "rocm_conformance_llm/transport/comm_checks.hpp"
-#include "rocm_conformance_llm/transport/process_group_sync.hpp"
 
 namespace rcl {
 
@@ -31,9 +31,10 @@ struct CommMonitorOptions {
 
 class CommMonitor final : public Detector {
  public:
-  // `params` are the model's parameters (shared storage: the monitor sees every update). `loop`
-  // hears the checksum phase before the monitor's collectives (nullptr: no loop to tell).
-  CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<ProcessGroupSync> sync,
+  // Over `sync`'s world of several ranks. `params` are the model's parameters (shared storage: the
+  // monitor sees every update). `loop` hears the checksum phase before the monitor's collectives
+  // (nullptr: no loop to tell).
+  CommMonitor(const DiagnosticsConfig& diag, FindingLog& log, std::shared_ptr<GradientSync> sync,
               std::vector<torch::Tensor> params, CommMonitorOptions options, LoopAccess* loop = nullptr);
 
   // Before step 1: every rank takes rank 0's parameters (as DDP does), then the canary and the
@@ -52,7 +53,8 @@ class CommMonitor final : public Detector {
   std::vector<Finding> compare_parameters();
   FsdpModel* fsdp() const;  // the trainer's model's FSDP units; null unless data_parallel=fsdp
 
-  std::shared_ptr<ProcessGroupSync> sync_;
+  std::shared_ptr<GradientSync> sync_;  // the start-up broadcast
+  CrossRankChecks checks_;
   std::vector<torch::Tensor> params_;
   CommMonitorOptions options_;
   LoopAccess* loop_;

@@ -1,12 +1,10 @@
-// ProcessGroupSync's cross-rank RCCL checks whose verdicts every rank learns (canary, collective
-// battery, parameter fingerprint, collective sequences, step times). Apart from the gradient sync
-// (process_group_sync.cpp) because they verify RCCL, never change a parameter or a gradient.
-#include "rocm_conformance_llm/transport/process_group_sync.hpp"
+#include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #if __has_include(<fmt/ranges.h>)
@@ -14,6 +12,8 @@
 #endif
 
 #include "rocm_conformance_llm/base/strings.hpp"
+#include "rocm_conformance_llm/transport/comm_checks.hpp"
+#include "rocm_conformance_llm/transport/split_model.hpp"
 
 namespace rcl {
 namespace {
@@ -31,34 +31,40 @@ int first_rank_not_in(const std::vector<int>& odd) {
 
 }  // namespace
 
-std::vector<std::vector<double>> ProcessGroupSync::all_gather_values(const std::vector<double>& values,
-                                                                     const std::string& op) {
+CrossRankChecks::CrossRankChecks(std::shared_ptr<const GradientSync> sync) : sync_(std::move(sync)) {
+  if (!sync_ || !sync_->world().communicator)
+    throw std::invalid_argument("cross-rank checks need a world of several ranks (a group)");
+}
+
+std::vector<std::vector<double>> CrossRankChecks::all_gather_values(const std::vector<double>& values,
+                                                                    const std::string& op) {
   const torch::Tensor mine = torch::tensor(values, torch::kDouble);
-  const torch::Tensor all = comm_->all_gather(mine, op).contiguous();
-  std::vector<std::vector<double>> out(world_size());
-  for (int r = 0; r < world_size(); ++r) {
+  const torch::Tensor all = comm().all_gather(mine, op).contiguous();
+  std::vector<std::vector<double>> out(world().size);
+  for (int r = 0; r < world().size; ++r) {
     const double* row = all[r].data_ptr<double>();
     out[r].assign(row, row + values.size());
   }
   return out;
 }
 
-Finding ProcessGroupSync::finding(const std::string& signature, Severity severity, std::string message,
-                                  nlohmann::json evidence) const {
-  evidence["backend"] = comm_->backend();
-  evidence["world_size"] = world_size();
-  return Finding{component::rccl, signature, severity, comm_->step(), rank(), std::move(message), std::move(evidence)};
+Finding CrossRankChecks::finding(const std::string& signature, Severity severity, std::string message,
+                                 nlohmann::json evidence) const {
+  evidence["backend"] = comm().backend();
+  evidence["world_size"] = world().size;
+  return Finding{component::rccl, signature,          severity,           comm().step(),
+                 world().rank,    std::move(message), std::move(evidence)};
 }
 
-std::vector<Finding> ProcessGroupSync::run_canary() {
-  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(comm_->device());
+std::vector<Finding> CrossRankChecks::run_canary() {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(comm().device());
   std::vector<double> wrong_here;
   std::vector<std::optional<CanaryMismatch>> details;
   for (const int64_t numel : kCanaryElements) {
-    torch::Tensor t = canary_contribution(rank(), numel, options);
+    torch::Tensor t = canary_contribution(world().rank, numel, options);
     if (canary_fault_offset_ != 0.0) t.add_(canary_fault_offset_);
-    comm_->all_reduce_sum(t, "allreduce_canary");
-    details.push_back(compare_canary(t, world_size()));
+    comm().all_reduce_sum(t, "allreduce_canary");
+    details.push_back(compare_canary(t, world().size));
     wrong_here.push_back(details.back() ? static_cast<double>(details.back()->wrong_elements) : 0.0);
   }
   // Every rank learns every rank's verdict: a wrong result on rank 1 alone is not hidden by a
@@ -68,7 +74,7 @@ std::vector<Finding> ProcessGroupSync::run_canary() {
   for (size_t i = 0; i < std::size(kCanaryElements); ++i) {
     std::vector<int> bad_ranks;
     std::vector<int64_t> counts;
-    for (int r = 0; r < world_size(); ++r) {
+    for (int r = 0; r < world().size; ++r) {
       counts.push_back(static_cast<int64_t>(wrong[r][i]));
       if (counts.back() > 0) bad_ranks.push_back(r);
     }
@@ -93,9 +99,9 @@ std::vector<Finding> ProcessGroupSync::run_canary() {
   return findings;
 }
 
-CollectiveBatteryResult ProcessGroupSync::run_collective_battery(const std::vector<BatteryCase>& cases, uint64_t seed,
-                                                                 const BatteryFaults& faults) {
-  const std::vector<BatteryOutcome> mine = run_battery(*comm_, cases, seed, faults);
+CollectiveBatteryResult CrossRankChecks::run_collective_battery(const std::vector<BatteryCase>& cases, uint64_t seed,
+                                                                const BatteryFaults& faults) {
+  const std::vector<BatteryOutcome> mine = run_battery(comm(), cases, seed, faults);
   constexpr size_t kFields = 6;  // wrong elements, first index, got, expected, source rank, seconds
   std::vector<double> packed;
   for (const auto& o : mine) {
@@ -109,14 +115,14 @@ CollectiveBatteryResult ProcessGroupSync::run_collective_battery(const std::vect
   for (size_t i = 0; i < mine.size(); ++i) {
     CollectiveCheckRow row{mine[i].c, mine[i].route};
     std::optional<int> first_wrong;
-    for (int r = 0; r < world_size(); ++r) {
+    for (int r = 0; r < world().size; ++r) {
       row.seconds = std::max(row.seconds, all[r][kFields * i + 5]);
       if (all[r][kFields * i] > 0) {
         row.wrong_ranks.push_back(r);
         if (!first_wrong) first_wrong = r;
       }
     }
-    row.bus_bandwidth_gbps = bus_bandwidth_gbps(row.c.kind, row.c.bytes, row.seconds, world_size());
+    row.bus_bandwidth_gbps = bus_bandwidth_gbps(row.c.kind, row.c.bytes, row.seconds, world().size);
     if (first_wrong) {
       const auto& w = all[*first_wrong];
       const int source = static_cast<int>(w[kFields * i + 4]);
@@ -147,13 +153,14 @@ CollectiveBatteryResult ProcessGroupSync::run_collective_battery(const std::vect
   return result;
 }
 
-std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torch::Tensor>& params) {
+std::vector<Finding> CrossRankChecks::compare_parameters(const std::vector<torch::Tensor>& params) {
   // Whole replicas: one fingerprint, every rank compared. Split: one per kind of parameter,
   // compared among the ranks that must hold the same values of that kind (SplitModel::peer_key).
+  const SplitModel* split = world().split;
   std::vector<std::vector<torch::Tensor>> kinds;
-  if (split_) {
+  if (split) {
     kinds.resize(kParameterKinds.size());
-    for (const auto& p : params) kinds[static_cast<size_t>(split_->kind_of(p))].push_back(p);
+    for (const auto& p : params) kinds[static_cast<size_t>(split->kind_of(p))].push_back(p);
   } else {
     kinds.push_back(params);
   }
@@ -163,7 +170,7 @@ std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torc
     packed.insert(packed.end(), {std::bit_cast<int64_t>(mine.hash), std::bit_cast<int64_t>(mine.sum)});
   }
   const torch::Tensor all =
-      comm_->all_gather(torch::tensor(packed, torch::kLong).to(comm_->device()), "param_checksum").cpu();
+      comm().all_gather(torch::tensor(packed, torch::kLong).to(comm().device()), "param_checksum").cpu();
   std::vector<int> odd;
   std::vector<int64_t> hashes;
   std::vector<double> sums;
@@ -171,7 +178,7 @@ std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torc
   for (size_t k = 0; k < kinds.size(); ++k) {
     if (kinds[k].empty()) continue;
     std::map<int, std::vector<int>> peers;  // key -> the world ranks that must agree
-    for (int r = 0; r < world_size(); ++r) peers[split_ ? split_->peer_key(kParameterKinds[k], r) : 0].push_back(r);
+    for (int r = 0; r < world().size; ++r) peers[split ? split->peer_key(kParameterKinds[k], r) : 0].push_back(r);
     for (const auto& [key, ranks] : peers) {
       std::vector<int64_t> group_hashes;
       for (const int r : ranks) group_hashes.push_back(all[r][2 * k].item<int64_t>());
@@ -183,16 +190,16 @@ std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torc
         odd.push_back(r);
         const double sum = std::bit_cast<double>(all[r][2 * k + 1].item<int64_t>());
         const double reference_sum = std::bit_cast<double>(all[reference][2 * k + 1].item<int64_t>());
-        distances.push_back(split_ ? fmt::format("rank {} {} sum {:.9g} vs rank {}'s {:.9g}", r,
-                                                 to_string(kParameterKinds[k]), sum, reference, reference_sum)
-                                   : fmt::format("rank {} sum {:.9g} vs {:.9g}", r, sum, reference_sum));
+        distances.push_back(split ? fmt::format("rank {} {} sum {:.9g} vs rank {}'s {:.9g}", r,
+                                                to_string(kParameterKinds[k]), sum, reference, reference_sum)
+                                  : fmt::format("rank {} sum {:.9g} vs {:.9g}", r, sum, reference_sum));
       }
     }
   }
   if (odd.empty()) return {};
   std::sort(odd.begin(), odd.end());
   odd.erase(std::unique(odd.begin(), odd.end()), odd.end());
-  for (int r = 0; r < world_size(); ++r) {
+  for (int r = 0; r < world().size; ++r) {
     hashes.push_back(all[r][0].item<int64_t>());
     sums.push_back(std::bit_cast<double>(all[r][1].item<int64_t>()));
   }
@@ -204,9 +211,9 @@ std::vector<Finding> ProcessGroupSync::compare_parameters(const std::vector<torc
                   {{"differing_ranks", odd}, {"reference_rank", reference}, {"hashes", hashes}, {"sums", sums}})};
 }
 
-std::vector<Finding> ProcessGroupSync::compare_collective_sequences() {
+std::vector<Finding> CrossRankChecks::compare_collective_sequences() {
   const std::vector<int64_t> sequences =
-      comm_->exchange_through_store(fmt::format("sequence/{}", ++sequence_checks_), comm_->sequence());
+      comm().exchange_through_store(fmt::format("sequence/{}", ++sequence_checks_), comm().sequence());
   const std::vector<int> odd = ranks_differing_from_majority(sequences);
   if (odd.empty()) return {};
   const int reference = first_rank_not_in(odd);
@@ -215,11 +222,11 @@ std::vector<Finding> ProcessGroupSync::compare_collective_sequences() {
   return {finding("collective_desync", Severity::fail,
                   fmt::format("collective sequence mismatch at step {}: {}, the others {}: a rank skipped or added a "
                               "collective, so later ones pair the wrong data or hang",
-                              comm_->step(), fmt::join(counts, ", "), sequences[reference]),
+                              comm().step(), fmt::join(counts, ", "), sequences[reference]),
                   {{"sequences", sequences}, {"desynchronised_ranks", odd}})};
 }
 
-RankStepTimes ProcessGroupSync::gather_step_times(double step_time_s, double collective_s) {
+RankStepTimes CrossRankChecks::gather_step_times(double step_time_s, double collective_s) {
   const auto all = all_gather_values({step_time_s, collective_s}, "step_times");
   RankStepTimes times;
   for (const auto& row : all) {
