@@ -16,7 +16,7 @@ void CommunicatorShardGroup::reduce_scatter_avg(torch::Tensor& out, const torch:
 
 void FsdpShards::shard_model(GPT& model) { model_ = &fully_shard(model, group_); }
 
-void FsdpShards::sync_gradients(std::vector<CollectiveSample>& out) {
+void FsdpShards::sync_gradients(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& out) {
   if (!model_) throw std::logic_error("FsdpShards: the model was not sharded");
   model_->reduce_scatter_root_gradients();
   for (auto& sample : group_->take_samples()) out.push_back(std::move(sample));
@@ -26,7 +26,7 @@ void FsdpShards::sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSamp
   out.push_back(comm_.all_reduce(value, ReduceOp::sum, "allreduce_grad_norm"));
 }
 
-void FsdpShards::after_update(std::vector<CollectiveSample>& out) {
+void FsdpShards::after_update(FlatAdamW& /*optimizer*/, std::vector<CollectiveSample>& out) {
   if (model_) model_->end_step();
   for (auto& sample : group_->take_samples()) out.push_back(std::move(sample));
 }

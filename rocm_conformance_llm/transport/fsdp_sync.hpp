@@ -11,6 +11,7 @@
 
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/data_parallel.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
@@ -31,22 +32,22 @@ class CommunicatorShardGroup final : public ShardGroup {
   std::vector<CollectiveSample> samples_;
 };
 
-class FsdpShards {
+class FsdpShards final : public DataParallelLayout {
  public:
   explicit FsdpShards(Communicator& comm) : comm_(comm), group_(std::make_shared<CommunicatorShardGroup>(comm)) {}
 
-  ShardOf optimizer_shard() const { return {comm_.rank(), comm_.world_size(), /*given=*/true}; }
+  ShardOf optimizer_shard() const override { return {comm_.rank(), comm_.world_size(), /*given=*/true}; }
   // Shards `model` over the ranks (fully_shard); the step's calls below act on it.
-  void shard_model(GPT& model);
-  // Forgets the units' collectives not yet taken: those run between steps.
-  void drop_samples() { group_->take_samples(); }
+  void shard_model(GPT& model) override;
+  // Forgets the units' collectives not yet taken: those ran between steps.
+  void begin_step() override { group_->take_samples(); }
   // After the backward: the root's gradients reduce-scattered; with the blocks' collectives of
   // the forward and backward, appended to `out`.
-  void sync_gradients(std::vector<CollectiveSample>& out);
-  void sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSample>& out);
+  void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
+  void sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSample>& out) override;
   // After the update: the root freed; the collectives since the last sync (none in a plain step)
   // appended to `out`.
-  void after_update(std::vector<CollectiveSample>& out);
+  void after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
 
  private:
   Communicator& comm_;

@@ -6,68 +6,6 @@
 #include <spdlog/spdlog.h>
 
 namespace rcl {
-namespace {
-
-int64_t tensor_bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
-
-// Consecutive tensors of one dtype and device, up to about `bucket_bytes` per bucket; a tensor
-// bigger than a bucket travels alone.
-std::vector<std::vector<torch::Tensor>> plan_buckets(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes) {
-  std::vector<std::vector<torch::Tensor>> buckets;
-  int64_t filled = 0;
-  for (const auto& t : tensors) {
-    const bool fits = !buckets.empty() && buckets.back().front().dtype() == t.dtype() &&
-                      buckets.back().front().device() == t.device() && filled + tensor_bytes(t) <= bucket_bytes;
-    if (!fits) {
-      buckets.emplace_back();
-      filled = 0;
-    }
-    buckets.back().push_back(t);
-    filled += tensor_bytes(t);
-  }
-  return buckets;
-}
-
-// True when the bucket's tensors are contiguous and lie back to back in one storage, as the
-// gradients of FlatAdamW do: the bucket is then a view of that storage (DDP's
-// gradient-as-bucket-view) and needs neither the flattening copy nor the copy back.
-bool back_to_back(const std::vector<torch::Tensor>& bucket) {
-  for (size_t i = 0; i < bucket.size(); ++i) {
-    if (!bucket[i].is_contiguous()) return false;
-    if (i == 0) continue;
-    const auto& before = bucket[i - 1];
-    if (!bucket[i].storage().is_alias_of(before.storage()) ||
-        bucket[i].storage_offset() != before.storage_offset() + before.numel())
-      return false;
-  }
-  return true;
-}
-
-// Runs `reduce` on each bucket as one flat buffer, and leaves the result in the bucket's tensors.
-template <typename Reduce>
-void for_each_flat_bucket(const std::vector<torch::Tensor>& tensors, int64_t bucket_bytes, Reduce&& reduce) {
-  for (const auto& bucket : plan_buckets(tensors, bucket_bytes)) {
-    if (back_to_back(bucket)) {
-      int64_t numel = 0;
-      for (const auto& t : bucket) numel += t.numel();
-      const auto& first = bucket.front();
-      auto view = first.as_strided({numel}, {1}, first.storage_offset());
-      reduce(view);
-      continue;
-    }
-    std::vector<torch::Tensor> pieces;
-    for (const auto& t : bucket) pieces.push_back(t.reshape(-1));
-    auto flat = torch::cat(pieces);
-    reduce(flat);
-    int64_t offset = 0;
-    for (const auto& t : bucket) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
-  }
-}
-
-}  // namespace
 
 namespace {
 World world_of(Communicator& comm) {
@@ -82,27 +20,9 @@ World world_of(Communicator& comm) {
 ProcessGroupSync::ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb, DataParallel data_parallel)
     : GradientSync(world_of(*comm)),
       comm_(std::move(comm)),
-      bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))) {
-  if (data_parallel == DataParallel::zero) zero_.emplace(*comm_);
-  if (data_parallel == DataParallel::fsdp) fsdp_.emplace(*comm_);
-}
-
-void ProcessGroupSync::average_gradients(const std::vector<torch::Tensor>& params, std::vector<CollectiveSample>& out) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params) {
-    if (!p.requires_grad()) continue;
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
-  }
-  Communicator& data = data_comm();
-  if (data.world_size() == 1) return;  // a split model over the whole world: one replica
-  const double world = data.world_size();
-  for_each_flat_bucket(grads, bucket_bytes_, [&](torch::Tensor& flat) {
-    out.push_back(data.all_reduce_sum(flat, "allreduce"));
-    flat.div_(world);
-  });
-}
+      bucket_bytes_(std::max<int64_t>(1, std::llround(bucket_mb * 1048576.0))),
+      kind_(data_parallel),
+      data_parallel_(make_data_parallel_layout(kind_, *comm_, bucket_bytes_)) {}
 
 // Host tensors: the Communicator sends them through Gloo whatever the backend, so the host's own
 // values (the loss mean, the stop votes of every step, the checks' figures) never wait for the
@@ -119,18 +39,9 @@ void ProcessGroupSync::broadcast_parameters(const std::vector<torch::Tensor>& pa
   std::vector<torch::Tensor> data, experts;
   for (const auto& p : params)
     (split_ && split_->kind_of(p) == ParameterKind::expert ? experts : data).push_back(p.detach());
-  const auto broadcast = [&](const std::vector<torch::Tensor>& tensors, Communicator& group) {
-    for_each_flat_bucket(tensors, bucket_bytes_,
-                         [&](torch::Tensor& flat) { group.broadcast(flat, 0, "broadcast_params"); });
-  };
-  broadcast(data, data_comm());
+  broadcast_in_buckets(data, split_ ? split_->data() : *comm_, bucket_bytes_);
   if (Communicator* holders = split_ ? split_->expert_data() : nullptr; holders && !experts.empty())
-    broadcast(experts, *holders);
-}
-
-ShardOf ProcessGroupSync::optimizer_shard() const {
-  if (fsdp_) return fsdp_->optimizer_shard();
-  return zero_ ? zero_->shard() : ShardOf{};
+    broadcast_in_buckets(experts, *holders, bucket_bytes_);
 }
 
 ParallelizedModel ProcessGroupSync::parallelize(GPT& model, const std::function<void()>& place) {
@@ -142,49 +53,44 @@ ParallelizedModel ProcessGroupSync::parallelize(GPT& model, const std::function<
     set_split_parameters(split);
   }
   place();
-  if (fsdp_) fsdp_->shard_model(model);  // the optimizer takes this rank's shards of the parameters
+  data_parallel_->shard_model(model);  // FSDP: the optimizer takes this rank's shards of the parameters
   ParallelizedModel out = optimizer_parameters(model);
-  out.optimizer_shard = optimizer_shard();
+  out.optimizer_shard = data_parallel_->optimizer_shard();
   out.experts = std::move(split.experts);  // this rank's alone
   if (split_)
-    out.norm_weights = [layout = split_.get(), zero = zero_.has_value()](const std::vector<torch::Tensor>& params) {
-      return layout->norm_weights(params, zero);
-    };
+    out.norm_weights = [layout = split_.get(), zero = kind_ == DataParallel::zero](
+                           const std::vector<torch::Tensor>& params) { return layout->norm_weights(params, zero); };
   return out;
 }
 
 void ProcessGroupSync::sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
-  if (zero_) zero_->reduce_scatter_gradients(optimizer, out);
-  else if (fsdp_) fsdp_->sync_gradients(out);
-  else average_gradients(optimizer.shared_parameters(), out);
+  data_parallel_->sync_gradients(optimizer, out);
 }
 
 void ProcessGroupSync::sum_over_shards(torch::Tensor& value, std::vector<CollectiveSample>& out) {
   if (split_)  // the weighted squares of every rank's parameters (norm_weights)
     out.push_back(comm_->all_reduce(value, ReduceOp::sum, "allreduce_grad_norm"));
-  else if (zero_) zero_->sum_over_ranks(value, out);
-  else if (fsdp_) fsdp_->sum_over_ranks(value, out);
+  else data_parallel_->sum_over_ranks(value, out);
 }
 
 void ProcessGroupSync::after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
-  if (zero_) zero_->gather_parameters(optimizer, out);
-  if (fsdp_) fsdp_->after_update(out);
+  data_parallel_->after_update(optimizer, out);
 }
 
 void ProcessGroupSync::begin_step(int64_t step) {
   comm_->set_step(step);
   if (split_) split_->set_step(step);
-  if (zero_) zero_->begin_step();
   // A step's records are its own collectives: the groups' calls of forwards between steps
   // (evaluation, the attention probe's and the start-up's input capture, the export's gather)
-  // belong to no training step.
+  // belong to no training step (the split's dropped here, FSDP's units' by its begin_step).
   if (split_) split_->drop_samples();
-  if (fsdp_) fsdp_->drop_samples();
+  data_parallel_->begin_step();
 }
 
 void ProcessGroupSync::split_model(const ParallelLayout& layout) {
   split_ = std::make_unique<SplitModel>(*comm_, layout);
-  if (zero_) zero_.emplace(split_->data());  // ZeRO's shards: over the data-parallel group
+  // DDP's buckets and ZeRO's shards: over the data-parallel group (FSDP is never split).
+  data_parallel_ = make_data_parallel_layout(kind_, split_->data(), bucket_bytes_);
   set_split(split_.get(), {split_->data().rank(), split_->data().world_size()});
 }
 

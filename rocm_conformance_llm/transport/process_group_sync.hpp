@@ -4,12 +4,12 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/data_parallel.hpp"
 #include "rocm_conformance_llm/transport/fsdp_sync.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
@@ -22,10 +22,10 @@ namespace rcl {
 class ProcessGroupSync final : public GradientSync {
  public:
   // `bucket_mb`: gradients are flattened into buckets of about this size per all-reduce
-  // (bigger buckets: fewer, larger RCCL messages; a tensor larger than a bucket goes alone).
-  // Validated with the config (bucket_mb > 0).
-  // `data_parallel`: "ddp" (bucketed all-reduce), "zero" (ZeroShards: the optimizer state
-  // and the gradients sharded across the ranks) or "fsdp" (FsdpShards: the parameters too).
+  // (DdpBuckets; validated with the config, bucket_mb > 0). `data_parallel`: the layout over the
+  // data-parallel group (transport/data_parallel.hpp): "ddp" (DdpBuckets), "zero" (ZeroShards:
+  // the optimizer state and the gradients sharded across the ranks) or "fsdp" (FsdpShards: the
+  // parameters too).
   ProcessGroupSync(std::unique_ptr<Communicator> comm, double bucket_mb,
                    DataParallel data_parallel = DataParallel::ddp);
 
@@ -40,14 +40,6 @@ class ProcessGroupSync final : public GradientSync {
   void after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
   double mean_across_ranks(double value) override;
 
-  // DDP's step: SUM all-reduce per bucket, then divide by the data-parallel world size. A
-  // parameter without a gradient on this rank contributes zeros, so every rank sends the same
-  // bucket layout. Each collective it ran is appended to `out`.
-  void average_gradients(const std::vector<torch::Tensor>& params, std::vector<CollectiveSample>& out);
-  // Which shard of the flat optimizer buffer this rank updates: all of it ({0, 1}) unless ZeRO or
-  // FSDP shards the optimizer across the data-parallel ranks.
-  ShardOf optimizer_shard() const;
-
   // Splits the model-parallel groups out of this world (every rank, at setup): from then on the
   // gradients are averaged (DDP) or sharded (ZeRO) over the data-parallel group, and the
   // parameter checks compare only the ranks that must hold equal values.
@@ -61,11 +53,9 @@ class ProcessGroupSync final : public GradientSync {
  private:
   std::unique_ptr<Communicator> comm_;
   int64_t bucket_bytes_;
-  Communicator& data_comm() const { return split_ ? split_->data() : *comm_; }
-
-  std::unique_ptr<SplitModel> split_;  // tensor or expert parallel; null: whole replicas
-  std::optional<ZeroShards> zero_;     // data_parallel "zero", over the data-parallel group
-  std::optional<FsdpShards> fsdp_;     // data_parallel "fsdp" (never with a split model)
+  DataParallel kind_;
+  std::unique_ptr<SplitModel> split_;                  // tensor or expert parallel; null: whole replicas
+  std::unique_ptr<DataParallelLayout> data_parallel_;  // DDP, ZeRO or FSDP over the data-parallel group
 };
 
 // LocalSync for one process; otherwise a ProcessGroupSync over a group built from `launch`

@@ -41,7 +41,7 @@ nlohmann::json data_parallel_section(DataParallel requested, const ShardOf& opti
   return section;
 }
 
-void ZeroShards::reduce_scatter_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+void ZeroShards::sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
   torch::NoGradGuard no_grad;
   torch::Tensor padded = optimizer.padded_grads();
   torch::Tensor mine = optimizer.shard_grads();
@@ -64,7 +64,7 @@ void ZeroShards::sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSamp
   out.push_back(comm_.all_reduce(value, ReduceOp::sum, "allreduce_grad_norm"));
 }
 
-void ZeroShards::gather_parameters(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
+void ZeroShards::after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) {
   torch::NoGradGuard no_grad;
   torch::Tensor padded = optimizer.padded_params();
   // A copy of the shard: Gloo's list all-gather (libtorch 1.13) must not read what it writes.

@@ -12,6 +12,7 @@
 
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
+#include "rocm_conformance_llm/transport/data_parallel.hpp"
 #include "rocm_conformance_llm/transport/grad_sync.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 
@@ -22,21 +23,21 @@ namespace rcl {
 nlohmann::json data_parallel_section(DataParallel requested, const ShardOf& optimizer_shard, int world_size,
                                      GPT& model);
 
-class ZeroShards {
+class ZeroShards final : public DataParallelLayout {
  public:
   explicit ZeroShards(Communicator& comm) : comm_(comm) {}
 
-  ShardOf shard() const { return {comm_.rank(), comm_.world_size()}; }
+  ShardOf optimizer_shard() const override { return {comm_.rank(), comm_.world_size()}; }
   // A new optimizer step: its first gradient sync starts the average afresh.
-  void begin_step() { syncs_this_step_ = 0; }
+  void begin_step() override { syncs_this_step_ = 0; }
   // Reduce-scatter (AVG) of the whole padded gradient into this rank's shard; the other shards'
   // gradients are then zeroed (ZeRO-2 frees them): nothing reads them, and a later sync in the
   // same step must not count them twice. A later sync in the same step (grad_sync_interval <
   // grad_accum_steps) averages only what was accumulated since, and adds the earlier average.
-  void reduce_scatter_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out);
-  void sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSample>& out);
+  void sync_gradients(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
+  void sum_over_ranks(torch::Tensor& value, std::vector<CollectiveSample>& out) override;
   // All-gather of every rank's updated shard into the whole padded parameter buffer.
-  void gather_parameters(FlatAdamW& optimizer, std::vector<CollectiveSample>& out);
+  void after_update(FlatAdamW& optimizer, std::vector<CollectiveSample>& out) override;
 
  private:
   Communicator& comm_;

@@ -2,6 +2,7 @@
 // ProcessGroupGloo on one TCPStore. Gradient averaging, and every cross-rank check both firing
 // on an injected fault and silent on a clean run; timeouts name the rank that never came.
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -70,6 +71,12 @@ std::vector<torch::Tensor> parameters_with_grads(int rank, bool one_buffer = fal
   return params;
 }
 
+// DDP's averaging (DdpBuckets) over the rank's whole group, in buckets of about `bucket_mb`.
+void average_gradients(ProcessGroupSync& sync, const std::vector<torch::Tensor>& params,
+                       std::vector<CollectiveSample>& out, double bucket_mb = 25.0) {
+  DdpBuckets(*sync.world().communicator, std::llround(bucket_mb * 1048576.0)).average_gradients(params, out);
+}
+
 class GradientAveragingTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradientAveragingTest, ExactMeanWhateverTheBucketSize) {
@@ -95,7 +102,7 @@ TEST_P(GradientAveragingTest, ExactMeanWhateverTheBucketSize) {
     run_ranks(world, bucket_mb, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
       auto params = parameters_with_grads(r, one_buffer);
       if (r == 1) params[2].mutable_grad() = torch::Tensor();
-      sync->average_gradients(params, samples[r]);
+      average_gradients(*sync, params, samples[r], bucket_mb);
       for (const auto& p : params) results[r].push_back(p.grad().clone());
     });
     for (int r = 0; r < world; ++r) {
@@ -128,7 +135,7 @@ TEST(ProcessGroupSyncTest, GradientsInOneBufferAreReducedWithoutCopies) {
     run_ranks(2, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
       auto params = parameters_with_grads(r, one_buffer);
       std::vector<CollectiveSample> samples;
-      sync->average_gradients(params, samples);
+      average_gradients(*sync, params, samples);
       EXPECT_EQ(samples.size(), 1u);
     });
     ops.stop();
@@ -320,12 +327,12 @@ TEST(CommChecksTest, RankThatNeverArrivesGivesOthersANamedTimeout) {
     std::vector<CollectiveSample> samples;
     auto params = parameters_with_grads(r);
     sync->begin_step(1);
-    sync->average_gradients(params, samples);  // everyone
+    average_gradients(*sync, params, samples);  // everyone
     sync->begin_step(2);
     if (r == absent) return;  // stops taking part (hung GPU, dead process)
     const auto start = Clock::now();
     try {
-      sync->average_gradients(params, samples);
+      average_gradients(*sync, params, samples);
     } catch (const CollectiveError& e) {
       errors[r] = e;
     }
@@ -353,14 +360,14 @@ TEST(CommChecksTest, VanishedRankZeroIsNamedThroughTheUnreachableStore) {
   run_ranks(world, 25.0, [&](std::shared_ptr<ProcessGroupSync>& sync, int r) {
     std::vector<CollectiveSample> samples;
     auto params = parameters_with_grads(r);
-    sync->average_gradients(params, samples);
+    average_gradients(*sync, params, samples);
     if (r == 0) {
       sync.reset();  // rank 0 exits: its group and the store it serves go away
       return;
     }
     std::this_thread::sleep_for(milliseconds(200));
     try {
-      sync->average_gradients(params, samples);
+      average_gradients(*sync, params, samples);
     } catch (const CollectiveError& e) {
       error = e;
     }
@@ -387,7 +394,7 @@ TEST(CommChecksTest, SkippedCollectiveIsNamedBySequenceCheck) {
     auto params = parameters_with_grads(r);
     if (r != skipper) {
       try {
-        sync->average_gradients(params, samples);
+        average_gradients(*sync, params, samples);
       } catch (const CollectiveError& e) {
         timeouts[r] = e;
       }
@@ -481,7 +488,7 @@ MonitoredRun run_monitored(int world, int steps, int slow_rank, double sleep_s) 
       auto grads = parameters_with_grads(r);
       if (r == slow_rank) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
       std::vector<CollectiveSample> samples;
-      sync->average_gradients(grads, samples);
+      average_gradients(*sync, grads, samples);
       run.last_samples[r] = samples;
       StepRecord record;
       record.step = step;
