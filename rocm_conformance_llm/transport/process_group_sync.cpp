@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 
 namespace rcl {
-
 namespace {
+
 World world_of(Communicator& comm) {
   return {.rank = comm.rank(),
           .size = comm.world_size(),
