@@ -63,7 +63,7 @@ void Job::build_training() {
   training_.sync = make_gradient_sync(s_.launch, s_.group, cfg, s_.device);
   stage_ = stage::model;
   training_.trainer = std::make_unique<Trainer>(
-      RunContext{model_config(cfg, s_.group.layout), run_.diagnostics, s_.device, run_.output_dir}, training_.sync);
+      RunContext{s_.group.model, run_.diagnostics, s_.device, run_.output_dir}, training_.sync);
   // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
   if (cfg.data_parallel != DataParallel::ddp || trainer().model()->parallel().expert)
     report().add_section("data_parallel", data_parallel_section(cfg.data_parallel, trainer().optimizer_shard(),
@@ -194,7 +194,7 @@ void Job::write_run_header() {
   doc["reduced_precision_gemm"] = s_.reduced_gemm.to_json();
   report().add_section("reduced_precision_gemm", doc["reduced_precision_gemm"]);
   // Sized as it trains: the comm mode's experts are in the model only where the world shards them.
-  doc["sizing"] = sizing_json(run_, model_config(run_.training, s_.group.layout));
+  doc["sizing"] = sizing_json(run_, s_.group.model);
   fs::create_directories(run_.output_dir);
   if (s_.launch.rank == 0) write_file_atomically(fs::path(run_.output_dir) / "config.json", doc.dump(2) + "\n");
   spdlog::info(

@@ -38,8 +38,11 @@ std::vector<int> ParallelLayout::expert_data_group(int rank) const {
 }
 
 GroupPlan plan_group(const TrainingConfig& cfg, int world_size) {
-  return {.layout = plan_parallel_layout(cfg, world_size),
-          .collective_timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0))};
+  GroupPlan plan{.layout = plan_parallel_layout(cfg, world_size),
+                 .collective_timeout = std::chrono::milliseconds(std::llround(cfg.collective_timeout_s * 1000.0)),
+                 .model = cfg};
+  plan.model.moe_experts = plan.layout.moe_experts;
+  return plan;
 }
 
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
@@ -122,12 +125,6 @@ ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size) {
       layout.notes.push_back("moe_experts: every expert local to each rank, no all-to-all");
   }
   return layout;
-}
-
-TrainingConfig model_config(const TrainingConfig& cfg, const ParallelLayout& layout) {
-  TrainingConfig model = cfg;
-  model.moe_experts = layout.moe_experts;
-  return model;
 }
 
 nlohmann::json to_json(const ParallelLayout& layout) {

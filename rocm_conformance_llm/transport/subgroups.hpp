@@ -45,15 +45,16 @@ struct ParallelLayout {
 // one is all ones (and no distributed experts), recorded.
 ParallelLayout plan_parallel_layout(const TrainingConfig& cfg, int world_size);
 // The group a run's ranks form, planned once (run/run_setup.cpp) and read by whatever forms or
-// probes it: the layout fitted to the world, and how long a collective (the rendezvous too) may
-// wait before it is a hang (training.collective_timeout_s).
+// probes it: the layout fitted to the world, how long a collective (the rendezvous too) may
+// wait before it is a hang (training.collective_timeout_s), and the model that layout trains.
 struct GroupPlan {
   ParallelLayout layout;
   std::chrono::milliseconds collective_timeout{};
+  // The run's config with distributed_moe_experts' experts where the world shards them: what the
+  // model is built from and sized as.
+  TrainingConfig model;
 };
 GroupPlan plan_group(const TrainingConfig& cfg, int world_size);
-// The model `layout` trains: `cfg` with distributed_moe_experts' experts where they apply.
-TrainingConfig model_config(const TrainingConfig& cfg, const ParallelLayout& layout);
 nlohmann::json to_json(const ParallelLayout& layout);
 
 // A ModelParallelGroup over a Communicator subgroup. Every collective it runs is kept, its op

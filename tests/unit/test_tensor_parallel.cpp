@@ -15,6 +15,7 @@
 #include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 #include "support/distributed.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -41,7 +42,7 @@ TrainingConfig small_model(const std::string& flavour) {
   }
   // Grouped-query attention: K and V blocks narrower than Q's, split at their own widths.
   if (flavour == "llama_gqa") cfg.num_key_value_heads = 2;
-  return cfg;
+  return testing::on_the_cpu(cfg);
 }
 
 // The tokens replica `replica` of `replicas` trains on at `step` (the same on every rank of its
@@ -245,14 +246,21 @@ TEST(ParallelLayout, AWorldThatDoesNotAllowTheDegreeFallsBackAndSaysSo) {
 
 // The run plans its group once: the layout the world allows and the timeout every collective and
 // the rendezvous wait for, in milliseconds.
-TEST(ParallelLayout, TheGroupPlanIsTheFittedLayoutAndTheTimeoutInMilliseconds) {
+// The plan also holds the model its layout trains: the comm mode's experts only where the world
+// has data-parallel ranks to shard them over.
+TEST(ParallelLayout, TheGroupPlanIsTheFittedLayoutTheTimeoutInMillisecondsAndTheModel) {
   TrainingConfig cfg = small_model("gpt2");
   cfg.tensor_parallel_degree = 4;
   cfg.collective_timeout_s = 2.5;
+  cfg.distributed_moe_experts = 4;
   const GroupPlan plan = plan_group(cfg, 6);
   EXPECT_EQ(plan.layout.tensor_degree, 2);
   EXPECT_EQ(plan.layout.notes, plan_parallel_layout(cfg, 6).notes);
   EXPECT_EQ(plan.collective_timeout, std::chrono::milliseconds(2500));
+  TrainingConfig with_experts = cfg;
+  with_experts.moe_experts = 4;
+  EXPECT_EQ(plan.model, with_experts);
+  EXPECT_EQ(plan_group(cfg, 1).model, cfg);  // one rank: the dense MLP kept
 }
 
 TEST(ParallelLayout, AWorldOfOneIsARecordedNoOp) {
