@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/transport/comm_checks.hpp"
+#include "rocm_conformance_llm/checks/detectors/comm_checks.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
 
 namespace rcl {

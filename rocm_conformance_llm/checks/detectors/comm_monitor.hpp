@@ -12,11 +12,11 @@
 
 #include <torch/torch.h>
 
+#include "rocm_conformance_llm/checks/detectors/comm_checks.hpp"
 #include "rocm_conformance_llm/checks/detectors/cross_rank_checks.hpp"
 #include "rocm_conformance_llm/checks/findings/detector.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/loop/loop_access.hpp"
-#include "rocm_conformance_llm/transport/comm_checks.hpp"
 
 namespace rcl {
 

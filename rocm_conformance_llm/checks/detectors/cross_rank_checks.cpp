@@ -12,7 +12,7 @@
 #endif
 
 #include "rocm_conformance_llm/base/strings.hpp"
-#include "rocm_conformance_llm/transport/comm_checks.hpp"
+#include "rocm_conformance_llm/checks/detectors/comm_checks.hpp"
 #include "rocm_conformance_llm/transport/split_model.hpp"
 
 namespace rcl {

@@ -1,4 +1,4 @@
-#include "rocm_conformance_llm/transport/comm_checks.hpp"
+#include "rocm_conformance_llm/checks/detectors/comm_checks.hpp"
 
 #include <algorithm>
 #include <cmath>
