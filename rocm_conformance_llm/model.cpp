@@ -22,15 +22,6 @@ void init_linear(torch::nn::Linear& layer, double std) {
   if (layer->bias.defined()) layer->bias.zero_();
 }
 
-// A model is built on the host and moved by its caller: `auto` left in a config built by hand
-// resolves as on the CPU, to the explicit path GPT always ran before `auto`. Trainer and a run
-// resolve it for their device before they build one.
-TrainingConfig built_on_the_host(TrainingConfig cfg) {
-  cfg.attention_backend =
-      resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(/*gpu=*/false));
-  return cfg;
-}
-
 }  // namespace
 
 torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -159,7 +150,8 @@ torch::Tensor forward_keeping_attention(Block block, const torch::Tensor& x) {
 }
 }  // namespace
 
-GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(built_on_the_host(cfg)) {
+GPTImpl::GPTImpl(const TrainingConfig& cfg, ModelOptions options) : cfg_(cfg) {
+  require_resolved(cfg.attention_backend, "the model");
   if (cfg.vocab_size <= 0) throw ConfigError("model: vocab_size must be resolved (> 0) before building the model");
   select_sdpa_backend(cfg_.attention_backend);
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));

@@ -143,11 +143,9 @@ std::vector<std::string> parse_stress_list(const std::string& text) {
 StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps) {
   StressComposition out;
-  // The rules see the backend the run will use (a run resolves its base before this; a
-  // composition of a preset or a hand-built config resolves it here, the same way).
-  TrainingConfig resolved = base;
-  resolved.attention_backend = resolve_attention_backend(base.attention_backend, caps);
-  nlohmann::json config = resolved;
+  // The rules see the backend the run will use.
+  require_resolved(base.attention_backend, "the stress rules");
+  nlohmann::json config = base;
   for (const auto& name : modes) {
     const StressMode& mode = find_mode(name);
     const std::string reason = mode.requires_capability.unmet(caps);

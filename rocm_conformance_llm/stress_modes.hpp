@@ -6,8 +6,8 @@
 // one value; no two modes write the same field, and no mode writes a field another mode reads
 // (tests check this for the whole registry; two modes may write one field with the very same
 // rule, which commutes with itself). A mode may read the fields it writes itself: its rules
-// apply in their declared order, and no other mode's rule can come between them. Such changes commute, and applying one twice
-// changes nothing, so `--stress a,b` == `--stress b,a` == `--stress a,a,b`.
+// apply in their declared order, and no other mode's rule can come between them. Such changes commute, and applying one
+// twice changes nothing, so `--stress a,b` == `--stress b,a` == `--stress a,a,b`.
 #pragma once
 
 #include <map>
@@ -64,8 +64,8 @@ struct StressComposition {
 
 // Applies the named modes to `base` in the order given (any order gives the same result);
 // modes whose requirement `caps` does not meet change nothing and are listed in `skipped`.
-// Intensities missing from `profile` take the mode's declared defaults. `auto` in `base` is
-// resolved for `caps` first (resolve_attention_backend): the rules see the backend that runs.
+// Intensities missing from `profile` take the mode's declared defaults. `base` says the
+// attention backend that runs (resolved for `caps`, require_resolved): the rules see it.
 StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps);
 

@@ -3,6 +3,7 @@
 
 #include <torch/version.h>
 
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,14 @@ Capabilities Capabilities::of_this_build(bool gpu) {
 AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps) {
   if (requested != AttentionBackend::automatic) return requested;
   return caps.gpu && caps.torch_major >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
+}
+
+void require_resolved(AttentionBackend backend, const char* reader) {
+  if (backend == AttentionBackend::automatic)
+    throw std::logic_error(
+        fmt::format("{} was handed attention_backend=auto: resolve it for the run's device "
+                    "(resolve_attention_backend) before anything reads the config",
+                    reader));
 }
 
 std::string CapabilityRequirement::describe() const {

@@ -23,6 +23,12 @@ struct Capabilities {
 // Any other value is the user's choice and is returned as it is.
 AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps);
 
+// A run resolves `auto` once, when it resolves its request (run/cli_resolve.cpp); what reads the
+// config after that (the stress rules, sizing, the model, the trainer) takes the backend that runs
+// and throws std::logic_error, naming `reader`, when handed `auto`: a config built in code (tests,
+// tools) is resolved by resolve_attention_backend first, as a run's is.
+void require_resolved(AttentionBackend backend, const char* reader);
+
 // What a mode or rule needs of the run's Capabilities; a mode whose requirement does not hold
 // is skipped with the reason.
 struct CapabilityRequirement {

@@ -108,9 +108,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   auto& cfg = ctx_.cfg;
   validate(cfg);
   const auto& device = ctx_.device;
-  // A config built by hand (tests, tools) may still say `auto`: resolved for this device as a run's is.
-  cfg.attention_backend =
-      resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(!device.is_cpu()));
+  require_resolved(cfg.attention_backend, "the trainer");
   // Under "replay" the replay check switches them on around the steps it compares.
   set_deterministic(determinism_of(cfg) == Determinism::all);
 

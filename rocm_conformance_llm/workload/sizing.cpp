@@ -156,8 +156,7 @@ nlohmann::json terms_json(const std::vector<MemoryTerm>& terms) {
 SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescription& device) {
   TrainingConfig cfg = composed;
   cfg.vocab_size = resolved_vocab_size(cfg);
-  cfg.attention_backend =
-      resolve_attention_backend(cfg.attention_backend, Capabilities::of_this_build(device.accelerator));
+  require_resolved(cfg.attention_backend, "the step's sizing");
   const Shape s = shape_of(cfg, device);
   SizingPrediction p;
   p.parameters = parameter_count(cfg);
@@ -181,8 +180,8 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
   // The chunked loss (workload/lm_head.hpp) holds one chunk's logits, float32 log-softmax and
   // gradients at a time, beside the head weight cast over the padded rows, its float32 gradient
   // and the gradient of the hidden rows: never the whole batch's logits.
-  const int64_t logits = std::min(s.BT, kLossChunkTokens) * 12 * s.V + (s.a + 4) * padded_vocab(s.V) * s.C +
-                         s.a * s.BT * s.C;
+  const int64_t logits =
+      std::min(s.BT, kLossChunkTokens) * 12 * s.V + (s.a + 4) * padded_vocab(s.V) * s.C + s.a * s.BT * s.C;
   const std::string logits_formula = fmt::format("12 min(B T, {}) V + (a + 4) V_64 C + a B T C", kLossChunkTokens);
   const int64_t workspace = block_backward_workspace(s);
   if (s.autocast)

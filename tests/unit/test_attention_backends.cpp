@@ -17,6 +17,8 @@
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
+#include "rocm_conformance_llm/workload/sizing.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -253,14 +255,15 @@ TEST(AttentionProbe, APreparedProbeRunsAgainWithTheSameVerdictAndStillCatchesThe
 // on; below 2.0 it is a no-op whose reason is recorded (the preset's `auto` is math there).
 TEST(AttentionStressMode, AppliesWithSdpaAndIsARecordedNoOpWithout) {
   const Preset& smoke = find_preset("smoke");
+  const Capabilities old_torch{.torch_major = 1, .torch_minor = 13}, new_torch{.torch_major = 2, .torch_minor = 14};
   const auto old_build =
-      compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 1, .torch_minor = 13});
+      compose_stress_modes(testing::resolved_for(smoke.training, old_torch), {"attention"}, smoke.stress, old_torch);
   TrainingConfig math = smoke.training;
   math.attention_backend = AttentionBackend::math;
   EXPECT_EQ(old_build.training, math);
   EXPECT_EQ(old_build.skipped.at("attention"), "needs libtorch >= 2.0 (this build has 1.13)");
   const auto new_build =
-      compose_stress_modes(smoke.training, {"attention"}, smoke.stress, {.torch_major = 2, .torch_minor = 14});
+      compose_stress_modes(testing::resolved_for(smoke.training, new_torch), {"attention"}, smoke.stress, new_torch);
   EXPECT_TRUE(new_build.skipped.empty());
   EXPECT_EQ(new_build.training.attention_backend, AttentionBackend::sdpa);
   EXPECT_EQ(new_build.training.attention_pad_fraction, 0.25);
@@ -271,6 +274,21 @@ TEST(AttentionStressMode, AppliesWithSdpaAndIsARecordedNoOpWithout) {
   flash.attention_backend = AttentionBackend::sdpa_flash;  // a chosen fused backend stays
   EXPECT_EQ(compose_stress_modes(flash, {"attention"}, smoke.stress, {.torch_major = 2}).training.attention_backend,
             AttentionBackend::sdpa_flash);
+}
+
+// `auto` is resolved once, by the run, for its device: the stress rules, the step's sizing and
+// the model refuse a config that still says it rather than guess which device it was meant for.
+TEST(AttentionBackendAuto, WhatReadsTheRunsConfigRefusesAnUnresolvedBackend) {
+  const Preset& smoke = find_preset("smoke");
+  ASSERT_EQ(smoke.training.attention_backend, AttentionBackend::automatic);
+  const Capabilities cpu = Capabilities::of_this_build(/*gpu=*/false);
+  EXPECT_THROW(compose_stress_modes(smoke.training, {}, smoke.stress, cpu), std::logic_error);
+  EXPECT_THROW(predict_step(smoke.training, DeviceDescription{.name = "the host"}), std::logic_error);
+  EXPECT_THROW(GPT{tiny_model("auto")}, std::logic_error);
+  const TrainingConfig resolved = testing::resolved_for(smoke.training, cpu);
+  EXPECT_NO_THROW(compose_stress_modes(resolved, {}, smoke.stress, cpu));
+  EXPECT_NO_THROW(predict_step(resolved, DeviceDescription{.name = "the host"}));
+  EXPECT_NO_THROW(GPT{tiny_model("math")});
 }
 
 }  // namespace RCL_UNITY_ID

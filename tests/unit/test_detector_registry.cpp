@@ -15,6 +15,7 @@
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/run/wiring.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -155,7 +156,7 @@ DetectorSpec loss_jump_spec() {
 // through the run's wiring (faults first).
 std::vector<Finding> run_smoke(const std::string& inject) {
   RunContext ctx;
-  ctx.cfg = find_preset("smoke").training;
+  ctx.cfg = testing::on_the_cpu(find_preset("smoke").training);
   ctx.cfg.steps = 24;
   ctx.cfg.eval_interval = 0;
   Trainer trainer(ctx);

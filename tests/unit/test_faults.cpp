@@ -7,6 +7,7 @@
 #include "rocm_conformance_llm/faults/faults.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/transport/communicator.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -60,7 +61,8 @@ TEST(FaultPlan, SlowCollectiveIsOneShotWithAnOptionalDelay) {
 // step is published: the injected delay must land on that time too, or the fault goes unseen.
 TEST(FaultInjector, SlowCollectiveDelayOutlivesTheDeviceTimeReadAtPublish) {
   const auto plan = FaultPlan::parse("slow-collective=0.01@step=3");
-  const TrainingConfig tiny{.hidden_size = 16, .num_layers = 1, .seq_len = 8, .num_heads = 2, .vocab_size = 20};
+  const TrainingConfig tiny =
+      testing::on_the_cpu({.hidden_size = 16, .num_layers = 1, .seq_len = 8, .num_heads = 2, .vocab_size = 20});
   FaultInjector injector(plan, 0, GPT(tiny), torch::Device(torch::kCPU));
   CollectiveSample host_timed{.op = "allreduce_grads", .bytes = 1024, .seconds = 0.002};
   CollectiveSample device_timed = host_timed;

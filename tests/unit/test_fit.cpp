@@ -23,6 +23,7 @@
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
 #include "rocm_conformance_llm/workload/fit.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -49,8 +50,8 @@ std::vector<std::vector<std::string>> every_composition() {
 
 TrainingConfig compose(const std::string& preset, const std::vector<std::string>& modes) {
   const Preset& p = find_preset(preset);
-  return compose_stress_modes(p.training, modes, complete_stress_profile(p.stress),
-                              Capabilities::of_this_build(/*gpu=*/true))
+  const Capabilities gpu = Capabilities::of_this_build(/*gpu=*/true);
+  return compose_stress_modes(testing::resolved_for(p.training, gpu), modes, complete_stress_profile(p.stress), gpu)
       .training;
 }
 
@@ -242,7 +243,7 @@ TEST(DeviceFit, TheFitNeverUndoesAModeAndNoModeGuardsTheFieldsItMoves) {
 // configuration and says so; one that cannot is refused with its predicted and available bytes,
 // per rank the host runs, naming the largest part of the peak.
 TEST(HostMemory, ACpuRunTheHostCannotHoldIsRefusedWithItsNumbers) {
-  const TrainingConfig smoke = find_preset("smoke").training;
+  const TrainingConfig smoke = testing::on_the_cpu(find_preset("smoke").training);
   const int64_t peak = predict_step(smoke, DeviceDescription{.accelerator = false}).peak_bytes;
   const auto fits = check_host_memory(smoke, 1, peak, "posed");
   EXPECT_TRUE(fits.fits) << fits.reason;

@@ -6,6 +6,7 @@
 
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "support/cpu_fp16.hpp"
+#include "support/resolved_config.hpp"
 #include "support/step_recorder.hpp"
 
 namespace rcl {
@@ -27,6 +28,7 @@ TEST(Fp16Training, RealOverflowSkipsBacksOffAndRegrowsOnTheModel) {
   c.mixed_precision = Precision::fp16;
   c.fp16_initial_loss_scale = 16777216.0;  // 2^24
   c.fp16_growth_interval = 3;
+  c = testing::on_the_cpu(c);
   Trainer trainer(ctx);
   Recorder recorder;
   trainer.add_observer(&recorder);

@@ -14,6 +14,7 @@
 #include "rocm_conformance_llm/transport/parallelize.hpp"
 #include "rocm_conformance_llm/workload/fsdp.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -48,7 +49,7 @@ TrainingConfig tiny_config() {
   cfg.vocab_size = 29;
   cfg.dropout = 0.1;
   cfg.drop_path = 0.2;
-  return cfg;
+  return testing::on_the_cpu(cfg);
 }
 
 // A unit's gradient as FsdpUnit lays it out: its decayed parameters' gradients first.

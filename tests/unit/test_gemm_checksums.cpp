@@ -21,6 +21,7 @@
 #include "rocm_conformance_llm/workload/checkpointing.hpp"
 #include "rocm_conformance_llm/workload/gemm_checks.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -67,7 +68,8 @@ TEST(GemmChecksums, HostLoopsAgreeWithAtenOnRatiosAndPlaces) {
     const auto host = checksums(p);
     const auto aten = gemm_checksums_aten(p.a, p.b, p.bias, p.c);
     for (int i = 0; i < 5; ++i)
-      EXPECT_NEAR(host[i], aten[i].item<double>(), 1e-6 * std::max(1.0, std::abs(host[i]))) << c10::toString(dtype) << " [" << i << "]";
+      EXPECT_NEAR(host[i], aten[i].item<double>(), 1e-6 * std::max(1.0, std::abs(host[i])))
+          << c10::toString(dtype) << " [" << i << "]";
   }
 }
 
@@ -204,7 +206,7 @@ TEST(ObservedLinear, EveryLinearOfTheModelReportsItsThreeGemmsAndAllAreClean) {
   cfg.seq_len = 8;
   cfg.vocab_size = 29;
   torch::manual_seed(6);
-  GPT model(cfg);
+  GPT model(testing::on_the_cpu(cfg));
   const auto tokens = torch::randint(cfg.vocab_size, {2, cfg.seq_len}, torch::kLong);
   RecordingObserver observer;
   {
@@ -233,7 +235,7 @@ TEST(ObservedLinear, Bf16GemmsComputedInFloat32AreCleanAndAWrongOneIsCaught) {
   cfg.seq_len = 16;
   cfg.vocab_size = 29;
   torch::manual_seed(8);
-  GPT model(cfg);
+  GPT model(testing::on_the_cpu(cfg));
   const auto tokens = torch::randint(cfg.vocab_size, {2, cfg.seq_len}, torch::kLong);
   for (const bool corrupt : {false, true}) {
     RecordingObserver observer;

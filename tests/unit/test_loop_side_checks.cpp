@@ -21,6 +21,7 @@
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -345,6 +346,7 @@ RunContext replay_context(const std::string& name) {
   c.hidden_size = 32, c.num_heads = 2, c.num_layers = 2, c.seq_len = 32, c.batch_size = 4;
   c.dropout = 0.1, c.drop_path = 0.1, c.eval_interval = 0, c.device = DeviceChoice::cpu;
   c.steps = 10, c.replay_check_interval = 4, c.replay_steps = 2;
+  c = testing::on_the_cpu(c);
   ctx.output_dir = std::filesystem::temp_directory_path() / fmt::format("rcl-{}-{}", name, ::getpid());
   return ctx;
 }

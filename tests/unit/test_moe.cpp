@@ -12,6 +12,7 @@
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
 #include "support/distributed.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -27,7 +28,7 @@ TrainingConfig moe_config(const std::string& activation, int64_t experts, int64_
   cfg.activation = *parse_name<Activation>(activation);
   cfg.moe_experts = experts;
   cfg.moe_top_k = top_k;
-  return cfg;
+  return testing::on_the_cpu(cfg);
 }
 
 // The ranks are threads of one process: one at a time draws from the global generator.

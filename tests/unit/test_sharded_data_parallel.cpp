@@ -21,6 +21,7 @@
 #include "rocm_conformance_llm/loop/trainer.hpp"
 #include "rocm_conformance_llm/transport/process_group_sync.hpp"
 #include "support/distributed.hpp"
+#include "support/resolved_config.hpp"
 #include "support/step_recorder.hpp"
 
 namespace rcl {
@@ -46,6 +47,7 @@ RunContext tiny_run(int world, const std::string& precision, double grad_clip) {
   c.mixed_precision = *parse_name<Precision>(precision);
   c.grad_clip = grad_clip;
   c.learning_rate = 3e-3;  // large enough that a wrong shard or a missed gather shows in the loss
+  c = testing::on_the_cpu(c);
   return ctx;
 }
 

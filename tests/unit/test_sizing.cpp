@@ -19,6 +19,7 @@
 #include "rocm_conformance_llm/workload/lm_head.hpp"
 #include "rocm_conformance_llm/workload/memory_ballast.hpp"
 #include "rocm_conformance_llm/workload/sizing.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -47,7 +48,7 @@ int64_t measured_peak(TrainingConfig cfg, int64_t steps = 2) {
   if (status_kib("VmHWM") > before + 1024) return -1;  // the peak was not reset: no measurement
   {
     RunContext ctx;
-    ctx.cfg = cfg;
+    ctx.cfg = testing::on_the_cpu(cfg);
     Trainer trainer(ctx);
     const MemoryBallast ballast(cfg.memory_pressure_bytes, torch::kCPU);  // as the run holds it
     trainer.run();
@@ -75,12 +76,12 @@ TrainingConfig smoke_at(int64_t batch, int64_t seq) {
   TrainingConfig cfg = find_preset("smoke").training;
   cfg.batch_size = batch;
   cfg.seq_len = seq;
-  return cfg;
+  return testing::on_the_cpu(cfg);
 }
 
 TrainingConfig composed(TrainingConfig base, const std::string& modes) {
-  return compose_stress_modes(base, parse_stress_list(modes), complete_stress_profile(find_preset("smoke").stress),
-                              Capabilities::of_this_build(false))
+  return compose_stress_modes(testing::on_the_cpu(base), parse_stress_list(modes),
+                              complete_stress_profile(find_preset("smoke").stress), Capabilities::of_this_build(false))
       .training;
 }
 
@@ -108,7 +109,7 @@ std::vector<Case> cases() {
   TrainingConfig gqa = smoke_at(16, 256);
   gqa.num_key_value_heads = 1;
   return {
-      {"smoke preset", find_preset("smoke").training},
+      {"smoke preset", testing::on_the_cpu(find_preset("smoke").training)},
       {"smoke at batch 16, seq 256 (math attention)", smoke_at(16, 256)},
       {"the same, checkpointed (attention kept)", checkpointed},
       {"the same, checkpointed (whole blocks recomputed)", whole_blocks},
@@ -116,7 +117,7 @@ std::vector<Case> cases() {
       {"smoke, bf16 autocast", bf16},
       {"smoke, grouped-query attention (1 KV head of 4)", gqa},
       {"smoke + fusion,rng", composed(smoke_at(8, 256), "fusion,rng")},
-      {"cpu-medium preset", find_preset("cpu-medium").training},
+      {"cpu-medium preset", testing::on_the_cpu(find_preset("cpu-medium").training)},
       {"smoke + memory,gemm (checkpointed, bf16, ballast)", composed(smoke_at(8, 64), "memory,gemm"), kMemoryGemmBound},
   };
 }
@@ -173,13 +174,6 @@ TEST(Sizing, TermsFollowTheirFormulas) {
   TrainingConfig fused = cfg;
   fused.attention_backend = AttentionBackend::sdpa;
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"), -1);
-  // `auto` left in a hand-built config is sized as the device runs it: SDPA on a GPU (where this
-  // libtorch has it), math on the host.
-  TrainingConfig automatic = cfg;
-  automatic.attention_backend = AttentionBackend::automatic;
-  EXPECT_EQ(predict_step(automatic, gpu).to_json(),
-            predict_step(TORCH_VERSION_MAJOR >= 2 ? fused : cfg, gpu).to_json());
-  EXPECT_EQ(predict_step(automatic, kHost).to_json(), predict_step(cfg, kHost).to_json());
   fused.attention_pad_fraction = 0.25;
   EXPECT_EQ(term(predict_step(fused, gpu).step, "attention_scores"),
             cfg.num_layers * cfg.batch_size * cfg.seq_len * cfg.seq_len * 2);
@@ -239,7 +233,7 @@ TEST(Sizing, KeptAttentionIsCountedPerLayerAndIsNotRecomputed) {
 // the parameters and the activations, whose repeat to every query head is counted too.
 TEST(Sizing, VocabularyAndGroupedQueryAttentionAreCounted) {
   const DeviceDescription gpu{.name = "posed", .capacity_bytes = 192'000'000'000, .peak_flops = 1e15};
-  const TrainingConfig cfg = find_preset("large").training;
+  const TrainingConfig cfg = testing::resolved_for(find_preset("large").training, Capabilities::of_this_build(true));
   const auto p = predict_step(cfg, gpu);
   const int64_t tokens = cfg.batch_size * cfg.seq_len;
   EXPECT_EQ(p.vocab_size, 128256);

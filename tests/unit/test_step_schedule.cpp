@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/loop/trainer.hpp"
+#include "support/resolved_config.hpp"
 
 namespace rcl {
 namespace {
@@ -59,6 +60,7 @@ RunContext scheduled_run() {
   c.eval_interval = 1;
   c.eval_batches = 1;
   c.device = DeviceChoice::cpu;
+  c = testing::on_the_cpu(c);
   return ctx;
 }
 

@@ -14,6 +14,7 @@
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
+#include "support/resolved_config.hpp"
 
 #include <torch/version.h>
 
@@ -23,8 +24,20 @@ namespace RCL_UNITY_ID {
 
 const Capabilities kCpu = Capabilities::of_this_build(/*gpu=*/false);
 
+// What a run composes: its base resolved for `caps` first (`auto` attention), as
+// run/cli_resolve.cpp resolves it before the modes.
+StressComposition run_composition(const TrainingConfig& base, const std::vector<std::string>& modes,
+                                  const StressProfile& p, const Capabilities& caps) {
+  return compose_stress_modes(testing::resolved_for(base, caps), modes, p, caps);
+}
+
+nlohmann::json run_explanation(const TrainingConfig& base, const std::vector<std::string>& modes,
+                               const StressProfile& p, const Capabilities& caps) {
+  return explain_stress(testing::resolved_for(base, caps), modes, p, caps);
+}
+
 TrainingConfig compose(const TrainingConfig& base, const std::vector<std::string>& modes, const StressProfile& p) {
-  return compose_stress_modes(base, modes, p, kCpu).training;
+  return run_composition(base, modes, p, kCpu).training;
 }
 
 std::vector<std::vector<std::string>> all_subsets() {
@@ -240,9 +253,9 @@ std::vector<std::string> registry_problems() {
 void expect_order_independent(const Preset& preset, const TrainingConfig& base, const Capabilities& caps) {
   for (auto subset : all_subsets()) {
     std::sort(subset.begin(), subset.end());
-    const TrainingConfig reference = compose_stress_modes(base, subset, preset.stress, caps).training;
+    const TrainingConfig reference = run_composition(base, subset, preset.stress, caps).training;
     do {
-      ASSERT_EQ(compose_stress_modes(base, subset, preset.stress, caps).training, reference)
+      ASSERT_EQ(run_composition(base, subset, preset.stress, caps).training, reference)
           << preset.name << " order-dependent for " << nlohmann::json(subset).dump();
     } while (std::next_permutation(subset.begin(), subset.end()));
   }
@@ -344,7 +357,7 @@ TEST(StressRegistry, AThrowawayModeIsPickedUpEverywhere) {
 
   // The capability does not hold: a no-op with its reason, the other modes still apply.
   const Preset& smoke = find_preset("smoke");
-  const auto composed = compose_stress_modes(smoke.training, names, smoke.stress, kCpu);
+  const auto composed = run_composition(smoke.training, names, smoke.stress, kCpu);
   const std::vector<std::string> builtin(names.begin(), names.end() - 1);
   EXPECT_EQ(composed.training, compose(smoke.training, builtin, smoke.stress));
   // Besides canary, only the attention mode may be skipped (libtorch < 2.0).
@@ -364,11 +377,11 @@ TEST(StressRegistry, AThrowawayModeIsPickedUpEverywhere) {
 TEST(StressRegistry, AModeNeedingAGpuAppliesOnlyWithOne) {
   const auto guard = register_stress_mode(canary_mode({.gpu = true}));
   const Preset& smoke = find_preset("smoke");
-  const auto on_cpu = compose_stress_modes(smoke.training, {"canary"}, smoke.stress, kCpu);
+  const auto on_cpu = run_composition(smoke.training, {"canary"}, smoke.stress, kCpu);
   EXPECT_EQ(on_cpu.training, compose(smoke.training, {}, smoke.stress));
   EXPECT_EQ(on_cpu.skipped.at("canary"), "needs a GPU (this run is on the CPU)");
   const Capabilities gpu = Capabilities::of_this_build(/*gpu=*/true);
-  const auto on_gpu = compose_stress_modes(smoke.training, {"canary"}, smoke.stress, gpu);
+  const auto on_gpu = run_composition(smoke.training, {"canary"}, smoke.stress, gpu);
   EXPECT_TRUE(on_gpu.skipped.empty());
   EXPECT_EQ(on_gpu.training.eval_batches, 6);  // the declared default: presets do not know canary
   expect_order_independent(smoke, smoke.training, gpu);
@@ -388,22 +401,22 @@ TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   for (const auto& modes :
        std::vector<std::vector<std::string>>{{"memory"}, {"memory", "gemm", "rng", "comm", "fusion"}})
     for (const auto& base : {small.training, math}) {
-      const auto on_gpu = compose_stress_modes(base, modes, small.stress, gpu2).training;
+      const auto on_gpu = run_composition(base, modes, small.stress, gpu2).training;
       EXPECT_EQ(on_gpu.seq_len, 8192);
       EXPECT_EQ(on_gpu.attention_backend, AttentionBackend::sdpa)
           << nlohmann::json(modes).dump() << " from " << name_of(base.attention_backend);
     }
-  EXPECT_EQ(explain_stress(math, {"memory"}, small.stress, gpu2).at("memory").at("attention_backend"),
+  EXPECT_EQ(run_explanation(math, {"memory"}, small.stress, gpu2).at("memory").at("attention_backend"),
             nlohmann::json({"math", "sdpa"}));
   const Capabilities cpu2{.torch_major = 2, .torch_minor = 14, .gpu = false};
   const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
   for (const auto& caps : {cpu2, gpu1})
     for (const auto& base : {small.training, math})
-      EXPECT_EQ(compose_stress_modes(base, {"memory"}, small.stress, caps).training.attention_backend,
+      EXPECT_EQ(run_composition(base, {"memory"}, small.stress, caps).training.attention_backend,
                 AttentionBackend::math);
   TrainingConfig flash = small.training;
   flash.attention_backend = AttentionBackend::sdpa_flash;
-  EXPECT_EQ(compose_stress_modes(flash, {"memory"}, small.stress, gpu2).training.attention_backend,
+  EXPECT_EQ(run_composition(flash, {"memory"}, small.stress, gpu2).training.attention_backend,
             AttentionBackend::sdpa_flash);
   // The rule says where it applies.
   EXPECT_NE(describe_stress_modes(false).find("attention_backend math -> sdpa (with libtorch >= 2.0, GPU)"),
@@ -440,11 +453,12 @@ TEST(AttentionBackendAuto, TheModesComposeFromTheResolvedBackend) {
   EXPECT_EQ(compose(smoke.training, {"attention"}, smoke.stress).attention_backend,
             TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math);
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
-  const auto on_gpu = explain_stress(smoke.training, {"attention"}, smoke.stress, gpu2);
+  const auto on_gpu = run_explanation(smoke.training, {"attention"}, smoke.stress, gpu2);
   EXPECT_FALSE(on_gpu.at("attention").contains("attention_backend")) << on_gpu.dump();
   if (TORCH_VERSION_MAJOR >= 2)
-    EXPECT_EQ(explain_stress(smoke.training, {"attention"}, smoke.stress, kCpu).at("attention").at("attention_backend"),
-              nlohmann::json({"math", "sdpa"}));
+    EXPECT_EQ(
+        run_explanation(smoke.training, {"attention"}, smoke.stress, kCpu).at("attention").at("attention_backend"),
+        nlohmann::json({"math", "sdpa"}));
 }
 
 TEST(StressModes, EveryPermutationOfEverySubsetComposesToTheSameConfig) {
@@ -538,7 +552,7 @@ TEST(StressModes, OnlyTheAttentionModePadsBatches) {
   for (const auto& preset : presets())
     for (auto subset : all_subsets()) {
       const bool attention = std::find(subset.begin(), subset.end(), "attention") != subset.end();
-      const auto composed = compose_stress_modes(preset.training, subset, preset.stress, gpu2).training;
+      const auto composed = run_composition(preset.training, subset, preset.stress, gpu2).training;
       EXPECT_EQ(composed.attention_pad_fraction > 0, attention) << preset.name << nlohmann::json(subset).dump();
     }
 }
@@ -551,7 +565,7 @@ TEST(StressModes, GemmModeKeepsHeadDimWithinItsCeiling) {
   for (const auto& preset : presets())
     for (auto subset : all_subsets()) {
       if (std::find(subset.begin(), subset.end(), "gemm") == subset.end()) continue;
-      const auto c = compose_stress_modes(preset.training, subset, preset.stress, gpu2).training;
+      const auto c = run_composition(preset.training, subset, preset.stress, gpu2).training;
       EXPECT_LE(c.hidden_size / c.num_heads, 128) << preset.name << nlohmann::json(subset).dump();
       EXPECT_EQ(c.num_heads % key_value_heads(c), 0) << preset.name;
       EXPECT_NO_THROW(validate(c)) << preset.name << nlohmann::json(subset).dump();
@@ -648,7 +662,7 @@ TEST(StressParsing, UnknownAndEmptyNamesAreRejectedListingKnownModes) {
 
 TEST(StressExplain, ReportsEachModesFieldChanges) {
   const Preset& p = find_preset("smoke");
-  const auto changes = explain_stress(p.training, {"memory", "comm"}, p.stress, kCpu);
+  const auto changes = run_explanation(p.training, {"memory", "comm"}, p.stress, kCpu);
   EXPECT_EQ(changes.at("memory").at("seq_len"),
             nlohmann::json({p.training.seq_len, p.stress.integer("memory", "min_seq_len")}));
   EXPECT_FALSE(changes.at("comm").contains("grad_sync_interval"));  // already 1: unchanged

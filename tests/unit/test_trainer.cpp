@@ -21,6 +21,7 @@
 #include "rocm_conformance_llm/reports/metrics_writer.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
 #include "rocm_conformance_llm/workload/memory_ballast.hpp"
+#include "support/resolved_config.hpp"
 #include "support/step_recorder.hpp"
 
 namespace rcl {
@@ -40,6 +41,7 @@ RunContext tiny_run(int64_t steps = 6) {
   c.warmup_steps = 2;
   c.eval_interval = 0;
   c.device = DeviceChoice::cpu;
+  c = testing::on_the_cpu(c);
   return ctx;
 }
 
@@ -72,23 +74,19 @@ double seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// A trainer resolves `auto` in a hand-built config for its device: on the CPU the explicit
-// path, with the very losses an explicit `math` gives.
-TEST(Training, AutoBackendOnTheCpuTrainsAsTheExplicitPath) {
-  RunContext automatic = tiny_run(2);
-  ASSERT_EQ(automatic.cfg.attention_backend, AttentionBackend::automatic);
-  RunContext math = automatic;
-  math.cfg.attention_backend = AttentionBackend::math;
-  Trainer resolved(automatic);
-  EXPECT_EQ(resolved.model_config().attention_backend, AttentionBackend::math);
-  EXPECT_EQ(resolved.run().losses, Trainer(math).run().losses);
+// `auto` is resolved once, by the run: a trainer handed a config that still says it refuses it
+// rather than guess the device it was meant for.
+TEST(Training, TheTrainerRefusesAnUnresolvedAttentionBackend) {
+  RunContext unresolved = tiny_run(2);
+  unresolved.cfg.attention_backend = AttentionBackend::automatic;
+  EXPECT_THROW(Trainer{unresolved}, std::logic_error);
 }
 
 // --- learning ---
 
 RunContext smoke_run() {
   RunContext ctx;
-  ctx.cfg = find_preset("smoke").training;
+  ctx.cfg = testing::on_the_cpu(find_preset("smoke").training);
   ctx.cfg.device = DeviceChoice::cpu;
   return ctx;
 }
