@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/workload/indexed_dataset.hpp"
+
 namespace rcl {
 namespace {
 
@@ -190,6 +192,10 @@ double SyntheticCorpus::transition_probability(int64_t from, int64_t to) const {
   return 0.0;
 }
 
+nlohmann::json SyntheticCorpus::record() const {
+  return {{"kind", "synthetic"}, {"vocab_size", vocab_size()}, {"loss_floor", loss_floor_}};
+}
+
 std::string SyntheticCorpus::describe() const {
   return fmt::format(
       "synthetic corpus: {} Markov states x {} successors, copy spans of {} (p={}); entropy rate {:.4f} "
@@ -269,19 +275,79 @@ std::vector<uint16_t> tokenize_file(const std::string& path) {
 
 }  // namespace
 
+// --- the stores ---
+
+namespace {
+
+class ByteText final : public TokenStore {
+ public:
+  explicit ByteText(const std::string& path) : path_(path), tokens_(tokenize_file(path)) {}
+  int64_t size() const override { return int64_t(tokens_.size()); }
+  void read(int64_t start, int64_t count, int64_t* out) const override {
+    std::copy_n(tokens_.begin() + start, count, out);
+  }
+  int64_t vocab_size() const override { return byte_tokens::vocab_size; }
+  std::string describe() const override { return fmt::format("byte-level text '{}'", path_); }
+  nlohmann::json record() const override { return {{"kind", "byte_text"}, {"path", path_}}; }
+
+ private:
+  std::string path_;
+  std::vector<uint16_t> tokens_;  // 2 bytes per token: the whole file stays in memory
+};
+
+class IndexedShards final : public TokenStore {
+ public:
+  IndexedShards(const std::string& path, int64_t configured_vocab)
+      : data_(path), vocab_(data_.vocab_size(configured_vocab)) {}
+  int64_t size() const override { return data_.tokens(); }
+  void read(int64_t start, int64_t count, int64_t* out) const override { data_.read(start, count, out); }
+  int64_t vocab_size() const override { return vocab_; }
+  std::string describe() const override {
+    const auto& sidecar = data_.sidecar();
+    return fmt::format("indexed dataset '{}' ({}, {} documents, tokenizer {})", data_.prefix(), data_.dtype_name(),
+                       data_.documents(), sidecar ? "sha256 " + sidecar->tokenizer_sha256.substr(0, 12) : "unnamed");
+  }
+  nlohmann::json record() const override {
+    const auto& sidecar = data_.sidecar();
+    return {{"kind", "indexed_dataset"},
+            {"path", data_.prefix()},
+            {"dtype", data_.dtype_name()},
+            {"documents", data_.documents()},
+            {"tokenizer_sha256", sidecar ? nlohmann::json(sidecar->tokenizer_sha256) : nlohmann::json()},
+            {"special_ids", sidecar ? sidecar->special_ids : nlohmann::json()}};
+  }
+
+ private:
+  IndexedDataset data_;
+  int64_t vocab_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenStore> open_token_store(const std::string& path, int64_t configured_vocab) {
+  if (is_indexed_dataset(path)) return std::make_unique<IndexedShards>(path, configured_vocab);
+  if (configured_vocab > 0 && configured_vocab < byte_tokens::vocab_size)
+    throw ConfigError(
+        fmt::format("invalid vocab_size={}: the byte-level tokenizer needs >= {} (0 = take it from the data)",
+                    configured_vocab, byte_tokens::vocab_size));
+  return std::make_unique<ByteText>(path);
+}
+
+// --- TokenFile ---
+
 TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
-                     int rank, int world_size, torch::Device device)
+                     int rank, int world_size, torch::Device device, int64_t configured_vocab)
     : DataSource(batch_size, seq_len, rank, world_size, device),
       path_(path),
       seed_(seed),
-      tokens_(tokenize_file(path)) {
+      store_(open_token_store(path, configured_vocab)) {
   // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
-  const int64_t windows = (int64_t(tokens_.size()) - 1) / seq_len;
+  const int64_t windows = (store_->size() - 1) / seq_len;
   const int64_t val_count = val_fraction > 0 ? std::max<int64_t>(1, std::llround(val_fraction * double(windows))) : 0;
   if (windows - val_count < 1)
     throw ConfigError(fmt::format(
         "invalid data_path '{}': {} tokens make {} window(s) of seq_len+1={}, need at least {} (train + validation)",
-        path, tokens_.size(), windows, seq_len + 1, val_count + 1));
+        path, store_->size(), windows, seq_len + 1, val_count + 1));
   std::vector<int64_t> starts(windows);
   for (int64_t w = 0; w < windows; ++w) starts[w] = w * seq_len;
   SplitMix rng(stream_seed(seed, Stream::window_split, 0));
@@ -290,9 +356,18 @@ TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed
   train_windows_.assign(starts.begin() + val_count, starts.end());
 }
 
+nlohmann::json TokenFile::record() const {
+  nlohmann::json doc = store_->record();
+  doc["vocab_size"] = vocab_size();
+  doc["tokens"] = store_->size();
+  doc["train_windows"] = train_windows_.size();
+  doc["validation_windows"] = val_windows_.size();
+  return doc;
+}
+
 std::string TokenFile::describe() const {
-  return fmt::format("byte-level text '{}': {} tokens, {} train / {} validation windows of {} tokens", path_,
-                     tokens_.size(), train_windows_.size(), val_windows_.size(), seq_len() + 1);
+  return fmt::format("{}: {} tokens, {} train / {} validation windows of {} tokens", store_->describe(), store_->size(),
+                     train_windows_.size(), val_windows_.size(), seq_len() + 1);
 }
 
 void TokenFile::fill_window(Split split, int64_t sample, int64_t* tokens, bool*) const {
@@ -310,7 +385,7 @@ void TokenFile::fill_window(Split split, int64_t sample, int64_t* tokens, bool*)
     }
     start = epoch_order_[sample % count];
   }
-  std::copy_n(tokens_.begin() + start, seq_len() + 1, tokens);
+  store_->read(start, seq_len() + 1, tokens);
 }
 
 std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
@@ -320,17 +395,14 @@ std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank
     if (cfg.vocab_size > 0) spec.vocab_size = cfg.vocab_size;
     return std::make_unique<SyntheticCorpus>(spec, cfg.seed, cfg.batch_size, cfg.seq_len, rank, world_size, device);
   }
-  if (cfg.vocab_size > 0 && cfg.vocab_size < byte_tokens::vocab_size)
-    throw ConfigError(
-        fmt::format("invalid vocab_size={}: the byte-level tokenizer needs >= {} (0 = take it from the data)",
-                    cfg.vocab_size, byte_tokens::vocab_size));
   return std::make_unique<TokenFile>(cfg.data_path, cfg.val_fraction, cfg.seed, cfg.batch_size, cfg.seq_len, rank,
-                                     world_size, device);
+                                     world_size, device, cfg.vocab_size);
 }
 
 int64_t resolved_vocab_size(const TrainingConfig& cfg) {
   if (cfg.vocab_size > 0) return cfg.vocab_size;
-  return cfg.data_path.empty() ? SyntheticSpec{}.vocab_size : byte_tokens::vocab_size;
+  if (cfg.data_path.empty()) return SyntheticSpec{}.vocab_size;
+  return is_indexed_dataset(cfg.data_path) ? IndexedDataset(cfg.data_path).vocab_size(0) : byte_tokens::vocab_size;
 }
 
 }  // namespace rcl

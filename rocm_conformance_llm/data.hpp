@@ -31,6 +31,8 @@ class DataSource {
 
   virtual int64_t vocab_size() const = 0;
   virtual std::string describe() const = 0;
+  // What report.json's "data" section says of it: {"kind", "vocab_size", ...}.
+  virtual nlohmann::json record() const = 0;
   // Expected loss of the ideal predictor on seq_len windows (nats/token), when known.
   virtual std::optional<double> loss_floor() const { return std::nullopt; }
   virtual bool has_validation() const { return true; }
@@ -78,6 +80,7 @@ class SyntheticCorpus final : public DataSource {
 
   int64_t vocab_size() const override { return spec_.vocab_size; }
   std::string describe() const override;
+  nlohmann::json record() const override;
   std::optional<double> loss_floor() const override { return loss_floor_; }
 
   // Entropy rate of the Markov chain (nats per Markov transition), exact from its
@@ -113,18 +116,36 @@ inline constexpr int64_t pad = 258;
 inline constexpr int64_t vocab_size = 259;
 }  // namespace byte_tokens
 
-// A UTF-8/binary plain-text file (one document) or JSONL (one document per line, in the
-// "text" field), tokenized as BOS bytes EOS per document and cut into seq_len + 1 windows.
+// The tokens a file-backed source cuts into windows, documents back to back: a text or JSONL
+// file through the byte-level tokenizer (held in memory), or an indexed dataset of token ids
+// (memory-mapped, workload/indexed_dataset.hpp).
+class TokenStore {
+ public:
+  virtual ~TokenStore() = default;
+  virtual int64_t size() const = 0;
+  virtual void read(int64_t start, int64_t count, int64_t* out) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::string describe() const = 0;
+  virtual nlohmann::json record() const = 0;  // {"kind", "path", ...}
+};
+// `path` as a store: an indexed dataset where PREFIX.idx exists (its vocabulary
+// `configured_vocab` when > 0, else its sidecar's), else a text or JSONL file.
+std::unique_ptr<TokenStore> open_token_store(const std::string& path, int64_t configured_vocab);
+
+// A store cut into seq_len + 1 windows (docs/data.md: "Text and JSONL files", "Indexed
+// datasets"): a plain-text file (one document), JSONL (one document per line, in the "text"
+// field) tokenized as BOS bytes EOS per document, or an indexed dataset's ids as they are.
 // Windows are split train/validation by a seeded shuffle and reshuffled every epoch.
 class TokenFile final : public DataSource {
  public:
   TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank,
-            int world_size, torch::Device device);
+            int world_size, torch::Device device, int64_t configured_vocab = 0);
 
-  int64_t vocab_size() const override { return byte_tokens::vocab_size; }
+  int64_t vocab_size() const override { return store_->vocab_size(); }
   std::string describe() const override;
+  nlohmann::json record() const override;
   bool has_validation() const override { return !val_windows_.empty(); }
-  int64_t token_count() const { return int64_t(tokens_.size()); }
+  int64_t token_count() const { return store_->size(); }
 
  protected:
   void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const override;
@@ -132,19 +153,20 @@ class TokenFile final : public DataSource {
  private:
   std::string path_;
   uint64_t seed_;
-  std::vector<uint16_t> tokens_;        // 2 bytes per token: the whole file stays in memory
-  std::vector<int64_t> train_windows_;  // window start offsets into tokens_
+  std::unique_ptr<TokenStore> store_;
+  std::vector<int64_t> train_windows_;  // window start offsets into the store's tokens
   std::vector<int64_t> val_windows_;
   mutable int64_t cached_epoch_ = -1;  // the train order of one epoch, computed on demand
   mutable std::vector<int64_t> epoch_order_;
 };
 
 // The source cfg asks for: the synthetic corpus when cfg.data_path is empty (cfg.vocab_size,
-// when set, sizes it), else the file. Bad files and a vocab_size too small for the data are
-// ConfigErrors.
+// when set, sizes it), else the file or indexed dataset. Bad files and a vocab_size too small
+// for the data are ConfigErrors.
 std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device);
-// The vocabulary the model of `cfg` will have, without opening the data: cfg.vocab_size when
-// set, else the synthetic corpus's or the byte tokenizer's (what the trainer resolves it to).
+// The vocabulary the model of `cfg` will have, without reading the data: cfg.vocab_size when
+// set, else the synthetic corpus's, the byte tokenizer's or an indexed dataset's sidecar's (what
+// the trainer resolves it to).
 int64_t resolved_vocab_size(const TrainingConfig& cfg);
 
 }  // namespace rcl

@@ -139,7 +139,8 @@ struct ConfigField {
     "experts in place of the dense MLP only where moe_experts is 0 and several data-parallel ranks can shard them (a " \
     "world of one keeps its model)")                                                                                   \
   /* --- data --- */                                                                                                   \
-  X(std::string, data_path, "", unchecked(), "text or JSONL file (empty: the embedded synthetic corpus)")              \
+  X(std::string, data_path, "", unchecked(),                                                                           \
+    "text or JSONL file, or an indexed dataset PREFIX (empty: the embedded synthetic corpus)")                         \
   X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")                     \
   /* --- execution --- */                                                                                              \
   X(DeviceChoice, device, DeviceChoice::automatic, one_of_names<DeviceChoice>(), "where to run")                       \

@@ -51,7 +51,9 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   auto* seed_flag = app.add_option("--seed", seed, "Seed for init, data order and dropout")->type_name("UINT");
   app.add_option("--device", o.device, "auto | cpu | gpu");
   app.add_option("--precision", o.precision, "fp32 | bf16 | fp16 (gemm mode raises fp32 to its precision)");
-  app.add_option("--data", o.data, "Text or JSONL file (default: the embedded synthetic corpus)");
+  app.add_option(
+      "--data", o.data,
+      "Text or JSONL file, or an indexed dataset PREFIX (docs/data.md; default: the embedded synthetic corpus)");
   app.add_option("--output-dir", o.output_dir, "Where config.json, metrics.jsonl, report.json, junit.xml go");
   app.add_option("--config", o.config_file, "JSON config file (same shape as --print-config output)");
   app.add_option("--set", o.overrides,
@@ -94,10 +96,11 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
                  "Fit the stressed config to a device of this memory, e.g. 80GB, 192GB (default: the GPU's own; "
                  "no fit on the CPU)")
       ->type_name("SIZE");
-  auto* peak_flag = app.add_option("--device-peak-tflops", peak_tflops,
-                                   "The device's measured dense peak in the run's precision: the predicted ideal step time, "
-                                   "and the report's MFU against it (docs/performance.md)")
-                        ->type_name("TFLOPS");
+  auto* peak_flag =
+      app.add_option("--device-peak-tflops", peak_tflops,
+                     "The device's measured dense peak in the run's precision: the predicted ideal step time, "
+                     "and the report's MFU against it (docs/performance.md)")
+          ->type_name("TFLOPS");
   app.add_flag("--ocp-stdout", o.ocp_stdout,
                "Also print ocp.jsonl (OCP Test and Validation output, "
                "docs/outputs.md) on stdout when the run ends");

@@ -73,6 +73,7 @@ void Job::build_training() {
   training_.ballast.emplace(cfg.memory_pressure_bytes, s_.device);
   trainer().set_stop_check([] { return signals::received() != 0; });
   if (const auto floor = trainer().data().loss_floor()) report().add_section("loss_floor", *floor);
+  report().add_section("data", trainer().data().record());
   training_.injector.emplace(s_.faults, s_.launch.rank, trainer().model(), s_.device);
 }
 
