@@ -151,6 +151,8 @@ TEST_F(IndexedDatasetTest, TheVocabularyComesFromTheSidecarOrTheConfigAndMustHol
   testing::write_sidecar(p, docs, 1000);
   TrainingConfig cfg;
   cfg.data_path = p;
+  cfg.seq_len = 4;
+  cfg.batch_size = 1;
   EXPECT_EQ(resolved_vocab_size(cfg), 1000);
   EXPECT_EQ(make_data_source(cfg, 0, 1, cpu)->vocab_size(), 1000);
   msg = refusal(p, largest);  // a configured vocabulary the data does not fit
