@@ -338,7 +338,6 @@ std::unique_ptr<TokenStore> open_token_store(const std::string& path, int64_t co
 TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
                      int rank, int world_size, torch::Device device, int64_t configured_vocab)
     : DataSource(batch_size, seq_len, rank, world_size, device),
-      path_(path),
       seed_(seed),
       store_(open_token_store(path, configured_vocab)) {
   // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
@@ -402,7 +401,7 @@ std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank
 int64_t resolved_vocab_size(const TrainingConfig& cfg) {
   if (cfg.vocab_size > 0) return cfg.vocab_size;
   if (cfg.data_path.empty()) return SyntheticSpec{}.vocab_size;
-  return is_indexed_dataset(cfg.data_path) ? IndexedDataset(cfg.data_path).vocab_size(0) : byte_tokens::vocab_size;
+  return is_indexed_dataset(cfg.data_path) ? indexed_dataset_vocab_size(cfg.data_path, 0) : byte_tokens::vocab_size;
 }
 
 }  // namespace rcl

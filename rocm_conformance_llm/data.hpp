@@ -151,7 +151,6 @@ class TokenFile final : public DataSource {
   void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const override;
 
  private:
-  std::string path_;
   uint64_t seed_;
   std::unique_ptr<TokenStore> store_;
   std::vector<int64_t> train_windows_;  // window start offsets into the store's tokens

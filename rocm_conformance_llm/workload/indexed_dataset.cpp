@@ -38,20 +38,23 @@ const TokenDtype* token_dtype(int code) {
 }
 
 template <typename T>
-int64_t token_at(const unsigned char* base, int64_t i) {
-  T value;
-  std::memcpy(&value, base + i * int64_t(sizeof(T)), sizeof(T));
-  return int64_t(value);
+void copy_as(const unsigned char* base, int64_t start, int64_t count, int64_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    T value;
+    std::memcpy(&value, base + (start + i) * int64_t(sizeof(T)), sizeof(T));
+    out[i] = int64_t(value);
+  }
 }
 
-int64_t read_token(int code, const unsigned char* base, int64_t i) {
+// Tokens [start, start + count) of a .bin of dtype `code` as int64: one dispatch per call, not per token.
+void read_tokens(int code, const unsigned char* base, int64_t start, int64_t count, int64_t* out) {
   switch (code) {
-    case 1: return token_at<uint8_t>(base, i);
-    case 2: return token_at<int8_t>(base, i);
-    case 3: return token_at<int16_t>(base, i);
-    case 4: return token_at<int32_t>(base, i);
-    case 5: return token_at<int64_t>(base, i);
-    default: return token_at<uint16_t>(base, i);
+    case 1: return copy_as<uint8_t>(base, start, count, out);
+    case 2: return copy_as<int8_t>(base, start, count, out);
+    case 3: return copy_as<int16_t>(base, start, count, out);
+    case 4: return copy_as<int32_t>(base, start, count, out);
+    case 5: return copy_as<int64_t>(base, start, count, out);
+    default: return copy_as<uint16_t>(base, start, count, out);
   }
 }
 
@@ -84,6 +87,30 @@ IndexedSidecar read_sidecar(const std::string& path) {
   }
   if (s.vocab_size <= 0) throw fail(fmt::format("vocab_size={} (must be > 0)", s.vocab_size));
   return s;
+}
+
+// The vocabulary of the data at `prefix`: `configured` when set (and holding the sidecar's largest
+// id), else the sidecar's.
+int64_t vocab_of(const std::string& prefix, const std::optional<IndexedSidecar>& sidecar, int64_t configured) {
+  if (configured > 0) {
+    if (sidecar && sidecar->largest_id >= configured)
+      throw ConfigError(
+          fmt::format("invalid vocab_size={}: '{}.json' says the data holds id {} (its tokenizer's "
+                      "vocabulary is {}; 0 = take it from the data)",
+                      configured, prefix, sidecar->largest_id, sidecar->vocab_size));
+    return configured;
+  }
+  if (!sidecar)
+    throw ConfigError("invalid data_path '" + prefix +
+                      "': no sidecar PREFIX.json names its vocabulary; set training.vocab_size (or write the shards "
+                      "with scripts/prepare_data.sh)");
+  return sidecar->vocab_size;
+}
+
+std::optional<IndexedSidecar> sidecar_of(const std::string& prefix) {
+  std::error_code ec;
+  if (!fs::is_regular_file(prefix + ".json", ec)) return std::nullopt;
+  return read_sidecar(prefix + ".json");
 }
 
 }  // namespace
@@ -204,11 +231,13 @@ IndexedDataset::IndexedDataset(const std::string& path) : prefix_(indexed_datase
   tokens_ = used / item_size_;
   documents_ = header.doc_entries - 1;
   if (tokens_ == 0) throw bad_file(bin_path, "holds no tokens");
-  if (fs::is_regular_file(prefix_ + ".json", ec)) check_sidecar(prefix_ + ".json");
+  check_sidecar();
 }
 
-void IndexedDataset::check_sidecar(const std::string& path) {
-  sidecar_ = read_sidecar(path);
+void IndexedDataset::check_sidecar() {
+  sidecar_ = sidecar_of(prefix_);
+  if (!sidecar_) return;
+  const std::string path = prefix_ + ".json";
   if (sidecar_->tokens != tokens_ || sidecar_->documents != documents_)
     throw bad_file(path, fmt::format("says {} tokens in {} documents, the shards hold {} in {}", sidecar_->tokens,
                                      sidecar_->documents, tokens_, documents_));
@@ -221,34 +250,27 @@ IndexedDataset::~IndexedDataset() = default;
 
 const char* IndexedDataset::dtype_name() const { return token_dtype(dtype_code_)->name; }
 
-int64_t IndexedDataset::vocab_size(int64_t configured) const {
-  if (configured > 0) {
-    if (sidecar_ && sidecar_->largest_id >= configured)
-      throw ConfigError(
-          fmt::format("invalid vocab_size={}: '{}.json' says the data holds id {} (its tokenizer's "
-                      "vocabulary is {}; 0 = take it from the data)",
-                      configured, prefix_, sidecar_->largest_id, sidecar_->vocab_size));
-    return configured;
-  }
-  if (!sidecar_)
-    throw ConfigError("invalid data_path '" + prefix_ +
-                      "': no sidecar PREFIX.json names its vocabulary; set training.vocab_size (or write the shards "
-                      "with scripts/prepare_data.sh)");
-  return sidecar_->vocab_size;
+int64_t indexed_dataset_vocab_size(const std::string& path, int64_t configured) {
+  const std::string prefix = indexed_dataset_prefix(path);
+  return vocab_of(prefix, sidecar_of(prefix), configured);
 }
 
+int64_t IndexedDataset::vocab_size(int64_t configured) const { return vocab_of(prefix_, sidecar_, configured); }
+
 void IndexedDataset::read(int64_t start, int64_t count, int64_t* out) const {
-  for (int64_t i = 0; i < count; ++i) out[i] = read_token(dtype_code_, bin_->base(), start + i);
+  read_tokens(dtype_code_, bin_->base(), start, count, out);
 }
 
 void IndexedDataset::check_ids_below(int64_t vocab) const {
-  for (int64_t i = 0; i < tokens_; ++i) {
-    const int64_t id = read_token(dtype_code_, bin_->base(), i);
-    if (id < 0 || id >= vocab)
-      throw ConfigError(
-          fmt::format("invalid data_path '{}.bin': token {} is id {}, outside the model's vocabulary "
-                      "[0, {})",
-                      prefix_, i, id, vocab));
+  std::vector<int64_t> chunk(int64_t{1} << 16);
+  for (int64_t start = 0; start < tokens_; start += int64_t(chunk.size())) {
+    const int64_t count = std::min<int64_t>(int64_t(chunk.size()), tokens_ - start);
+    read(start, count, chunk.data());
+    for (int64_t i = 0; i < count; ++i)
+      if (chunk[i] < 0 || chunk[i] >= vocab)
+        throw ConfigError(
+            fmt::format("invalid data_path '{}.bin': token {} is id {}, outside the model's vocabulary [0, {})",
+                        prefix_, start + i, chunk[i], vocab));
   }
 }
 

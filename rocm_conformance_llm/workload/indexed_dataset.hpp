@@ -25,6 +25,11 @@ std::string indexed_dataset_prefix(const std::string& path);
 // Whether `path` names an indexed dataset (its .idx exists), not a text or JSONL file.
 bool is_indexed_dataset(const std::string& path);
 
+// The vocabulary of the indexed dataset at `path`, reading only its sidecar (cheap: the sizing
+// asks it for every candidate of a fit): `configured` when > 0, else the sidecar's; a ConfigError
+// when neither is known or `configured` is below an id the sidecar says the data holds.
+int64_t indexed_dataset_vocab_size(const std::string& path, int64_t configured);
+
 // The sidecar's facts the run checks the shards against (scripts/prepare_data.sh writes more).
 struct IndexedSidecar {
   int64_t vocab_size = 0;
@@ -50,8 +55,7 @@ class IndexedDataset {
   int64_t documents() const { return documents_; }
   const char* dtype_name() const;
   const std::optional<IndexedSidecar>& sidecar() const { return sidecar_; }
-  // The vocabulary the data asks for: `configured` when set (> 0), else the sidecar's; a
-  // ConfigError when neither is known.
+  // indexed_dataset_vocab_size's answer, from the sidecar already read.
   int64_t vocab_size(int64_t configured) const;
   // Reads `count` tokens from token `start` of the stream (documents back to back).
   void read(int64_t start, int64_t count, int64_t* out) const;
@@ -61,7 +65,7 @@ class IndexedDataset {
 
  private:
   struct Mapping;
-  void check_sidecar(const std::string& path);  // reads it into sidecar_, checked against the shards
+  void check_sidecar();  // reads PREFIX.json, where it exists, into sidecar_, checked against the shards
   std::string prefix_;
   int dtype_code_ = 0;
   int64_t item_size_ = 0;
