@@ -24,7 +24,7 @@ names=() results=() minutes=() counts=()
 # run_lane NAME COMMAND...: runs it with its output on the console and in a log.
 run_lane() {
   local name=$1; shift
-  local log="$logs/$name.log" start rc summary
+  local log="$logs/$name.log" start rc summary failed
   echo "================ lane $name: $* ================"
   start=$(date +%s)
   "$@" 2>&1 | tee "$log"
@@ -35,6 +35,10 @@ run_lane() {
   minutes+=("$(awk -v s=$(( $(date +%s) - start )) 'BEGIN {printf "%.1f", s / 60}')")
   # A lane without ctest (the layer check) is summarised by its last line.
   [[ -z "$summary" && $rc -eq 0 ]] && summary=$(tail -n1 "$log")
+  # The failed tests by name, so a summary read alone (CI shows the log's tail) says what to look at.
+  failed=$(sed -n '/^The following tests FAILED:/,/^Errors while running CTest/p' "$log" | grep -E '^\s+[0-9]+ - ' |
+    sed -E 's/^\s+[0-9]+ - //; s/ +(#|\().*$//' | paste -sd, -)
+  [[ -n "$failed" ]] && summary+="; failed: $failed"
   counts+=("${summary:-no ctest summary (build or setup failed: see $log)}")
   return "$rc"
 }
