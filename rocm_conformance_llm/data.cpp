@@ -232,7 +232,7 @@ void SyntheticCorpus::fill_window(Split split, int64_t sample, int64_t* tokens, 
   }
 }
 
-// --- TokenFile ---
+// --- the stores ---
 
 namespace {
 
@@ -273,12 +273,6 @@ std::vector<uint16_t> tokenize_file(const std::string& path) {
   return tokens;
 }
 
-}  // namespace
-
-// --- the stores ---
-
-namespace {
-
 class ByteText final : public TokenStore {
  public:
   explicit ByteText(const std::string& path) : path_(path), tokens_(tokenize_file(path)) {}
@@ -287,6 +281,7 @@ class ByteText final : public TokenStore {
     std::copy_n(tokens_.begin() + start, count, out);
   }
   int64_t vocab_size() const override { return byte_tokens::vocab_size; }
+  std::string tokenizer() const override { return "bytes"; }
   std::string describe() const override { return fmt::format("byte-level text '{}'", path_); }
   nlohmann::json record() const override { return {{"kind", "byte_text"}, {"path", path_}}; }
 
@@ -302,6 +297,11 @@ class IndexedShards final : public TokenStore {
   int64_t size() const override { return data_.tokens(); }
   void read(int64_t start, int64_t count, int64_t* out) const override { data_.read(start, count, out); }
   int64_t vocab_size() const override { return vocab_; }
+  std::string tokenizer() const override {
+    const auto& sidecar = data_.sidecar();
+    return sidecar ? sidecar->tokenizer_sha256 : "";
+  }
+  void check_ids() const override { data_.check_ids_below(vocab_); }
   std::string describe() const override {
     const auto& sidecar = data_.sidecar();
     return fmt::format("indexed dataset '{}' ({}, {} documents, tokenizer {})", data_.prefix(), data_.dtype_name(),
@@ -322,6 +322,15 @@ class IndexedShards final : public TokenStore {
   int64_t vocab_;
 };
 
+std::optional<double> parse_weight(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {}
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::unique_ptr<TokenStore> open_token_store(const std::string& path, int64_t configured_vocab) {
@@ -333,58 +342,194 @@ std::unique_ptr<TokenStore> open_token_store(const std::string& path, int64_t co
   return std::make_unique<ByteText>(path);
 }
 
-// --- TokenFile ---
+// --- blends ---
 
-TokenFile::TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
-                     int rank, int world_size, torch::Device device, int64_t configured_vocab)
-    : DataSource(batch_size, seq_len, rank, world_size, device),
-      seed_(seed),
-      store_(open_token_store(path, configured_vocab)) {
-  // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
-  const int64_t windows = (store_->size() - 1) / seq_len;
-  const int64_t val_count = val_fraction > 0 ? std::max<int64_t>(1, std::llround(val_fraction * double(windows))) : 0;
-  if (windows - val_count < 1)
-    throw ConfigError(fmt::format(
-        "invalid data_path '{}': {} tokens make {} window(s) of seq_len+1={}, need at least {} (train + validation)",
-        path, store_->size(), windows, seq_len + 1, val_count + 1));
-  std::vector<int64_t> starts(windows);
-  for (int64_t w = 0; w < windows; ++w) starts[w] = w * seq_len;
-  SplitMix rng(stream_seed(seed, Stream::window_split, 0));
-  shuffle(starts, rng);
-  val_windows_.assign(starts.begin(), starts.begin() + val_count);
-  train_windows_.assign(starts.begin() + val_count, starts.end());
+std::vector<DataPart> data_parts(const std::string& data_path) {
+  std::vector<std::string> words;
+  std::istringstream in(data_path);
+  for (std::string word; in >> word;) words.push_back(word);
+  // A blend starts with a weight; any other string is one path (spaces and all).
+  if (words.size() < 2 || !parse_weight(words[0])) return {{1, data_path}};
+  auto fail = [&](const std::string& what) {
+    return ConfigError(
+        fmt::format("invalid data_path '{}': {}; a blend is WEIGHT PATH pairs, e.g. \"0.7 data/web 0.3 data/code\"",
+                    data_path, what));
+  };
+  if (words.size() % 2 != 0) throw fail(fmt::format("{} words do not pair up", words.size()));
+  if (int64_t(words.size()) / 2 > BlendCycle::kSlots)
+    throw fail(fmt::format("{} parts (at most {})", words.size() / 2, BlendCycle::kSlots));
+  std::vector<DataPart> parts;
+  for (size_t i = 0; i < words.size(); i += 2) {
+    const auto weight = parse_weight(words[i]);
+    if (!weight || !std::isfinite(*weight) || *weight <= 0)
+      throw fail(fmt::format("weight '{}' is not a positive number", words[i]));
+    parts.push_back({*weight, words[i + 1]});
+  }
+  return parts;
 }
 
-nlohmann::json TokenFile::record() const {
-  nlohmann::json doc = store_->record();
+BlendCycle::BlendCycle(const std::vector<double>& weights) {
+  const int64_t parts = int64_t(weights.size());
+  const int64_t cycle = parts == 1 ? 1 : kSlots;
+  // Largest remainder, each part at least one slot (taken back from the largest where that overshoots).
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<double> remainder(parts);
+  slots_.assign(parts, 0);
+  int64_t dealt = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    const double exact = weights[p] / total * double(cycle);
+    slots_[p] = std::max<int64_t>(1, int64_t(std::floor(exact)));
+    remainder[p] = exact - double(slots_[p]);
+    dealt += slots_[p];
+  }
+  for (; dealt < cycle; ++dealt) {  // max_element: the first of equal remainders, the lowest part
+    const auto p = std::max_element(remainder.begin(), remainder.end()) - remainder.begin();
+    ++slots_[p];
+    remainder[p] -= 1;
+  }
+  for (; dealt > cycle; --dealt) --slots_[std::max_element(slots_.begin(), slots_.end()) - slots_.begin()];
+  // Deal the slots: each to the part furthest behind its share (the lowest part on a tie).
+  std::vector<int64_t> taken(parts, 0);
+  for (int64_t j = 0; j < cycle; ++j) {
+    int best = 0;
+    double best_deficit = -1e300;
+    for (int64_t p = 0; p < parts; ++p) {
+      const double deficit = double(slots_[p]) * double(j + 1) / double(cycle) - double(taken[p]);
+      if (deficit > best_deficit) best = int(p), best_deficit = deficit;
+    }
+    slot_part_.push_back(best);
+    slot_index_.push_back(taken[best]++);
+  }
+}
+
+BlendCycle::Pick BlendCycle::pick(int64_t sample) const {
+  const int64_t cycle = int64_t(slot_part_.size());
+  const int64_t slot = sample % cycle;
+  const int part = slot_part_[slot];
+  return {part, (sample / cycle) * slots_[part] + slot_index_[slot]};
+}
+
+namespace {
+std::string tokenizer_of(const TokenStore& store) {
+  const std::string id = store.tokenizer();
+  if (id == "bytes") return "the byte tokenizer";
+  return id.empty() ? "an unnamed tokenizer" : "tokenizer sha256 " + id;
+}
+}  // namespace
+
+std::vector<OpenedPart> open_data_parts(const std::string& data_path, int64_t configured_vocab) {
+  std::vector<OpenedPart> opened;
+  for (auto& part : data_parts(data_path)) {
+    auto store = open_token_store(part.path, configured_vocab);
+    if (!opened.empty()) {
+      const auto& [first_part, first] = opened.front();
+      if (store->tokenizer() != first->tokenizer() || store->vocab_size() != first->vocab_size())
+        throw ConfigError(fmt::format(
+            "invalid data_path '{}': '{}' holds ids of {} (vocabulary {}), '{}' of {} (vocabulary {}); a blend's "
+            "parts share one tokenizer",
+            data_path, first_part.path, tokenizer_of(*first), first->vocab_size(), part.path, tokenizer_of(*store),
+            store->vocab_size()));
+    }
+    opened.push_back({std::move(part), std::move(store)});
+  }
+  return opened;
+}
+
+// --- TokenFile ---
+
+namespace {
+std::vector<double> weights_of(const std::vector<OpenedPart>& parts) {
+  std::vector<double> weights;
+  for (const auto& p : parts) weights.push_back(p.part.weight);
+  return weights;
+}
+}  // namespace
+
+TokenFile::TokenFile(const std::string& data_path, double val_fraction, uint64_t seed, int64_t batch_size,
+                     int64_t seq_len, int rank, int world_size, torch::Device device, int64_t configured_vocab)
+    : DataSource(batch_size, seq_len, rank, world_size, device), seed_(seed), cycle_({1}) {
+  auto opened = open_data_parts(data_path, configured_vocab);
+  cycle_ = BlendCycle(weights_of(opened));
+  for (auto& [given, store] : opened) {
+    // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
+    const int64_t windows = (store->size() - 1) / seq_len;
+    const int64_t val_count = val_fraction > 0 ? std::max<int64_t>(1, std::llround(val_fraction * double(windows))) : 0;
+    if (windows - val_count < 1)
+      throw ConfigError(fmt::format(
+          "invalid data_path '{}': {} tokens make {} window(s) of seq_len+1={}, need at least {} (train + validation)",
+          given.path, store->size(), windows, seq_len + 1, val_count + 1));
+    std::vector<int64_t> starts(windows);
+    for (int64_t w = 0; w < windows; ++w) starts[w] = w * seq_len;
+    SplitMix rng(stream_seed(seed, Stream::window_split, uint64_t(parts_.size())));
+    shuffle(starts, rng);
+    Part part{std::move(given), std::move(store)};
+    part.val_windows.assign(starts.begin(), starts.begin() + val_count);
+    part.train_windows.assign(starts.begin() + val_count, starts.end());
+    parts_.push_back(std::move(part));
+  }
+}
+
+int64_t TokenFile::token_count() const {
+  int64_t tokens = 0;
+  for (const auto& part : parts_) tokens += part.store->size();
+  return tokens;
+}
+
+nlohmann::json TokenFile::part_record(const Part& part) const {
+  nlohmann::json doc = part.store->record();
   doc["vocab_size"] = vocab_size();
-  doc["tokens"] = store_->size();
-  doc["train_windows"] = train_windows_.size();
-  doc["validation_windows"] = val_windows_.size();
+  doc["tokens"] = part.store->size();
+  doc["train_windows"] = part.train_windows.size();
+  doc["validation_windows"] = part.val_windows.size();
   return doc;
 }
 
+nlohmann::json TokenFile::record() const {
+  if (parts_.size() == 1) return part_record(parts_.front());
+  nlohmann::json parts = nlohmann::json::array();
+  int64_t train = 0, validation = 0;
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    nlohmann::json doc = part_record(parts_[p]);
+    doc["weight"] = parts_[p].given.weight;
+    doc["share"] = cycle_.share(int(p));
+    parts.push_back(std::move(doc));
+    train += int64_t(parts_[p].train_windows.size());
+    validation += int64_t(parts_[p].val_windows.size());
+  }
+  return {{"kind", "blend"},        {"vocab_size", vocab_size()},       {"tokens", token_count()},
+          {"train_windows", train}, {"validation_windows", validation}, {"parts", std::move(parts)}};
+}
+
 std::string TokenFile::describe() const {
-  return fmt::format("{}: {} tokens, {} train / {} validation windows of {} tokens", store_->describe(), store_->size(),
-                     train_windows_.size(), val_windows_.size(), seq_len() + 1);
+  std::string text;
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const Part& part = parts_[p];
+    if (parts_.size() > 1) text += fmt::format("{}{:.1f}% ", p ? "; " : "blend of ", 100 * cycle_.share(int(p)));
+    text += fmt::format("{}: {} tokens, {} train / {} validation windows of {} tokens", part.store->describe(),
+                        part.store->size(), part.train_windows.size(), part.val_windows.size(), seq_len() + 1);
+  }
+  return text;
 }
 
 void TokenFile::fill_window(Split split, int64_t sample, int64_t* tokens, bool*) const {
+  const auto [index, part_sample] = cycle_.pick(sample);
+  const Part& part = parts_[index];
   int64_t start;
   if (split == Split::validation) {
-    start = val_windows_[sample % int64_t(val_windows_.size())];
+    start = part.val_windows[part_sample % int64_t(part.val_windows.size())];
   } else {
-    const int64_t count = int64_t(train_windows_.size());
-    const int64_t epoch = sample / count;
-    if (epoch != cached_epoch_) {
-      epoch_order_ = train_windows_;
-      SplitMix rng(stream_seed(seed_, Stream::epoch_order, uint64_t(epoch)));
-      shuffle(epoch_order_, rng);
-      cached_epoch_ = epoch;
+    const int64_t count = int64_t(part.train_windows.size());
+    const int64_t epoch = part_sample / count;
+    if (epoch != part.cached_epoch) {
+      part.epoch_order = part.train_windows;
+      SplitMix rng(stream_seed(seed_, Stream::epoch_order, uint64_t(epoch) * parts_.size() + uint64_t(index)));
+      shuffle(part.epoch_order, rng);
+      part.cached_epoch = epoch;
     }
-    start = epoch_order_[sample % count];
+    start = part.epoch_order[part_sample % count];
   }
-  store_->read(start, seq_len() + 1, tokens);
+  part.store->read(start, seq_len() + 1, tokens);
 }
 
 std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
@@ -401,7 +546,8 @@ std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank
 int64_t resolved_vocab_size(const TrainingConfig& cfg) {
   if (cfg.vocab_size > 0) return cfg.vocab_size;
   if (cfg.data_path.empty()) return SyntheticSpec{}.vocab_size;
-  return is_indexed_dataset(cfg.data_path) ? indexed_dataset_vocab_size(cfg.data_path, 0) : byte_tokens::vocab_size;
+  const std::string first = data_parts(cfg.data_path).front().path;  // a blend's parts share one tokenizer
+  return is_indexed_dataset(first) ? indexed_dataset_vocab_size(first, 0) : byte_tokens::vocab_size;
 }
 
 }  // namespace rcl

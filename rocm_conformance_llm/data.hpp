@@ -1,7 +1,8 @@
 // Training data: a seeded synthetic corpus whose ideal loss is known exactly (the default:
-// no files needed, and a run can be judged against its floor), or a plain-text / JSONL file
-// through a byte-level tokenizer. Every batch is a pure function of (seed, rank, world size,
-// batch index), so ranks read disjoint shards and a replay re-reads the same tokens.
+// no files needed, and a run can be judged against its floor), a plain-text / JSONL file
+// through a byte-level tokenizer, or the user's own tokens in indexed datasets (several blended
+// with weights). Every batch is a pure function of (seed, rank, world size, batch index), so
+// ranks read disjoint shards and a replay re-reads the same tokens.
 #pragma once
 
 #include <cstdint>
@@ -125,6 +126,11 @@ class TokenStore {
   virtual int64_t size() const = 0;
   virtual void read(int64_t start, int64_t count, int64_t* out) const = 0;
   virtual int64_t vocab_size() const = 0;
+  // Which tokenizer made the ids ("bytes", a tokenizer's sha256, "" when unnamed): the parts of
+  // a blend must agree.
+  virtual std::string tokenizer() const = 0;
+  // Every id below vocab_size(): a ConfigError naming the first outside (one pass; bytes always are).
+  virtual void check_ids() const {}
   virtual std::string describe() const = 0;
   virtual nlohmann::json record() const = 0;  // {"kind", "path", ...}
 };
@@ -132,31 +138,78 @@ class TokenStore {
 // `configured_vocab` when > 0, else its sidecar's), else a text or JSONL file.
 std::unique_ptr<TokenStore> open_token_store(const std::string& path, int64_t configured_vocab);
 
-// A store cut into seq_len + 1 windows (docs/data.md: "Text and JSONL files", "Indexed
-// datasets"): a plain-text file (one document), JSONL (one document per line, in the "text"
-// field) tokenized as BOS bytes EOS per document, or an indexed dataset's ids as they are.
-// Windows are split train/validation by a seeded shuffle and reshuffled every epoch.
+// One dataset of `training.data_path`: "W1 PATH1 W2 PATH2 ..." blends several (Megatron-LM's
+// --data-path form, weights first); anything else is one path of weight 1.
+struct DataPart {
+  double weight = 1;
+  std::string path;
+};
+// A ConfigError for a blend whose weight is not a positive number or whose path has no weight.
+std::vector<DataPart> data_parts(const std::string& data_path);
+
+// Which part each sample of a blend reads (docs/data.md "Blending several datasets"): the weights
+// rounded to slots of a cycle of 1000 samples (each part at least one) and dealt greedily through
+// it, Megatron's BlendedDataset rule, so a part's samples are spread evenly; a pure function of the
+// sample's number. One part is a cycle of one slot: sample s is its sample s.
+class BlendCycle {
+ public:
+  static constexpr int64_t kSlots = 1000;
+  explicit BlendCycle(const std::vector<double>& weights);
+  struct Pick {
+    int part;
+    int64_t sample;  // that part's sample number
+  };
+  Pick pick(int64_t sample) const;
+  // The part's share of the samples: its slots over the cycle's.
+  double share(int part) const { return double(slots_[part]) / double(slot_part_.size()); }
+
+ private:
+  std::vector<int64_t> slots_;       // per part
+  std::vector<int> slot_part_;       // per slot of the cycle: its part
+  std::vector<int64_t> slot_index_;  // per slot: the earlier slots of that part in the cycle
+};
+
+// The stores of `data_path`'s parts, checked to share one tokenizer and vocabulary (ConfigErrors
+// naming the part otherwise). What the run opens before writing anything, and what TokenFile reads.
+struct OpenedPart {
+  DataPart part;
+  std::unique_ptr<TokenStore> store;
+};
+std::vector<OpenedPart> open_data_parts(const std::string& data_path, int64_t configured_vocab);
+
+// A store, or a blend of stores, cut into seq_len + 1 windows (docs/data.md: "Text and JSONL
+// files", "Indexed datasets", "Blending several datasets"): a plain-text file (one document),
+// JSONL (one document per line, in the "text" field) tokenized as BOS bytes EOS per document, or
+// an indexed dataset's ids as they are. Each part's windows are split train/validation by a
+// seeded shuffle and reshuffled every epoch of that part.
 class TokenFile final : public DataSource {
  public:
-  TokenFile(const std::string& path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len, int rank,
-            int world_size, torch::Device device, int64_t configured_vocab = 0);
+  TokenFile(const std::string& data_path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
+            int rank, int world_size, torch::Device device, int64_t configured_vocab = 0);
 
-  int64_t vocab_size() const override { return store_->vocab_size(); }
+  int64_t vocab_size() const override { return parts_.front().store->vocab_size(); }
   std::string describe() const override;
   nlohmann::json record() const override;
-  bool has_validation() const override { return !val_windows_.empty(); }
-  int64_t token_count() const { return store_->size(); }
+  bool has_validation() const override { return !parts_.front().val_windows.empty(); }
+  int64_t token_count() const;
 
  protected:
   void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const override;
 
  private:
+  struct Part {
+    DataPart given;
+    std::unique_ptr<TokenStore> store;
+    std::vector<int64_t> train_windows;  // window start offsets into the store's tokens
+    std::vector<int64_t> val_windows;
+    mutable int64_t cached_epoch = -1;  // the train order of one epoch, computed on demand
+    mutable std::vector<int64_t> epoch_order;
+  };
+  nlohmann::json part_record(const Part& part) const;
+
   uint64_t seed_;
-  std::unique_ptr<TokenStore> store_;
-  std::vector<int64_t> train_windows_;  // window start offsets into the store's tokens
-  std::vector<int64_t> val_windows_;
-  mutable int64_t cached_epoch_ = -1;  // the train order of one epoch, computed on demand
-  mutable std::vector<int64_t> epoch_order_;
+  std::vector<Part> parts_;
+  BlendCycle cycle_;
 };
 
 // The source cfg asks for: the synthetic corpus when cfg.data_path is empty (cfg.vocab_size,
@@ -164,8 +217,8 @@ class TokenFile final : public DataSource {
 // for the data are ConfigErrors.
 std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device);
 // The vocabulary the model of `cfg` will have, without reading the data: cfg.vocab_size when
-// set, else the synthetic corpus's, the byte tokenizer's or an indexed dataset's sidecar's (what
-// the trainer resolves it to).
+// set, else the synthetic corpus's, the byte tokenizer's or an indexed dataset's sidecar's (a
+// blend's first part's: what the trainer resolves it to).
 int64_t resolved_vocab_size(const TrainingConfig& cfg);
 
 }  // namespace rcl

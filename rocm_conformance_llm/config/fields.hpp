@@ -140,7 +140,8 @@ struct ConfigField {
     "world of one keeps its model)")                                                                                   \
   /* --- data --- */                                                                                                   \
   X(std::string, data_path, "", unchecked(),                                                                           \
-    "text or JSONL file, or an indexed dataset PREFIX (empty: the embedded synthetic corpus)")                         \
+    "text or JSONL file, an indexed dataset PREFIX, or a blend \"W1 PREFIX1 W2 PREFIX2 ...\" (empty: the synthetic "   \
+    "corpus)")                                                                                                         \
   X(double, val_fraction, 0.05, within(0, 0.5, true), "share of the data held out for validation")                     \
   /* --- execution --- */                                                                                              \
   X(DeviceChoice, device, DeviceChoice::automatic, one_of_names<DeviceChoice>(), "where to run")                       \

@@ -53,7 +53,8 @@ std::optional<CliOptions> parse_cli(int argc, const char* const* argv, int& exit
   app.add_option("--precision", o.precision, "fp32 | bf16 | fp16 (gemm mode raises fp32 to its precision)");
   app.add_option(
       "--data", o.data,
-      "Text or JSONL file, or an indexed dataset PREFIX (docs/data.md; default: the embedded synthetic corpus)");
+      "Text or JSONL file, an indexed dataset PREFIX, or a blend \"W1 PREFIX1 W2 PREFIX2 ...\" (docs/data.md; "
+      "default: the embedded synthetic corpus)");
   app.add_option("--output-dir", o.output_dir, "Where config.json, metrics.jsonl, report.json, junit.xml go");
   app.add_option("--config", o.config_file, "JSON config file (same shape as --print-config output)");
   app.add_option("--set", o.overrides,

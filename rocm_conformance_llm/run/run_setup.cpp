@@ -5,10 +5,10 @@
 #include <cmath>
 
 #include <filesystem>
-#include <fstream>
 
 #include <spdlog/spdlog.h>
 
+#include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/platform/doctor.hpp"
@@ -17,7 +17,6 @@
 #include "rocm_conformance_llm/transport/communicator.hpp"
 #include "rocm_conformance_llm/transport/network_preflight.hpp"
 #include "rocm_conformance_llm/utils/logging.hpp"
-#include "rocm_conformance_llm/workload/indexed_dataset.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -48,18 +47,14 @@ void find_resume_point(const RunConfig& run, RunSetup& s) {
   }
 }
 
-// The data is readable (an indexed dataset whole: its index, its sizes, every id within the
-// model's vocabulary, so a bad shard is refused before anything is written, not at the step
-// that reads it), and the output directory holds no other run: its reports may be someone's
-// baseline, so a run writes there only when asked to.
+// The data is readable (every part of a blend, one tokenizer among them; an indexed dataset
+// whole: its index, its sizes, every id within the model's vocabulary, so a bad shard is refused
+// before anything is written, not at the step that reads it), and the output directory holds no
+// other run: its reports may be someone's baseline, so a run writes there only when asked to.
 void check_files(const RunConfig& run, const RunSetup& s, bool overwrite) {
-  const std::string& data = run.training.data_path;
-  if (!data.empty() && is_indexed_dataset(data)) {
-    const IndexedDataset shards(data);
-    shards.check_ids_below(shards.vocab_size(run.training.vocab_size));
-  } else if (!data.empty() && !(fs::is_regular_file(data) && std::ifstream(data).good())) {
-    throw ConfigError("invalid data_path '" + data + "': not a readable regular file");
-  }
+  if (!run.training.data_path.empty())
+    for (const auto& opened : open_data_parts(run.training.data_path, run.training.vocab_size))
+      opened.store->check_ids();
   if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite && !s.resume_in_place)
     throw ConfigError("--output-dir '" + run.output_dir +
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");

@@ -1,7 +1,7 @@
 // Training on an indexed dataset through the binary: shards of a real text (Debian's GPL-3, as
 // byte tokens) train and the loss falls, the log and report.json name the data; a resume on them
-// is bit-exact; a bad shard is refused with exit 2 and one line naming the file, before the
-// output directory exists.
+// is bit-exact; a blend of two trains; a bad shard or a blend of two tokenizers is refused with
+// exit 2 and one line naming the file, before the output directory exists.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -99,6 +99,47 @@ TEST(IndexedData, AResumeOnShardsIsBitExact) {
   fs::remove_all(straight);
   fs::remove_all(resumed);
   for (const char* ext : {".bin", ".idx", ".json"}) fs::remove(prefix + ext);
+}
+
+// Two halves of the text blended 3:1 (docs/data.md "Blending several datasets"): the run trains,
+// its report names both parts at their shares; halves written as by another tokenizer are refused
+// with exit 2, one line naming both, before the output directory exists.
+TEST(IndexedData, ABlendTrainsOnItsPartsAndPartsOfTwoTokenizersAreRefused) {
+  const auto docs = licence_documents();
+  const fs::path dir = fresh_dir("indexed", "blend");
+  const std::string first = dir.string() + "-first", second = dir.string() + "-second",
+                    other = dir.string() + "-other";
+  const auto middle = docs.begin() + std::ptrdiff_t(docs.size() / 2);
+  const std::vector<std::vector<int64_t>> head(docs.begin(), middle), tail(middle, docs.end());
+  testing::write_indexed_dataset(first, head);
+  testing::write_sidecar(first, head, byte_tokens::vocab_size);
+  testing::write_indexed_dataset(second, tail);
+  testing::write_sidecar(second, tail, byte_tokens::vocab_size);
+  testing::write_indexed_dataset(other, tail);
+  testing::write_sidecar(other, tail, byte_tokens::vocab_size, std::string(64, 'b'));
+
+  const auto r =
+      run_cli(testing::kSmokeCpu + "--steps 20 --data '3 " + first + " 1 " + second + "' --output-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto data = nlohmann::json::parse(read_text(dir / "report.json")).at("data");
+  EXPECT_EQ(data.at("kind"), "blend");
+  ASSERT_EQ(data.at("parts").size(), 2u);
+  EXPECT_EQ(data.at("parts")[0].at("path"), first);
+  EXPECT_DOUBLE_EQ(data.at("parts")[0].at("share").get<double>(), 0.75);
+  EXPECT_EQ(data.at("parts")[1].at("path"), second);
+  const auto loss = losses(dir);
+  ASSERT_EQ(loss.size(), 20u);
+  EXPECT_LT(loss.back(), loss.front() - 1.0) << "first " << loss.front() << ", last " << loss.back();
+  fs::remove_all(dir);
+
+  const auto refused =
+      run_cli(testing::kSmokeCpu + "--steps 2 --data '3 " + first + " 1 " + other + "' --output-dir " + dir.string());
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("share one tokenizer"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(other), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir)) << "the refused run wrote " << dir;
+  for (const auto& prefix : {first, second, other})
+    for (const char* ext : {".bin", ".idx", ".json"}) fs::remove(prefix + ext);
 }
 
 TEST(IndexedData, ABadShardIsRefusedBeforeAnythingIsWritten) {

@@ -47,8 +47,9 @@ inline void write_indexed_dataset(const std::string& prefix, const std::vector<s
   std::ofstream(prefix + ".idx", std::ios::binary) << idx;
 }
 
+// tokenizer_sha256: which tokenizer the sidecar says made the ids (a blend's parts must agree).
 inline void write_sidecar(const std::string& prefix, const std::vector<std::vector<int64_t>>& documents,
-                          int64_t vocab_size) {
+                          int64_t vocab_size, const std::string& tokenizer_sha256 = std::string(64, 'a')) {
   int64_t tokens = 0, largest = 0;
   for (const auto& doc : documents)
     for (int64_t id : doc) ++tokens, largest = std::max(largest, id);
@@ -56,7 +57,7 @@ inline void write_sidecar(const std::string& prefix, const std::vector<std::vect
                               {"tokens", tokens},
                               {"documents", documents.size()},
                               {"largest_id", largest},
-                              {"tokenizer", {{"path", "test"}, {"sha256", std::string(64, 'a')}}},
+                              {"tokenizer", {{"path", "test"}, {"sha256", tokenizer_sha256}}},
                               {"special_ids", {{"eos", vocab_size - 1}}}};
   std::ofstream(prefix + ".json") << doc.dump(2);
 }
