@@ -1,14 +1,18 @@
 #include "rocm_conformance_llm/workload/hf_names.hpp"
 
 #include <array>
+#include <iterator>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/data.hpp"
+#include "rocm_conformance_llm/workload/indexed_dataset.hpp"
 #include "rocm_conformance_llm/workload/model_widths.hpp"
 
 namespace rcl {
@@ -62,6 +66,22 @@ StoredNames hf_names(const std::string& native, HfLayout layout) {
   }
   if (!mapped) throw std::logic_error(fmt::format("no {} name for parameter {}", to_string(layout), native));
   return *mapped;
+}
+
+// Stand-in for the shared blend parser: "W1 PREFIX1 W2 PREFIX2" -> PREFIX1 (one tokenizer for all).
+std::string first_data_path(const std::string& data_path) {
+  std::istringstream in(data_path);
+  const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
+  bool blend = words.size() >= 2 && words.size() % 2 == 0;
+  for (size_t i = 0; blend && i < words.size(); i += 2) blend = parse_number<double>(words[i]).has_value();
+  return blend ? words[1] : data_path;
+}
+
+// The sidecar of the data when it is an indexed dataset that has one.
+std::optional<IndexedSidecar> data_sidecar(const TrainingConfig& c) {
+  if (c.data_path.empty()) return std::nullopt;
+  const std::string path = first_data_path(c.data_path);
+  return is_indexed_dataset(path) ? indexed_dataset_sidecar(path) : std::nullopt;
 }
 
 }  // namespace
@@ -155,8 +175,16 @@ nlohmann::json hf_config(const TrainingConfig& c, HfLayout layout) {
 }
 
 nlohmann::json special_token_ids(const TrainingConfig& c) {
-  if (c.data_path.empty()) return {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
-  return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
+  nlohmann::json ids = {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
+  if (c.data_path.empty()) return ids;
+  if (!is_indexed_dataset(first_data_path(c.data_path)))
+    return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
+  // The shards' ids are their tokenizer's: the sidecar's names, where there is one.
+  if (const auto sidecar = data_sidecar(c))
+    for (const char* key : {"bos", "eos", "pad"})
+      if (const auto it = sidecar->special_ids.find(key); it != sidecar->special_ids.end() && it->is_number_integer())
+        ids[std::string(key) + "_token_id"] = *it;
+  return ids;
 }
 
 }  // namespace rcl

@@ -45,9 +45,10 @@ std::vector<std::pair<std::string, StoredNames>> stored_names(const TrainingConf
 
 // config.json's model fields for `layout` (our own model_type "rcl-gpt" for native).
 nlohmann::json hf_config(const TrainingConfig& cfg, HfLayout layout);
-// The data layer's special tokens, so transformers neither warns about nor generates with its
+// The data's special tokens, so transformers neither warns about nor generates with its
 // architecture's defaults (GPT-2's 50256 lies outside a byte vocabulary): the byte tokenizer's
-// for a text file, none for the synthetic corpus.
+// for a text file; an indexed dataset's from its sidecar (each null where it names none, all
+// null without a sidecar); none for the synthetic corpus.
 nlohmann::json special_token_ids(const TrainingConfig& cfg);
 
 }  // namespace rcl
