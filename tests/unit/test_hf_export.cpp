@@ -1,6 +1,8 @@
 // The Hugging Face export's tokenizer in-process (workload/hf_names.hpp): config.json's special
 // ids follow the data (none for the synthetic corpus, the byte tokenizer's for a text file, an
-// indexed dataset's sidecar's, a blend's first part's).
+// indexed dataset's sidecar's, a blend's first part's), and the tokenizer.json the sidecar names
+// is copied only while its SHA-256 is the sidecar's, with the tokenizer_config.json beside it or a
+// minimal one. Through the binary: tests/binary/test_checkpoints.cpp.
 #include <filesystem>
 #include <fstream>
 
@@ -86,6 +88,54 @@ TEST_F(HfExportTest, SpecialIdsFollowTheData) {
   // Megatron's own shards have no sidecar: no ids known.
   fs::remove(prefix + ".json");
   EXPECT_EQ(special_token_ids(on(prefix)), none);
+}
+
+TEST_F(HfExportTest, TheTokenizerIsCopiedWithAMinimalConfigNamingItsSpecialTokens) {
+  const std::string prefix = shards("shards", {{"bos", 1}, {"eos", 0}});
+  const json record = export_tokenizer(on(prefix), dir_ / "out");
+  EXPECT_EQ(record["copied"], true) << record.dump();
+  EXPECT_EQ(record["source"], tokenizer_.string());
+  EXPECT_EQ(record["sha256"], sha256_of_file(tokenizer_.string()));
+  EXPECT_EQ(record["tokenizer_config"], "written");
+  EXPECT_EQ(read_text(dir_ / "out" / "tokenizer.json"), kTokenizer);
+  EXPECT_EQ(
+      json::parse(read_text(dir_ / "out" / "tokenizer_config.json")),
+      (json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", "<s>"}, {"eos_token", "<|endoftext|>"}}));
+  // A pad found only in the model's vocabulary.
+  const json padded = export_tokenizer(on(shards("padded", {{"eos", 0}, {"pad", 4}})), dir_ / "out");
+  EXPECT_EQ(padded["copied"], true);
+  EXPECT_EQ(
+      json::parse(read_text(dir_ / "out" / "tokenizer_config.json")),
+      (json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"eos_token", "<|endoftext|>"}, {"pad_token", "<pad>"}}));
+}
+
+TEST_F(HfExportTest, TheTokenizerConfigBesideTheTokenizerIsCopiedAsItIs) {
+  const std::string config =
+      R"({"add_bos_token": true, "bos_token": "<s>", "eos_token": {"content": "<|endoftext|>"}})";
+  std::ofstream(dir_ / "tok" / "tokenizer_config.json") << config;
+  const json record = export_tokenizer(on(shards("shards", {{"bos", 1}, {"eos", 0}})), dir_ / "out");
+  EXPECT_EQ(record["tokenizer_config"], "copied") << record.dump();
+  EXPECT_EQ(read_text(dir_ / "out" / "tokenizer_config.json"), config);
+}
+
+TEST_F(HfExportTest, AChangedOrMissingTokenizerIsNotCopied) {
+  const std::string prefix = shards("shards", {{"bos", 1}, {"eos", 0}});
+  std::ofstream(tokenizer_, std::ios::app) << " ";  // edited since the shards were written
+  json record = export_tokenizer(on(prefix), dir_ / "out");
+  EXPECT_EQ(record["copied"], false) << record.dump();
+  EXPECT_NE(record["why"].get<std::string>().find("its SHA-256 is " + sha256_of_file(tokenizer_.string())),
+            std::string::npos)
+      << record.dump();
+  EXPECT_TRUE(fs::is_empty(dir_ / "out"));
+  fs::remove(tokenizer_);
+  record = export_tokenizer(on(prefix), dir_ / "out");
+  EXPECT_EQ(record["copied"], false);
+  EXPECT_EQ(record["why"], "no such file");
+  EXPECT_TRUE(fs::is_empty(dir_ / "out"));
+  // Data that names no tokenizer file: nothing to record.
+  EXPECT_TRUE(export_tokenizer(on(""), dir_ / "out").is_null());
+  fs::remove(prefix + ".json");
+  EXPECT_TRUE(export_tokenizer(on(prefix), dir_ / "out").is_null());
 }
 
 }  // namespace RCL_UNITY_ID
