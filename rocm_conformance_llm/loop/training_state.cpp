@@ -111,6 +111,7 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
   auto model_config = hf_config(cfg, layout);
   model_config.update(special_token_ids(cfg));
   write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
+  const auto tokenizer = export_tokenizer(cfg, dir);
   if (!sharded) write_safetensors(dir / kOptimizerFile, moments);
   nlohmann::json scaler = nullptr;
   if (snap.scaler) {
@@ -125,7 +126,8 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
                           {"loss_scaler", scaler},
                           {"weights", to_string(layout)},
                           {"optimizer_shards", files.count},
-                          {"model_shards", split ? loop.world_size() : 1}};
+                          {"model_shards", split ? loop.world_size() : 1},
+                          {"tokenizer", tokenizer}};
   state.update(run_fields);
   write_file_synced(dir / kStateFile, {state.dump(2) + "\n"});
 }

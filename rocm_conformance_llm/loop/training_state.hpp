@@ -3,13 +3,14 @@
 //   model.safetensors      weights; Hugging Face GPT-2 or Llama tensor names where the model
 //                          computes what that architecture computes
 //   config.json            Hugging Face style model config
+//   tokenizer.json, tokenizer_config.json  the data's tokenizer, where it names one (hf_names.hpp)
 //   optimizer.safetensors  AdamW moments (flat, in the optimizer's buffer order)
 //   optimizer-shard-<R>.safetensors  instead, where the optimizer is sharded (ZeRO, FSDP): rank
 //                          R's shard of the moments, written by that rank (under FSDP the
 //                          weights are gathered from every rank's shards for model.safetensors)
 //   rank-<R>.safetensors   each rank's RNG states (CPU generator, device generator)
-//   state.json             step, data cursor, optimizer steps, loss scaler, weights layout, and
-//                          what the writer says about the run
+//   state.json             step, data cursor, optimizer steps, loss scaler, weights layout, the
+//                          tokenizer's export, and what the writer says about the run
 //
 // The run's checkpoints (run/run_checkpoint.hpp) add findings and a manifest around these; the
 // replay check writes them alone as a private checkpoint (LoopAccess).

@@ -1,14 +1,22 @@
 #include "rocm_conformance_llm/workload/hf_names.hpp"
 
 #include <array>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string_view>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "rocm_conformance_llm/base/files.hpp"
+#include "rocm_conformance_llm/base/sha256.hpp"
+#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/data.hpp"
+#include "rocm_conformance_llm/workload/indexed_dataset.hpp"
 #include "rocm_conformance_llm/workload/model_widths.hpp"
 
 namespace rcl {
@@ -62,6 +70,62 @@ StoredNames hf_names(const std::string& native, HfLayout layout) {
   }
   if (!mapped) throw std::logic_error(fmt::format("no {} name for parameter {}", to_string(layout), native));
   return *mapped;
+}
+
+// Stand-in for the shared blend parser: "W1 PREFIX1 W2 PREFIX2" -> PREFIX1 (one tokenizer for all).
+std::string first_data_path(const std::string& data_path) {
+  std::istringstream in(data_path);
+  const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
+  bool blend = words.size() >= 2 && words.size() % 2 == 0;
+  for (size_t i = 0; blend && i < words.size(); i += 2) blend = parse_number<double>(words[i]).has_value();
+  return blend ? words[1] : data_path;
+}
+
+// The sidecar of the data when it is an indexed dataset that has one.
+std::optional<IndexedSidecar> data_sidecar(const TrainingConfig& c) {
+  if (c.data_path.empty()) return std::nullopt;
+  const std::string path = first_data_path(c.data_path);
+  return is_indexed_dataset(path) ? indexed_dataset_sidecar(path) : std::nullopt;
+}
+
+std::optional<std::string> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  if (in.bad()) return std::nullopt;
+  return bytes;
+}
+
+// The text of token `id` in a tokenizer.json: an added token's content, else the model's
+// vocabulary entry ({token: id} for BPE and WordPiece, [[piece, score], ...] for Unigram).
+std::optional<std::string> token_text(const nlohmann::json& tokenizer, int64_t id) {
+  if (const auto added = tokenizer.find("added_tokens"); added != tokenizer.end() && added->is_array())
+    for (const auto& token : *added)
+      if (token.is_object() && token.value("id", nlohmann::json()) == id &&
+          token.value("content", nlohmann::json()).is_string())
+        return token["content"].get<std::string>();
+  const auto model = tokenizer.find("model");
+  if (model == tokenizer.end() || !model->is_object() || !model->contains("vocab")) return std::nullopt;
+  const auto& vocab = (*model)["vocab"];
+  if (vocab.is_object())
+    for (const auto& [text, value] : vocab.items())
+      if (value == id) return text;
+  if (vocab.is_array() && id >= 0 && id < int64_t(vocab.size()) && vocab[id].is_array() && !vocab[id].empty() &&
+      vocab[id][0].is_string())
+    return vocab[id][0].get<std::string>();
+  return std::nullopt;
+}
+
+// What transformers needs to load tokenizer.json on its own: its class and the special tokens'
+// texts (it finds no ids in a bare tokenizer.json).
+nlohmann::json minimal_tokenizer_config(const std::string& tokenizer_bytes, const nlohmann::json& special_ids) {
+  nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+  const auto tokenizer = nlohmann::json::parse(tokenizer_bytes, nullptr, /*allow_exceptions=*/false);
+  if (!tokenizer.is_object()) return config;
+  for (const auto& [key, id] : special_ids.items())
+    if (id.is_number_integer())
+      if (const auto text = token_text(tokenizer, id.get<int64_t>())) config[key + "_token"] = *text;
+  return config;
 }
 
 }  // namespace
@@ -155,8 +219,50 @@ nlohmann::json hf_config(const TrainingConfig& c, HfLayout layout) {
 }
 
 nlohmann::json special_token_ids(const TrainingConfig& c) {
-  if (c.data_path.empty()) return {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
-  return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
+  nlohmann::json ids = {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr}};
+  if (c.data_path.empty()) return ids;
+  if (!is_indexed_dataset(first_data_path(c.data_path)))
+    return {{"bos_token_id", byte_tokens::bos}, {"eos_token_id", byte_tokens::eos}, {"pad_token_id", byte_tokens::pad}};
+  // The shards' ids are their tokenizer's: the sidecar's names, where there is one.
+  if (const auto sidecar = data_sidecar(c))
+    for (const char* key : {"bos", "eos", "pad"})
+      if (const auto it = sidecar->special_ids.find(key); it != sidecar->special_ids.end() && it->is_number_integer())
+        ids[std::string(key) + "_token_id"] = *it;
+  return ids;
+}
+
+nlohmann::json export_tokenizer(const TrainingConfig& c, const std::filesystem::path& dir) {
+  const auto sidecar = data_sidecar(c);
+  if (!sidecar || sidecar->tokenizer_path.empty()) return nullptr;
+  const std::string& source = sidecar->tokenizer_path;
+  nlohmann::json record = {{"source", source}, {"sha256", sidecar->tokenizer_sha256}};
+  // Hashed and copied from the same bytes: what is written is what was checked.
+  std::optional<std::string> bytes;
+  std::string why;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(source, ec)) {
+    why = "no such file";
+  } else if (!(bytes = read_bytes(source))) {
+    why = "it cannot be read";
+  } else {
+    Sha256 hash;
+    hash.update(*bytes);
+    if (const auto digest = hash.hex_digest(); digest != sidecar->tokenizer_sha256)
+      why = fmt::format("its SHA-256 is {}, not the {} the data was tokenized with", digest, sidecar->tokenizer_sha256);
+  }
+  if (!why.empty()) {
+    spdlog::warn("the Hugging Face export in {} carries no {}: the data's tokenizer '{}': {}", dir.string(),
+                 kHfTokenizerFile, source, why);
+    record.update({{"copied", false}, {"why", why}});
+    return record;
+  }
+  write_file_synced(dir / kHfTokenizerFile, {*bytes});
+  const auto config = read_bytes((std::filesystem::path(source).parent_path() / kHfTokenizerConfigFile).string());
+  const std::string config_text =
+      config ? *config : minimal_tokenizer_config(*bytes, sidecar->special_ids).dump(2) + "\n";
+  write_file_synced(dir / kHfTokenizerConfigFile, {config_text});
+  record.update({{"copied", true}, {"tokenizer_config", config ? "copied" : "written"}});
+  return record;
 }
 
 }  // namespace rcl

@@ -7,10 +7,13 @@
 //     and mlp_bias (transformers >= 4.41).
 // Neither with Q/K norm, a Q/K/V convolution or mixture-of-experts feed-forwards (Mixtral's
 // experts have no biases and no GELU); the LM head is tied to the embedding in both. Any other
-// layout keeps the model's own names ("native").
+// layout keeps the model's own names ("native"). Beside them the export carries the data's
+// tokenizer where the data names one (an indexed dataset's sidecar), so transformers loads model
+// and tokenizer from one folder.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,9 +48,20 @@ std::vector<std::pair<std::string, StoredNames>> stored_names(const TrainingConf
 
 // config.json's model fields for `layout` (our own model_type "rcl-gpt" for native).
 nlohmann::json hf_config(const TrainingConfig& cfg, HfLayout layout);
-// The data layer's special tokens, so transformers neither warns about nor generates with its
+// The data's special tokens, so transformers neither warns about nor generates with its
 // architecture's defaults (GPT-2's 50256 lies outside a byte vocabulary): the byte tokenizer's
-// for a text file, none for the synthetic corpus.
+// for a text file; an indexed dataset's from its sidecar (each null where it names none, all
+// null without a sidecar); none for the synthetic corpus.
 nlohmann::json special_token_ids(const TrainingConfig& cfg);
+
+inline constexpr const char* kHfTokenizerFile = "tokenizer.json";
+inline constexpr const char* kHfTokenizerConfigFile = "tokenizer_config.json";
+// Writes the data's tokenizer into the export folder `dir`: the tokenizer.json an indexed
+// dataset's sidecar names, only while its SHA-256 is still the sidecar's (else the shards' ids
+// are not its ids), and the tokenizer_config.json beside it, or a minimal one naming the special
+// tokens. Returns what state.json records: null where the data names no tokenizer file; else
+// {"source", "sha256", "copied", and "tokenizer_config" ("copied" / "written") or "why" not}.
+// A missing or changed file is a warning naming it, and nothing is written.
+nlohmann::json export_tokenizer(const TrainingConfig& cfg, const std::filesystem::path& dir);
 
 }  // namespace rcl

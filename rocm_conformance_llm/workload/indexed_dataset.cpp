@@ -80,6 +80,7 @@ IndexedSidecar read_sidecar(const std::string& path) {
     s.tokens = doc.at("tokens").get<int64_t>();
     s.documents = doc.at("documents").get<int64_t>();
     s.largest_id = doc.at("largest_id").get<int64_t>();
+    s.tokenizer_path = doc.at("tokenizer").value("path", "");
     s.tokenizer_sha256 = doc.at("tokenizer").at("sha256").get<std::string>();
     s.special_ids = doc.value("special_ids", nlohmann::json::object());
   } catch (const nlohmann::json::exception& e) {
@@ -249,6 +250,10 @@ void IndexedDataset::check_sidecar() {
 IndexedDataset::~IndexedDataset() = default;
 
 const char* IndexedDataset::dtype_name() const { return token_dtype(dtype_code_)->name; }
+
+std::optional<IndexedSidecar> indexed_dataset_sidecar(const std::string& path) {
+  return sidecar_of(indexed_dataset_prefix(path));
+}
 
 int64_t indexed_dataset_vocab_size(const std::string& path, int64_t configured) {
   const std::string prefix = indexed_dataset_prefix(path);

@@ -36,9 +36,14 @@ struct IndexedSidecar {
   int64_t tokens = 0;
   int64_t documents = 0;
   int64_t largest_id = 0;
+  std::string tokenizer_path;  // as the sidecar names it (prepare_data.py: absolute); empty when it names none
   std::string tokenizer_sha256;
   nlohmann::json special_ids = nlohmann::json::object();  // {"bos": id, "eos": id, ...} as the tokenizer has them
 };
+
+// The sidecar of the indexed dataset at `path` (PREFIX, PREFIX.bin or PREFIX.idx), its fields
+// checked as the reader checks them: nullopt where it has none; a ConfigError when it is malformed.
+std::optional<IndexedSidecar> indexed_dataset_sidecar(const std::string& path);
 
 class IndexedDataset {
  public:

@@ -23,6 +23,7 @@
 #include "rocm_conformance_llm/run/run_checkpoint.hpp"
 #include "support/cli_runner.hpp"
 #include "support/cpu_fp16.hpp"
+#include "support/indexed_dataset_writer.hpp"
 #include "support/safetensors_spec.hpp"
 
 namespace rcl {
@@ -224,6 +225,64 @@ TEST(Checkpoints, TextDataExportsTheByteTokenizersSpecialTokens) {
   EXPECT_LT(hf["eos_token_id"].get<int64_t>(), hf["vocab_size"].get<int64_t>());
   fs::remove_all(dir);
   fs::remove(text);
+}
+
+// Trained on an indexed dataset, the export carries its tokenizer: config.json's special ids are
+// the sidecar's, tokenizer.json is the file the sidecar names (in the manifest, recorded in
+// state.json). A tokenizer edited since the shards were written is not copied: a warning names
+// it, and the rest of the export is written.
+TEST(Checkpoints, IndexedDataExportsTheSidecarsTokenizer) {
+  const fs::path dir = fresh_dir("ckpt", "sidecar-tokenizer"), tok = fresh_dir("ckpt", "sidecar-tokenizer-files");
+  fs::create_directories(tok);
+  const std::string tokenizer = (tok / "tokenizer.json").string();
+  std::ofstream(tokenizer) << R"({"added_tokens": [{"id": 10, "content": "<eos>"}, {"id": 11, "content": "<bos>"}],)"
+                           << R"( "model": {"type": "BPE", "vocab": {}, "merges": []}})";
+  std::vector<std::vector<int64_t>> docs(40);
+  for (auto& doc : docs) {
+    doc.push_back(11);
+    for (unsigned char c : std::string(100, 'a') + " text") doc.push_back(c);
+    doc.push_back(10);
+  }
+  const std::string prefix = (tok / "shards").string();
+  testing::write_indexed_dataset(prefix, docs);
+  testing::write_sidecar(prefix, docs, 259);
+  auto sidecar = json::parse(read_text(prefix + ".json"));
+  sidecar["tokenizer"] = {{"path", tokenizer}, {"sha256", sha256_of_file(tokenizer)}};
+  sidecar["special_ids"] = {{"bos", 11}, {"eos", 10}};
+  std::ofstream(prefix + ".json") << sidecar.dump();
+  const std::string args = kSmoke + "--steps 1 --checkpoint-interval 1 --data " + prefix + " --output-dir ";
+
+  const auto r = run_cli(args + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path ckpt = checkpoint(dir, 1);
+  const json hf = json::parse(read_text(ckpt / "config.json"));
+  EXPECT_EQ(hf["bos_token_id"], 11);
+  EXPECT_EQ(hf["eos_token_id"], 10);
+  EXPECT_TRUE(hf["pad_token_id"].is_null());
+  EXPECT_EQ(read_text(ckpt / "tokenizer.json"), read_text(tokenizer));
+  EXPECT_EQ(json::parse(read_text(ckpt / "tokenizer_config.json")),
+            (json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", "<bos>"}, {"eos_token", "<eos>"}}));
+  const json manifest = json::parse(read_text(ckpt / "manifest.json"));
+  EXPECT_EQ(manifest["files"]["tokenizer.json"], sha256_of_file(tokenizer));
+  EXPECT_TRUE(manifest["files"].contains("tokenizer_config.json"));
+  const json state = json::parse(read_text(ckpt / "state.json"));
+  EXPECT_EQ(state["tokenizer"]["copied"], true) << state.dump();
+  EXPECT_EQ(state["tokenizer"]["source"], tokenizer);
+
+  std::ofstream(tokenizer, std::ios::app) << "\n";
+  const fs::path changed = fresh_dir("ckpt", "sidecar-tokenizer-changed");
+  const auto c = run_cli(args + changed.string());
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE((c.out + c.err).find("carries no tokenizer.json: the data's tokenizer '" + tokenizer + "'"),
+            std::string::npos)
+      << c.out << c.err;
+  const fs::path unexported = checkpoint(changed, 1);
+  EXPECT_TRUE(fs::exists(unexported / "model.safetensors"));
+  EXPECT_EQ(json::parse(read_text(unexported / "config.json"))["eos_token_id"], 10);
+  EXPECT_FALSE(fs::exists(unexported / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(unexported / "tokenizer_config.json"));
+  EXPECT_EQ(json::parse(read_text(unexported / "state.json"))["tokenizer"]["copied"], false);
+  for (const auto& d : {dir, tok, changed}) fs::remove_all(d);
 }
 
 // A one-line refusal, exit 2, naming `expected`.
