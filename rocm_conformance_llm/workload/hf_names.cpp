@@ -5,7 +5,6 @@
 #include <iterator>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <stdexcept>
 #include <string_view>
 
@@ -14,7 +13,6 @@
 
 #include "rocm_conformance_llm/base/files.hpp"
 #include "rocm_conformance_llm/base/sha256.hpp"
-#include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/workload/indexed_dataset.hpp"
 #include "rocm_conformance_llm/workload/model_widths.hpp"
@@ -72,14 +70,8 @@ StoredNames hf_names(const std::string& native, HfLayout layout) {
   return *mapped;
 }
 
-// Stand-in for the shared blend parser: "W1 PREFIX1 W2 PREFIX2" -> PREFIX1 (one tokenizer for all).
-std::string first_data_path(const std::string& data_path) {
-  std::istringstream in(data_path);
-  const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
-  bool blend = words.size() >= 2 && words.size() % 2 == 0;
-  for (size_t i = 0; blend && i < words.size(); i += 2) blend = parse_number<double>(words[i]).has_value();
-  return blend ? words[1] : data_path;
-}
+// A blend's parts share one tokenizer (open_data_parts refuses others): the first part names it.
+std::string first_data_path(const std::string& data_path) { return data_parts(data_path).front().path; }
 
 // The sidecar of the data when it is an indexed dataset that has one.
 std::optional<IndexedSidecar> data_sidecar(const TrainingConfig& c) {
