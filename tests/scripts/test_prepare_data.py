@@ -2,10 +2,14 @@
 `tokenizers` on Debian's licence texts; JSONL, Parquet, a `save_to_disk` folder and plain text
 tokenized into Megatron's indexed dataset; the shards read back with numpy alone (an independent
 reader of the format) equal the tokenizer's own encoding, BOS and EOS included; a vocabulary
-above 65,500 is written as int32; bad inputs exit 2; and the binary trains on the shards, its
-loss falling and its report naming the tokenizer.
+above 65,500 is written as int32; bad inputs exit 2; the binary trains on the shards, its
+loss falling and its report naming the tokenizer; and it trains on the same windows in the same
+order as bench/hf_peer.py (Transformers + Accelerate + Datasets, its own numpy reader of the shards
+and its own blend arithmetic): from the same initial weights, their per-step fp32 losses agree to
+float rounding on one prefix and on the blend "0.7 A 0.3 B" of two (docs/data.md).
 
-    python3 test_prepare_data.py BINARY     (a Python with datasets, tokenizers and numpy)
+    python3 test_prepare_data.py BINARY     (a Python with datasets, tokenizers, numpy, torch,
+                                             transformers and accelerate: the wheel lane's)
 """
 
 import glob
@@ -15,12 +19,19 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREPARE = os.path.join(REPO, "scripts", "prepare_data.sh")
 LICENCES = "/usr/share/common-licenses"
+sys.path.insert(0, os.path.join(REPO, "bench"))  # bench/hf_bench.py's helpers, for the peer check
+# The peer check's runs (bench/hf_bench.py's row form: name, preset, --set overrides, steps,
+# warm-up): a GPT-2 layout the peer loads as GPT2LMHeadModel; 12 steps of 16 windows take part
+# B (one short licence) through several of its epochs.
+PEER_ROW = ("peer", "smoke", ["position=learned", "seq_len=32", "batch_size=16"], 12, 0)
+PEER_TOLERANCE = 1e-4  # relative, per step: measured 9e-7 (one prefix), 5e-6 (blend); other windows 1e-3 and up
 
 
 def check(condition, message):
@@ -72,6 +83,19 @@ def read_megatron(prefix):
     data = np.memmap(prefix + ".bin", dtype=dtype, mode="r")
     itemsize = np.dtype(dtype).itemsize
     return np.dtype(dtype), [np.array(data[p // itemsize:p // itemsize + n]) for p, n in zip(pointers, lengths)]
+
+
+def peer_loss_gap(binary, data, init, workdir):
+    """The largest relative per-step loss difference between the C++ trainer and bench/hf_peer.py
+    on `data`, both from the weights in `init` (None: export them first, as bench/hf_bench.py does)."""
+    from hf_bench import initial_weights, run_cpp, run_hf
+
+    args = types.SimpleNamespace(device="cpu", threads=1, python=sys.executable)
+    init = init or initial_weights(args, binary, PEER_ROW, "fp32", data, workdir)
+    cpp = run_cpp(args, binary, PEER_ROW, "fp32", data, workdir)
+    hf = run_hf(args, PEER_ROW, init, cpp, data)
+    check(len(cpp["losses"]) == len(hf["losses"]) == PEER_ROW[3], f"losses per step: {cpp['losses']} {hf['losses']}")
+    return max(abs(c - h) / abs(c) for c, h in zip(cpp["losses"], hf["losses"])), init
 
 
 def prepare(env, *args):
@@ -160,6 +184,19 @@ def main():
         with open(os.path.join(out, "metrics.jsonl")) as f:
             losses = [r["loss"] for r in map(json.loads, f) if "loss" in r and "step" in r]
         check(len(losses) == 25 and losses[-1] < losses[0] - 1.0, f"the loss falls: {losses[0]} -> {losses[-1]}")
+
+        # The same windows in the same order as bench/hf_peer.py: one prefix, then a blend of two.
+        a, b = os.path.join(tmp, "peer", "gpl"), os.path.join(tmp, "peer", "bsd")
+        for output, source in ((a, jsonl), (b, plain)):
+            r = prepare(env, "--tokenizer", tokenizer_json, "--output", output, "--text-field", "body", source)
+            check(r.returncode == 0, f"prepare_data {output} exited {r.returncode}: {r.stderr}")
+        workdir = os.path.join(tmp, "peer")
+        gap, init = peer_loss_gap(binary, a, None, workdir)
+        print(f"prepare_data: C++ and hf_peer on one prefix, largest relative loss gap {gap:.2e}")
+        check(gap < PEER_TOLERANCE, f"one prefix: the peer's losses differ by {gap:.2e} (relative)")
+        gap, _ = peer_loss_gap(binary, f"0.7 {a} 0.3 {b}", init, workdir)
+        print(f"prepare_data: C++ and hf_peer on the blend 0.7/0.3, largest relative loss gap {gap:.2e}")
+        check(gap < PEER_TOLERANCE, f"the blend: the peer's losses differ by {gap:.2e} (relative)")
     print("prepare_data: every check passed")
 
 
