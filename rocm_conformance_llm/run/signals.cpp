@@ -77,6 +77,11 @@ void install() {
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
     for (const int sig : kStopSignals) ::sigaction(sig, &action, nullptr);
+    // A write to a peer that is gone (the job's store or a Gloo link after a rank, a node or the
+    // store's host was lost) must fail with EPIPE, which the run handles and reports, not kill the
+    // process before its report: a rank 0 resumed after a freeze died of SIGPIPE writing to the
+    // store its node mate had closed.
+    ::signal(SIGPIPE, SIG_IGN);
     std::thread(watch).detach();
   });
 }

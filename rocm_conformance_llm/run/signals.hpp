@@ -16,7 +16,8 @@ inline constexpr std::chrono::seconds kStopGrace{10};
 // Called on the watcher thread with the signal; it writes the report and must not return.
 using ForceStop = std::function<void(int signal)>;
 
-// Installs the handlers and starts the watcher (once per process; later calls do nothing).
+// Installs the handlers and starts the watcher (once per process; later calls do nothing), and
+// ignores SIGPIPE: a write to a lost peer's socket is an error the run reports, not its death.
 void install();
 // The first stop signal received, 0 when none. Safe from any thread.
 int received();
