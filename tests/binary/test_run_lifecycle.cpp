@@ -201,14 +201,23 @@ TEST(ErrorBoundary, BallastTooLargeForTheDeviceIsACrashReport) {
   fs::remove_all(dir);
 }
 
+// A text too short for one window of the run's seq_len passes the start-up checks (the file is
+// read and tokenized) and is refused when the data source cuts it into windows, inside the model's
+// setup: a crash report. An empty file is refused before anything is written (exit 2).
 TEST(ErrorBoundary, DataFileRejectedDuringSetupIsACrashReport) {
   const fs::path dir = fresh_dir("data");
-  const fs::path data = dir.string() + "-empty.txt";
-  std::ofstream(data).close();  // readable, but holds no text: the data source refuses it
+  const fs::path data = dir.string() + "-short.txt";
+  std::ofstream(data) << "too short";  // 11 byte tokens: no window of seq_len + 1
   const auto r = run_cli(kSmoke + "--steps 2 --data " + data.string() + " --output-dir " + dir.string());
   expect_crashed(dir, r.exit_code, "setup_model", r.out + r.err);
-  EXPECT_NE((r.out + r.err).find("contains no text"), std::string::npos) << r.out + r.err;
+  EXPECT_NE((r.out + r.err).find("window(s) of seq_len+1"), std::string::npos) << r.out + r.err;
   fs::remove_all(dir);
+
+  std::ofstream(data, std::ios::trunc).close();
+  const auto empty = run_cli(kSmoke + "--steps 2 --data " + data.string() + " --output-dir " + dir.string());
+  EXPECT_EQ(empty.exit_code, 2) << empty.out + empty.err;
+  EXPECT_NE(empty.err.find("contains no text"), std::string::npos) << empty.err;
+  EXPECT_FALSE(fs::exists(dir)) << "the refused run wrote " << dir;
   fs::remove(data);
 }
 
