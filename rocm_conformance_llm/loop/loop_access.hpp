@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ struct RunContext {
   DiagnosticsConfig diag;
   torch::Device device{torch::kCPU};
   std::filesystem::path output_dir;
+  // The parts of cfg.data_path as the run's setup opened and cut them (open_data(cfg)), so that
+  // no file is read twice; null where a context is made without setup (tests, tools): the
+  // trainer opens the data itself.
+  std::shared_ptr<const OpenedData> data;
 };
 
 class LoopAccess {

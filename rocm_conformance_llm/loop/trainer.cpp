@@ -114,7 +114,7 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
 
   // The ranks of one tensor-parallel group are one data-parallel replica: the same batches.
   const DataReplica replica = sync_->data_replica();
-  data_ = make_data_source(cfg, replica.index, replica.count, device);
+  data_ = make_data_source(cfg, replica.index, replica.count, device, ctx_.data);
   if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
 
   // Every rank draws the initial weights from the same seed: replicas must start identical.

@@ -70,7 +70,7 @@ StoredNames hf_names(const std::string& native, HfLayout layout) {
   return *mapped;
 }
 
-// A blend's parts share one tokenizer (open_data_parts refuses others): the first part names it.
+// A blend's parts share one tokenizer (open_data refuses others): the first part names it.
 std::string first_data_path(const std::string& data_path) { return data_parts(data_path).front().path; }
 
 // The sidecar of the data when it is an indexed dataset that has one.
