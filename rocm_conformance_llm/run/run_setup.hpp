@@ -19,6 +19,7 @@
 #include "rocm_conformance_llm/run/run_config.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
+#include "rocm_conformance_llm/workload/hf_names.hpp"
 
 namespace rcl {
 
@@ -36,6 +37,8 @@ struct RunSetup {
   GroupPlan group;                         // the parallel degrees this world allows, the collective timeout
   ReducedGemmPath reduced_gemm;            // how the bf16/fp16 GEMMs run here (platform/device.hpp)
   std::shared_ptr<const OpenedData> data;  // training.data_path's parts, opened and checked (null: synthetic)
+  // What a checkpoint's export carries of the data's tokenizer, read once here.
+  std::shared_ptr<const HfTokenizer> hf_tokenizer;
 };
 
 // Throws ConfigError (or CheckpointError) for a run that cannot start; `overwrite`: --overwrite.
