@@ -416,67 +416,81 @@ std::string tokenizer_of(const TokenStore& store) {
   if (id == "bytes") return "the byte tokenizer";
   return id.empty() ? "an unnamed tokenizer" : "tokenizer sha256 " + id;
 }
+
+// Part `index`'s windows, split train/validation by the shuffle of (window_split, index).
+void cut_windows(OpenedPart& part, const WindowCut& cut, uint64_t index) {
+  // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
+  const int64_t tokens = part.store->size();
+  const int64_t windows = (tokens - 1) / cut.seq_len;
+  const int64_t val_count =
+      cut.val_fraction > 0 ? std::max<int64_t>(1, std::llround(cut.val_fraction * double(windows))) : 0;
+  if (windows - val_count < 1)
+    throw ConfigError(fmt::format(
+        "invalid data_path '{}': {} tokens make {} window(s) of seq_len+1={}, need at least {} (train + validation)",
+        part.given.path, tokens, windows, cut.seq_len + 1, val_count + 1));
+  std::vector<int64_t> starts(windows);
+  for (int64_t w = 0; w < windows; ++w) starts[w] = w * cut.seq_len;
+  SplitMix rng(stream_seed(cut.seed, Stream::window_split, index));
+  shuffle(starts, rng);
+  part.val_windows.assign(starts.begin(), starts.begin() + val_count);
+  part.train_windows.assign(starts.begin() + val_count, starts.end());
+}
 }  // namespace
 
-std::vector<OpenedPart> open_data_parts(const std::string& data_path, int64_t configured_vocab) {
-  std::vector<OpenedPart> opened;
-  for (auto& part : data_parts(data_path)) {
-    auto store = open_token_store(part.path, configured_vocab);
-    if (!opened.empty()) {
-      const auto& [first_part, first] = opened.front();
-      if (store->tokenizer() != first->tokenizer() || store->vocab_size() != first->vocab_size())
+std::shared_ptr<const OpenedData> open_data(const std::string& data_path, int64_t configured_vocab, WindowCut cut) {
+  auto data = std::make_shared<OpenedData>(OpenedData{cut, {}});
+  for (auto& given : data_parts(data_path)) {
+    auto store = open_token_store(given.path, configured_vocab);
+    OpenedPart part{std::move(given), std::move(store), {}, {}};
+    if (!data->parts.empty()) {
+      const OpenedPart& first = data->parts.front();
+      const TokenStore &ours = *first.store, &theirs = *part.store;
+      if (theirs.tokenizer() != ours.tokenizer() || theirs.vocab_size() != ours.vocab_size())
         throw ConfigError(fmt::format(
             "invalid data_path '{}': '{}' holds ids of {} (vocabulary {}), '{}' of {} (vocabulary {}); a blend's "
             "parts share one tokenizer",
-            data_path, first_part.path, tokenizer_of(*first), first->vocab_size(), part.path, tokenizer_of(*store),
-            store->vocab_size()));
+            data_path, first.given.path, tokenizer_of(ours), ours.vocab_size(), part.given.path, tokenizer_of(theirs),
+            theirs.vocab_size()));
     }
-    opened.push_back({std::move(part), std::move(store)});
+    cut_windows(part, cut, uint64_t(data->parts.size()));
+    data->parts.push_back(std::move(part));
   }
-  return opened;
+  return data;
+}
+
+std::shared_ptr<const OpenedData> open_data(const TrainingConfig& cfg) {
+  return open_data(cfg.data_path, cfg.vocab_size, {cfg.seq_len, cfg.val_fraction, cfg.seed});
 }
 
 // --- TokenFile ---
 
 namespace {
-std::vector<double> weights_of(const std::vector<OpenedPart>& parts) {
+std::vector<double> weights_of(const OpenedData& data) {
   std::vector<double> weights;
-  for (const auto& p : parts) weights.push_back(p.part.weight);
+  for (const auto& part : data.parts) weights.push_back(part.given.weight);
   return weights;
 }
 }  // namespace
 
+TokenFile::TokenFile(std::shared_ptr<const OpenedData> data, int64_t batch_size, int rank, int world_size,
+                     torch::Device device)
+    : DataSource(batch_size, data->cut.seq_len, rank, world_size, device),
+      data_(std::move(data)),
+      cycle_(weights_of(*data_)),
+      epoch_orders_(data_->parts.size()) {}
+
 TokenFile::TokenFile(const std::string& data_path, double val_fraction, uint64_t seed, int64_t batch_size,
                      int64_t seq_len, int rank, int world_size, torch::Device device, int64_t configured_vocab)
-    : DataSource(batch_size, seq_len, rank, world_size, device), seed_(seed), cycle_({1}) {
-  auto opened = open_data_parts(data_path, configured_vocab);
-  cycle_ = BlendCycle(weights_of(opened));
-  for (auto& [given, store] : opened) {
-    // Windows of seq_len + 1 tokens overlapping by one, so every token is a target once.
-    const int64_t windows = (store->size() - 1) / seq_len;
-    const int64_t val_count = val_fraction > 0 ? std::max<int64_t>(1, std::llround(val_fraction * double(windows))) : 0;
-    if (windows - val_count < 1)
-      throw ConfigError(fmt::format(
-          "invalid data_path '{}': {} tokens make {} window(s) of seq_len+1={}, need at least {} (train + validation)",
-          given.path, store->size(), windows, seq_len + 1, val_count + 1));
-    std::vector<int64_t> starts(windows);
-    for (int64_t w = 0; w < windows; ++w) starts[w] = w * seq_len;
-    SplitMix rng(stream_seed(seed, Stream::window_split, uint64_t(parts_.size())));
-    shuffle(starts, rng);
-    Part part{std::move(given), std::move(store)};
-    part.val_windows.assign(starts.begin(), starts.begin() + val_count);
-    part.train_windows.assign(starts.begin() + val_count, starts.end());
-    parts_.push_back(std::move(part));
-  }
-}
+    : TokenFile(open_data(data_path, configured_vocab, {seq_len, val_fraction, seed}), batch_size, rank, world_size,
+                device) {}
 
 int64_t TokenFile::token_count() const {
   int64_t tokens = 0;
-  for (const auto& part : parts_) tokens += part.store->size();
+  for (const auto& part : data_->parts) tokens += part.store->size();
   return tokens;
 }
 
-nlohmann::json TokenFile::part_record(const Part& part) const {
+nlohmann::json TokenFile::part_record(const OpenedPart& part) const {
   nlohmann::json doc = part.store->record();
   doc["vocab_size"] = vocab_size();
   doc["tokens"] = part.store->size();
@@ -486,26 +500,28 @@ nlohmann::json TokenFile::part_record(const Part& part) const {
 }
 
 nlohmann::json TokenFile::record() const {
-  if (parts_.size() == 1) return part_record(parts_.front());
-  nlohmann::json parts = nlohmann::json::array();
+  const auto& parts = data_->parts;
+  if (parts.size() == 1) return part_record(parts.front());
+  nlohmann::json records = nlohmann::json::array();
   int64_t train = 0, validation = 0;
-  for (size_t p = 0; p < parts_.size(); ++p) {
-    nlohmann::json doc = part_record(parts_[p]);
-    doc["weight"] = parts_[p].given.weight;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    nlohmann::json doc = part_record(parts[p]);
+    doc["weight"] = parts[p].given.weight;
     doc["share"] = cycle_.share(int(p));
-    parts.push_back(std::move(doc));
-    train += int64_t(parts_[p].train_windows.size());
-    validation += int64_t(parts_[p].val_windows.size());
+    records.push_back(std::move(doc));
+    train += int64_t(parts[p].train_windows.size());
+    validation += int64_t(parts[p].val_windows.size());
   }
   return {{"kind", "blend"},        {"vocab_size", vocab_size()},       {"tokens", token_count()},
-          {"train_windows", train}, {"validation_windows", validation}, {"parts", std::move(parts)}};
+          {"train_windows", train}, {"validation_windows", validation}, {"parts", std::move(records)}};
 }
 
 std::string TokenFile::describe() const {
+  const auto& parts = data_->parts;
   std::string text;
-  for (size_t p = 0; p < parts_.size(); ++p) {
-    const Part& part = parts_[p];
-    if (parts_.size() > 1) text += fmt::format("{}{:.1f}% ", p ? "; " : "blend of ", 100 * cycle_.share(int(p)));
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const OpenedPart& part = parts[p];
+    if (parts.size() > 1) text += fmt::format("{}{:.1f}% ", p ? "; " : "blend of ", 100 * cycle_.share(int(p)));
     text += fmt::format("{}: {} tokens, {} train / {} validation windows of {} tokens", part.store->describe(),
                         part.store->size(), part.train_windows.size(), part.val_windows.size(), seq_len() + 1);
   }
@@ -514,33 +530,35 @@ std::string TokenFile::describe() const {
 
 void TokenFile::fill_window(Split split, int64_t sample, int64_t* tokens, bool*) const {
   const auto [index, part_sample] = cycle_.pick(sample);
-  const Part& part = parts_[index];
+  const OpenedPart& part = data_->parts[index];
   int64_t start;
   if (split == Split::validation) {
     start = part.val_windows[part_sample % int64_t(part.val_windows.size())];
   } else {
     const int64_t count = int64_t(part.train_windows.size());
     const int64_t epoch = part_sample / count;
-    if (epoch != part.cached_epoch) {
-      part.epoch_order = part.train_windows;
-      SplitMix rng(stream_seed(seed_, Stream::epoch_order, uint64_t(epoch) * parts_.size() + uint64_t(index)));
-      shuffle(part.epoch_order, rng);
-      part.cached_epoch = epoch;
+    EpochOrder& order = epoch_orders_[index];
+    if (epoch != order.epoch) {
+      order.windows = part.train_windows;
+      SplitMix rng(
+          stream_seed(data_->cut.seed, Stream::epoch_order, uint64_t(epoch) * data_->parts.size() + uint64_t(index)));
+      shuffle(order.windows, rng);
+      order.epoch = epoch;
     }
-    start = part.epoch_order[part_sample % count];
+    start = order.windows[part_sample % count];
   }
   part.store->read(start, seq_len() + 1, tokens);
 }
 
-std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size,
-                                             torch::Device device) {
+std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device,
+                                             std::shared_ptr<const OpenedData> opened) {
   if (cfg.data_path.empty()) {
     SyntheticSpec spec;
     if (cfg.vocab_size > 0) spec.vocab_size = cfg.vocab_size;
     return std::make_unique<SyntheticCorpus>(spec, cfg.seed, cfg.batch_size, cfg.seq_len, rank, world_size, device);
   }
-  return std::make_unique<TokenFile>(cfg.data_path, cfg.val_fraction, cfg.seed, cfg.batch_size, cfg.seq_len, rank,
-                                     world_size, device, cfg.vocab_size);
+  return std::make_unique<TokenFile>(opened ? std::move(opened) : open_data(cfg), cfg.batch_size, rank, world_size,
+                                     device);
 }
 
 int64_t resolved_vocab_size(const TrainingConfig& cfg) {

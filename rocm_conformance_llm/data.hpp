@@ -169,53 +169,73 @@ class BlendCycle {
   std::vector<int64_t> slot_index_;  // per slot: the earlier slots of that part in the cycle
 };
 
-// The stores of `data_path`'s parts, checked to share one tokenizer and vocabulary (ConfigErrors
-// naming the part otherwise). What the run opens before writing anything, and what TokenFile reads.
-struct OpenedPart {
-  DataPart part;
-  std::unique_ptr<TokenStore> store;
+// How each part's tokens are cut (docs/data.md "Windows", "Validation split"): windows of
+// seq_len + 1 tokens overlapping by one, val_fraction of them held out by a shuffle of `seed`.
+struct WindowCut {
+  int64_t seq_len;
+  double val_fraction;
+  uint64_t seed;
 };
-std::vector<OpenedPart> open_data_parts(const std::string& data_path, int64_t configured_vocab);
 
-// A store, or a blend of stores, cut into seq_len + 1 windows (docs/data.md: "Text and JSONL
+// One part of the data, opened and cut into windows.
+struct OpenedPart {
+  DataPart given;
+  std::unique_ptr<TokenStore> store;
+  std::vector<int64_t> train_windows;  // window start offsets into the store's tokens
+  std::vector<int64_t> val_windows;
+};
+// Every part of `training.data_path`, opened once: what the run opens and checks before writing
+// anything, then hands to the TokenFile it trains on (read-only: one copy serves both).
+struct OpenedData {
+  WindowCut cut;
+  std::vector<OpenedPart> parts;
+};
+// ConfigErrors naming the part: a file that cannot be read, parts of different tokenizers or
+// vocabularies, a part too short for one training window (and one validation window when
+// val_fraction > 0).
+std::shared_ptr<const OpenedData> open_data(const std::string& data_path, int64_t configured_vocab, WindowCut cut);
+// cfg.data_path (non-empty) cut by cfg.seq_len, cfg.val_fraction and cfg.seed.
+std::shared_ptr<const OpenedData> open_data(const TrainingConfig& cfg);
+
+// The windows of opened data, one part or a blend of several (docs/data.md: "Text and JSONL
 // files", "Indexed datasets", "Blending several datasets"): a plain-text file (one document),
 // JSONL (one document per line, in the "text" field) tokenized as BOS bytes EOS per document, or
-// an indexed dataset's ids as they are. Each part's windows are split train/validation by a
-// seeded shuffle and reshuffled every epoch of that part.
+// an indexed dataset's ids as they are. Each part's training windows are reshuffled every epoch
+// of that part.
 class TokenFile final : public DataSource {
  public:
+  TokenFile(std::shared_ptr<const OpenedData> data, int64_t batch_size, int rank, int world_size, torch::Device device);
+  // Opens `data_path` itself.
   TokenFile(const std::string& data_path, double val_fraction, uint64_t seed, int64_t batch_size, int64_t seq_len,
             int rank, int world_size, torch::Device device, int64_t configured_vocab = 0);
 
-  int64_t vocab_size() const override { return parts_.front().store->vocab_size(); }
+  int64_t vocab_size() const override { return data_->parts.front().store->vocab_size(); }
   std::string describe() const override;
   nlohmann::json record() const override;
-  bool has_validation() const override { return !parts_.front().val_windows.empty(); }
+  bool has_validation() const override { return !data_->parts.front().val_windows.empty(); }
   int64_t token_count() const;
 
  protected:
   void fill_window(Split split, int64_t sample, int64_t* tokens, bool* copied) const override;
 
  private:
-  struct Part {
-    DataPart given;
-    std::unique_ptr<TokenStore> store;
-    std::vector<int64_t> train_windows;  // window start offsets into the store's tokens
-    std::vector<int64_t> val_windows;
-    mutable int64_t cached_epoch = -1;  // the train order of one epoch, computed on demand
-    mutable std::vector<int64_t> epoch_order;
+  struct EpochOrder {  // one part's training windows in the order of one epoch, computed on demand
+    int64_t epoch = -1;
+    std::vector<int64_t> windows;
   };
-  nlohmann::json part_record(const Part& part) const;
+  nlohmann::json part_record(const OpenedPart& part) const;
 
-  uint64_t seed_;
-  std::vector<Part> parts_;
+  std::shared_ptr<const OpenedData> data_;
   BlendCycle cycle_;
+  mutable std::vector<EpochOrder> epoch_orders_;  // per part
 };
 
 // The source cfg asks for: the synthetic corpus when cfg.data_path is empty (cfg.vocab_size,
-// when set, sizes it), else the file or indexed dataset. Bad files and a vocab_size too small
-// for the data are ConfigErrors.
-std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device);
+// when set, sizes it), else the file or indexed dataset: `opened` where the run opened it
+// (open_data(cfg)), else opened here. Bad files and a vocab_size too small for the data are
+// ConfigErrors.
+std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device,
+                                             std::shared_ptr<const OpenedData> opened = nullptr);
 // The vocabulary the model of `cfg` will have, without reading the data: cfg.vocab_size when
 // set, else the synthetic corpus's, the byte tokenizer's or an indexed dataset's sidecar's (a
 // blend's first part's: what the trainer resolves it to).

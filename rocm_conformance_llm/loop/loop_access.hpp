@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "rocm_conformance_llm/loop/update_guard.hpp"
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/utils/reproducibility.hpp"
+#include "rocm_conformance_llm/workload/hf_names.hpp"
 #include "rocm_conformance_llm/workload/optimizer.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
@@ -26,6 +28,12 @@ struct RunContext {
   DiagnosticsConfig diag;
   torch::Device device{torch::kCPU};
   std::filesystem::path output_dir;
+  // What the run's setup read of the data, so that nothing is read twice: the parts of
+  // cfg.data_path opened and cut (open_data(cfg)), and what a checkpoint's export carries of their
+  // tokenizer (read_hf_tokenizer(cfg)). Null where a context is made without setup (tests,
+  // tools): the trainer reads them itself.
+  std::shared_ptr<const OpenedData> data;
+  std::shared_ptr<const HfTokenizer> hf_tokenizer;
 };
 
 class LoopAccess {

@@ -114,8 +114,9 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
 
   // The ranks of one tensor-parallel group are one data-parallel replica: the same batches.
   const DataReplica replica = sync_->data_replica();
-  data_ = make_data_source(cfg, replica.index, replica.count, device);
+  data_ = make_data_source(cfg, replica.index, replica.count, device, ctx_.data);
   if (cfg.vocab_size == 0) cfg.vocab_size = data_->vocab_size();
+  if (!ctx_.hf_tokenizer) ctx_.hf_tokenizer = std::make_shared<const HfTokenizer>(read_hf_tokenizer(cfg));
 
   // Every rank draws the initial weights from the same seed: replicas must start identical.
   // Then each rank continues from its own seed, so dropout masks differ across ranks.

@@ -53,8 +53,9 @@ double learning_rate_at(const TrainingConfig& cfg, int64_t step);
 
 class Trainer final : public LoopAccess {
  public:
-  // Builds the data source, resolves cfg.vocab_size from it when 0, builds the model (same
-  // initial weights on every rank), the optimizer and, for fp16, the loss scaler.
+  // Builds the data source (on ctx.data where the run opened it), resolves cfg.vocab_size from
+  // it when 0, builds the model (same initial weights on every rank), the optimizer and, for
+  // fp16, the loss scaler.
   explicit Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync = std::make_shared<LocalSync>(),
                    ModelOptions model_options = {});
 

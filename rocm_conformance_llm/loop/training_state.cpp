@@ -108,10 +108,11 @@ void write_training_state(LoopAccess& loop, const LoopAccess::Snapshot& snap, co
       weights.emplace_back(stored.names[i], stored.transpose ? blocks[i].t() : blocks[i]);
   }
   write_safetensors(dir / kWeightsFile, weights, {{"format", "pt"}});
+  const HfTokenizer& hf_tokenizer = *loop.ctx().hf_tokenizer;
   auto model_config = hf_config(cfg, layout);
-  model_config.update(special_token_ids(cfg));
+  model_config.update(hf_tokenizer.special_ids);
   write_file_synced(dir / kHfConfigFile, {model_config.dump(2) + "\n"});
-  const auto tokenizer = export_tokenizer(cfg, dir);
+  const auto tokenizer = export_tokenizer(hf_tokenizer, dir);
   if (!sharded) write_safetensors(dir / kOptimizerFile, moments);
   nlohmann::json scaler = nullptr;
   if (snap.scaler) {

@@ -63,7 +63,8 @@ void Job::build_training() {
   training_.sync = make_gradient_sync(s_.launch, s_.group, cfg, s_.device);
   stage_ = stage::model;
   training_.trainer = std::make_unique<Trainer>(
-      RunContext{s_.group.model, run_.diagnostics, s_.device, run_.output_dir}, training_.sync);
+      RunContext{s_.group.model, run_.diagnostics, s_.device, run_.output_dir, s_.data, s_.hf_tokenizer},
+      training_.sync);
   // As it ran (a world of one has nothing to shard); with DDP, where experts are split over ranks.
   if (cfg.data_parallel != DataParallel::ddp || trainer().model()->parallel().expert)
     report().add_section("data_parallel", data_parallel_section(cfg.data_parallel, trainer().optimizer_shard(),

@@ -47,14 +47,18 @@ void find_resume_point(const RunConfig& run, RunSetup& s) {
   }
 }
 
-// The data is readable (every part of a blend, one tokenizer among them; an indexed dataset
-// whole: its index, its sizes, every id within the model's vocabulary, so a bad shard is refused
-// before anything is written, not at the step that reads it), and the output directory holds no
-// other run: its reports may be someone's baseline, so a run writes there only when asked to.
-void check_files(const RunConfig& run, const RunSetup& s, bool overwrite) {
-  if (!run.training.data_path.empty())
-    for (const auto& opened : open_data_parts(run.training.data_path, run.training.vocab_size))
-      opened.store->check_ids();
+// The data is readable (every part of a blend, one tokenizer among them, each long enough for
+// its windows; an indexed dataset whole: its index, its sizes, every id within the model's
+// vocabulary, so a bad shard is refused before anything is written, not at the step that reads
+// it), and the output directory holds no other run: its reports may be someone's baseline, so a
+// run writes there only when asked to. The data stays open for the trainer, and what a
+// checkpoint's export carries of its tokenizer is read now, once.
+void check_files(const RunConfig& run, RunSetup& s, bool overwrite) {
+  if (!run.training.data_path.empty()) {
+    s.data = open_data(run.training);
+    for (const auto& part : s.data->parts) part.store->check_ids();
+  }
+  s.hf_tokenizer = std::make_shared<const HfTokenizer>(read_hf_tokenizer(run.training));
   if (s.launch.rank == 0 && fs::exists(fs::path(run.output_dir) / "config.json") && !overwrite && !s.resume_in_place)
     throw ConfigError("--output-dir '" + run.output_dir +
                       "' already holds a run (config.json); choose a new directory or pass --overwrite");

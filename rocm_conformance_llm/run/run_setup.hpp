@@ -1,15 +1,17 @@
 // What a run is, decided before anything is written: the launch, the fault plan, the checkpoint
-// to resume, the baseline, the device, the host's threads and the ROCm knobs. Every ConfigError
-// (exit 2) comes from here, but for a checkpoint that does not fit the model, which only the
-// model can tell (the job's preflight, still before the first file): a rejected run leaves no
-// file behind.
+// to resume, the data (opened once, here), the baseline, the device, the host's threads and the
+// ROCm knobs. Every ConfigError (exit 2) comes from here, but for a checkpoint that does not fit
+// the model, which only the model can tell (the job's preflight, still before the first file): a
+// rejected run leaves no file behind.
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/faults/fault_plan.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
 #include "rocm_conformance_llm/reports/baseline.hpp"
@@ -17,6 +19,7 @@
 #include "rocm_conformance_llm/run/run_config.hpp"
 #include "rocm_conformance_llm/transport/launch.hpp"
 #include "rocm_conformance_llm/transport/subgroups.hpp"
+#include "rocm_conformance_llm/workload/hf_names.hpp"
 
 namespace rcl {
 
@@ -33,6 +36,9 @@ struct RunSetup {
   nlohmann::json network;                  // the network preflight's record (transport/network_preflight.hpp)
   GroupPlan group;                         // the parallel degrees this world allows, the collective timeout
   ReducedGemmPath reduced_gemm;            // how the bf16/fp16 GEMMs run here (platform/device.hpp)
+  std::shared_ptr<const OpenedData> data;  // training.data_path's parts, opened and checked (null: synthetic)
+  // What a checkpoint's export carries of the data's tokenizer, read once here.
+  std::shared_ptr<const HfTokenizer> hf_tokenizer;
 };
 
 // Throws ConfigError (or CheckpointError) for a run that cannot start; `overwrite`: --overwrite.

@@ -70,7 +70,7 @@ StoredNames hf_names(const std::string& native, HfLayout layout) {
   return *mapped;
 }
 
-// A blend's parts share one tokenizer (open_data_parts refuses others): the first part names it.
+// A blend's parts share one tokenizer (open_data refuses others): the first part names it.
 std::string first_data_path(const std::string& data_path) { return data_parts(data_path).front().path; }
 
 // The sidecar of the data when it is an indexed dataset that has one.
@@ -223,12 +223,14 @@ nlohmann::json special_token_ids(const TrainingConfig& c) {
   return ids;
 }
 
-nlohmann::json export_tokenizer(const TrainingConfig& c, const std::filesystem::path& dir) {
+HfTokenizer read_hf_tokenizer(const TrainingConfig& c) {
+  HfTokenizer tokenizer;
+  tokenizer.special_ids = special_token_ids(c);
   const auto sidecar = data_sidecar(c);
-  if (!sidecar || sidecar->tokenizer_path.empty()) return nullptr;
+  if (!sidecar || sidecar->tokenizer_path.empty()) return tokenizer;
   const std::string& source = sidecar->tokenizer_path;
-  nlohmann::json record = {{"source", source}, {"sha256", sidecar->tokenizer_sha256}};
-  // Hashed and copied from the same bytes: what is written is what was checked.
+  tokenizer.record = {{"source", source}, {"sha256", sidecar->tokenizer_sha256}};
+  // Hashed and kept from the same bytes: what is written is what was checked.
   std::optional<std::string> bytes;
   std::string why;
   std::error_code ec;
@@ -243,17 +245,26 @@ nlohmann::json export_tokenizer(const TrainingConfig& c, const std::filesystem::
       why = fmt::format("its SHA-256 is {}, not the {} the data was tokenized with", digest, sidecar->tokenizer_sha256);
   }
   if (!why.empty()) {
+    tokenizer.record.update({{"copied", false}, {"why", why}});
+    return tokenizer;
+  }
+  const auto config = read_bytes((std::filesystem::path(source).parent_path() / kHfTokenizerConfigFile).string());
+  tokenizer.tokenizer_config = config ? *config : minimal_tokenizer_config(*bytes, sidecar->special_ids).dump(2) + "\n";
+  tokenizer.tokenizer_json = std::move(*bytes);
+  tokenizer.record.update({{"copied", true}, {"tokenizer_config", config ? "copied" : "written"}});
+  return tokenizer;
+}
+
+nlohmann::json export_tokenizer(const HfTokenizer& tokenizer, const std::filesystem::path& dir) {
+  const auto& record = tokenizer.record;
+  if (record.is_null()) return record;
+  if (!record.at("copied").get<bool>()) {
     spdlog::warn("the Hugging Face export in {} carries no {}: the data's tokenizer '{}': {}", dir.string(),
-                 kHfTokenizerFile, source, why);
-    record.update({{"copied", false}, {"why", why}});
+                 kHfTokenizerFile, record.at("source").get<std::string>(), record.at("why").get<std::string>());
     return record;
   }
-  write_file_synced(dir / kHfTokenizerFile, {*bytes});
-  const auto config = read_bytes((std::filesystem::path(source).parent_path() / kHfTokenizerConfigFile).string());
-  const std::string config_text =
-      config ? *config : minimal_tokenizer_config(*bytes, sidecar->special_ids).dump(2) + "\n";
-  write_file_synced(dir / kHfTokenizerConfigFile, {config_text});
-  record.update({{"copied", true}, {"tokenizer_config", config ? "copied" : "written"}});
+  write_file_synced(dir / kHfTokenizerFile, {tokenizer.tokenizer_json});
+  write_file_synced(dir / kHfTokenizerConfigFile, {tokenizer.tokenizer_config});
   return record;
 }
 

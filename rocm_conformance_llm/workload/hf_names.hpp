@@ -56,12 +56,22 @@ nlohmann::json special_token_ids(const TrainingConfig& cfg);
 
 inline constexpr const char* kHfTokenizerFile = "tokenizer.json";
 inline constexpr const char* kHfTokenizerConfigFile = "tokenizer_config.json";
-// Writes the data's tokenizer into the export folder `dir`: the tokenizer.json an indexed
-// dataset's sidecar names, only while its SHA-256 is still the sidecar's (else the shards' ids
-// are not its ids), and the tokenizer_config.json beside it, or a minimal one naming the special
-// tokens. Returns what state.json records: null where the data names no tokenizer file; else
-// {"source", "sha256", "copied", and "tokenizer_config" ("copied" / "written") or "why" not}.
-// A missing or changed file is a warning naming it, and nothing is written.
-nlohmann::json export_tokenizer(const TrainingConfig& cfg, const std::filesystem::path& dir);
+// What a checkpoint's export carries of the data's tokenizer, read once when the run starts
+// (every checkpoint writes the same): config.json's special ids (special_token_ids), the
+// tokenizer.json an indexed dataset's sidecar names, only while its SHA-256 is the sidecar's (else
+// the shards' ids are not its ids), and the tokenizer_config.json beside it, or a minimal one
+// naming the special tokens.
+struct HfTokenizer {
+  nlohmann::json special_ids;
+  // What state.json records: null where the data names no tokenizer file; else {"source",
+  // "sha256", "copied", and "tokenizer_config" ("copied" / "written") or "why" not}.
+  nlohmann::json record;
+  std::string tokenizer_json;  // the two files' bytes, where copied
+  std::string tokenizer_config;
+};
+HfTokenizer read_hf_tokenizer(const TrainingConfig& cfg);
+// Writes `tokenizer`'s files into the export folder `dir` and returns its record. One not copied
+// (a missing or changed file) is a warning naming it, and nothing is written.
+nlohmann::json export_tokenizer(const HfTokenizer& tokenizer, const std::filesystem::path& dir);
 
 }  // namespace rcl

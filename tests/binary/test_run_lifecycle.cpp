@@ -201,17 +201,20 @@ TEST(ErrorBoundary, BallastTooLargeForTheDeviceIsACrashReport) {
   fs::remove_all(dir);
 }
 
-// A text too short for one window of the run's seq_len passes the start-up checks (the file is
-// read and tokenized) and is refused when the data source cuts it into windows, inside the model's
-// setup: a crash report. An empty file is refused before anything is written (exit 2).
-TEST(ErrorBoundary, DataFileRejectedDuringSetupIsACrashReport) {
+// Every part of the data is opened and cut into windows at start-up: a text too short for one
+// window of the run's seq_len, like an empty one, is refused before anything is written (exit 2,
+// one line naming the file and what it lacks), not inside the model's setup.
+TEST(ErrorBoundary, DataFileShortOfOneWindowIsRefusedBeforeAnythingIsWritten) {
   const fs::path dir = fresh_dir("data");
   const fs::path data = dir.string() + "-short.txt";
   std::ofstream(data) << "too short";  // 11 byte tokens: no window of seq_len + 1
   const auto r = run_cli(kSmoke + "--steps 2 --data " + data.string() + " --output-dir " + dir.string());
-  expect_crashed(dir, r.exit_code, "setup_model", r.out + r.err);
-  EXPECT_NE((r.out + r.err).find("window(s) of seq_len+1"), std::string::npos) << r.out + r.err;
-  fs::remove_all(dir);
+  EXPECT_EQ(r.exit_code, 2) << r.out + r.err;
+  EXPECT_NE(r.err.find("invalid data_path '" + data.string() + "': 11 tokens make 0 window(s) of seq_len+1="),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("need at least"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir)) << "the refused run wrote " << dir;
 
   std::ofstream(data, std::ios::trunc).close();
   const auto empty = run_cli(kSmoke + "--steps 2 --data " + data.string() + " --output-dir " + dir.string());

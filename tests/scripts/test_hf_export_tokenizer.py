@@ -74,12 +74,10 @@ def main():
     binary = sys.argv[1]
     env = dict(os.environ, RCL_DATA_VENV=sys.prefix)
     with tempfile.TemporaryDirectory() as tmp:
-        # With its tokenizer_config.json (add_bos_token, BOS <s>, EOS <|endoftext|>): copied as it is,
-        # so in a form transformers reads (train_tokenizer's {"content": ...} lacks its "__type").
+        # With train_tokenizer's tokenizer_config.json (add_bos_token, BOS <s>, EOS <|endoftext|>),
+        # copied as it is.
         train_tokenizer(os.path.join(tmp, "tok"))
         tokenizer_json = os.path.join(tmp, "tok", "tokenizer.json")
-        with open(os.path.join(tmp, "tok", "tokenizer_config.json"), "w") as f:
-            json.dump({"add_bos_token": True, "bos_token": "<s>", "eos_token": "<|endoftext|>"}, f)
         ckpt, sidecar = export_of(binary, env, tmp, "with_config", tokenizer_json)
         check(sidecar["special_ids"].keys() == {"bos", "eos"}, f"the sidecar's special ids: {sidecar['special_ids']}")
         check_export(ckpt, sidecar, tokenizer_json, "copied")

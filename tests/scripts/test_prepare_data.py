@@ -60,7 +60,7 @@ def train_tokenizer(directory, extra_tokens=0):
     os.makedirs(directory, exist_ok=True)
     tok.save(os.path.join(directory, "tokenizer.json"))
     with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
-        json.dump({"add_bos_token": True, "bos_token": "<s>", "eos_token": {"content": "<|endoftext|>"}}, f)
+        json.dump({"add_bos_token": True, "bos_token": "<s>", "eos_token": "<|endoftext|>"}, f)
     return Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
 
 

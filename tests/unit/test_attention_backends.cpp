@@ -18,6 +18,7 @@
 #include "rocm_conformance_llm/model.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
 #include "rocm_conformance_llm/workload/sizing.hpp"
+#include "support/config_error.hpp"
 #include "support/resolved_config.hpp"
 
 namespace rcl {
@@ -33,10 +34,7 @@ std::vector<std::string> cpu_backends() {
   for (const std::string b : {"math", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}) {
     TrainingConfig cfg;
     cfg.attention_backend = *parse_name<AttentionBackend>(b);
-    try {
-      check_attention_backend(cfg, torch::kCPU);
-      out.push_back(b);
-    } catch (const ConfigError&) {}
+    if (testing::config_error_of([&] { check_attention_backend(cfg, torch::kCPU); }).empty()) out.push_back(b);
   }
   return out;
 }
@@ -47,12 +45,7 @@ std::string refusal(const std::string& backend, const std::string& precision, to
   cfg.attention_backend = *parse_name<AttentionBackend>(backend);
   cfg.mixed_precision = *parse_name<Precision>(precision);
   cfg.attention_pad_fraction = pad_fraction;
-  try {
-    check_attention_backend(cfg, device);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return testing::config_error_of([&] { check_attention_backend(cfg, device); });
 }
 
 TEST(AttentionBackends, ValidationRefusesWhatTheDeviceKernelCannotTake) {

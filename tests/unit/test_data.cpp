@@ -10,6 +10,7 @@
 #include <set>
 
 #include "rocm_conformance_llm/data.hpp"
+#include "support/config_error.hpp"
 
 namespace rcl {
 namespace {
@@ -152,14 +153,8 @@ class TokenFileTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary) << content;
     return path.string();
   }
-  static std::string expect_config_error(const std::string& path, int64_t seq_len = 8) {
-    try {
-      TokenFile(path, 0.1, 1, 2, seq_len, 0, 1, cpu);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no ConfigError for " << path;
-    return "";
+  static std::string refusal(const std::string& path, int64_t seq_len = 8) {
+    return testing::config_error_of([&] { TokenFile(path, 0.1, 1, 2, seq_len, 0, 1, cpu); });
   }
   fs::path dir_;
 };
@@ -204,21 +199,21 @@ TEST_F(TokenFileTest, PlainTextSplitsIntoDisjointTrainAndValidationWindows) {
 
 TEST_F(TokenFileTest, BadFilesNameThePathAndTheProblem) {
   const auto missing = (dir_ / "nope.txt").string();
-  auto msg = expect_config_error(missing);
+  auto msg = refusal(missing);
   EXPECT_NE(msg.find(missing), std::string::npos) << msg;
 
   const auto broken = write("broken.jsonl", "{\"text\": \"ok\"}\n{not json\n");
-  msg = expect_config_error(broken);
+  msg = refusal(broken);
   EXPECT_NE(msg.find(broken), std::string::npos) << msg;
   EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
 
-  msg = expect_config_error(write("notext.jsonl", "{\"body\": \"x\"}\n"));
+  msg = refusal(write("notext.jsonl", "{\"body\": \"x\"}\n"));
   EXPECT_NE(msg.find("\"text\""), std::string::npos) << msg;
 
-  msg = expect_config_error(write("empty.txt", ""));
+  msg = refusal(write("empty.txt", ""));
   EXPECT_NE(msg.find("no text"), std::string::npos) << msg;
 
-  msg = expect_config_error(write("short.txt", "tiny"), 64);
+  msg = refusal(write("short.txt", "tiny"), 64);
   EXPECT_NE(msg.find("window"), std::string::npos) << msg;
 }
 

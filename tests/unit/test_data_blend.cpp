@@ -1,7 +1,8 @@
 // Blends of several datasets (docs/data.md "Blending several datasets"): Megatron's
 // "WEIGHT PATH ..." form parsed and its mistakes refused; the cycle gives every part its share,
 // spread evenly, each part's samples in its own order; a blend reads each part's own windows, and
-// a blend of one part is that dataset alone; parts of different tokenizers are refused.
+// a blend of one part is that dataset alone; parts of different tokenizers, missing or too short
+// for their windows are refused.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -11,8 +12,8 @@
 #include <map>
 #include <set>
 
-#include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/data.hpp"
+#include "support/config_error.hpp"
 #include "support/indexed_dataset_writer.hpp"
 
 namespace rcl {
@@ -22,14 +23,7 @@ namespace fs = std::filesystem;
 
 const torch::Device cpu(torch::kCPU);
 
-std::string refusal_of(const std::function<void()>& make) {
-  try {
-    make();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::config_error_of;
 
 TEST(DataBlend, MegatronsWeightPathPairsAreTheBlendAndAnythingElseIsOnePath) {
   auto parts = data_parts("0.7 data/web 0.3 data/code");
@@ -50,7 +44,7 @@ TEST(DataBlend, MegatronsWeightPathPairsAreTheBlendAndAnythingElseIsOnePath) {
   };
   for (const Bad bad : {Bad{"0.5 a 0.5", "3 words do not pair up"}, Bad{"0.5 a -1 b", "weight '-1'"},
                         Bad{"0.5 a x b", "weight 'x'"}, Bad{"0 a 1 b", "weight '0'"}, Bad{"1 a nan b", "weight 'nan'"}}) {
-    const auto msg = refusal_of([&] { data_parts(bad.data); });
+    const auto msg = config_error_of([&] { data_parts(bad.data); });
     EXPECT_NE(msg.find(bad.named), std::string::npos) << bad.data << ": " << msg;
     EXPECT_NE(msg.find("WEIGHT PATH"), std::string::npos) << msg;
   }
@@ -164,19 +158,29 @@ TEST_F(DataBlendFiles, ABlendReadsEachPartsOwnWindowsAtItsShareAndABlendOfOneIsT
   EXPECT_EQ(low_alone.record().at("kind"), "indexed_dataset");  // one dataset's record is as it was
 }
 
-TEST_F(DataBlendFiles, PartsOfDifferentTokenizersOrAMissingPartAreRefusedNamingThem) {
+TEST_F(DataBlendFiles, PartsOfDifferentTokenizersOrAMissingOrShortPartAreRefusedNamingThem) {
+  const WindowCut cut{.seq_len = 4, .val_fraction = 0.1, .seed = 1};
   const auto ours = shards("ours", 0), theirs = shards("theirs", 0, std::string(64, 'b'));
-  auto msg = refusal_of([&] { open_data_parts("1 " + ours + " 1 " + theirs, 0); });
+  auto msg = config_error_of([&] { open_data("1 " + ours + " 1 " + theirs, 0, cut); });
   EXPECT_NE(msg.find("share one tokenizer"), std::string::npos) << msg;
   EXPECT_NE(msg.find(theirs), std::string::npos) << msg;
   const std::string text = (dir_ / "notes.txt").string();
   std::ofstream(text) << "plain text, byte tokens";
-  msg = refusal_of([&] { open_data_parts("1 " + ours + " 1 " + text, 0); });
+  msg = config_error_of([&] { open_data("1 " + ours + " 1 " + text, 0, cut); });
   EXPECT_NE(msg.find("share one tokenizer"), std::string::npos) << msg;
-  msg = refusal_of([&] { open_data_parts("1 " + ours + " 1 " + (dir_ / "absent").string(), 0); });
+  msg = config_error_of([&] { open_data("1 " + ours + " 1 " + (dir_ / "absent").string(), 0, cut); });
   EXPECT_NE(msg.find((dir_ / "absent").string()), std::string::npos) << msg;
-  // Two text files share the byte tokenizer.
-  EXPECT_EQ(open_data_parts("1 " + text + " 2 " + text, 0).size(), 2u);
+  // Two text files share the byte tokenizer; each part is cut into its own windows.
+  const auto both = open_data("1 " + text + " 2 " + text, 0, cut);
+  ASSERT_EQ(both->parts.size(), 2u);
+  EXPECT_EQ(both->parts[1].given.weight, 2);
+  EXPECT_EQ(both->parts[0].train_windows.size() + both->parts[0].val_windows.size(), 6u);  // (25 tokens - 1) / 4
+  // A part too short for a training and a validation window, named.
+  const std::string note = (dir_ / "note.txt").string();
+  std::ofstream(note) << "short";
+  msg = config_error_of([&] { open_data("1 " + text + " 1 " + note, 0, cut); });
+  EXPECT_NE(msg.find("'" + note + "': 7 tokens make 1 window(s) of seq_len+1=5, need at least 2"), std::string::npos)
+      << msg;
 }
 
 }  // namespace RCL_UNITY_ID

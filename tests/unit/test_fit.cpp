@@ -23,6 +23,7 @@
 #include "rocm_conformance_llm/run/cli.hpp"
 #include "rocm_conformance_llm/stress_modes.hpp"
 #include "rocm_conformance_llm/workload/fit.hpp"
+#include "support/config_error.hpp"
 #include "support/resolved_config.hpp"
 
 namespace rcl {
@@ -33,6 +34,7 @@ constexpr int64_t GB = 1'000'000'000;
 
 DeviceDescription posed(int64_t bytes) { return {.name = "posed", .capacity_bytes = bytes}; }
 
+using rcl::testing::config_error_of;
 using rcl::testing::resolve_args;
 
 // Every non-empty subset of the registered modes, in canonical order.
@@ -66,15 +68,11 @@ TEST(DeviceFit, ACompositionThatCannotFitIsRefusedWithItsPredictedAndAvailableBy
   const int64_t predicted = predict_step(one_sequence, posed(8 * GB)).peak_bytes;
   const auto available = int64_t(device_fit_rule().usable_fraction * double(8 * GB));
   ASSERT_GT(predicted, available) << "the posed device must be too small for this test";
-  try {
-    resolve_args(args);
-    FAIL() << "a composition predicted at " << predicted << " bytes ran on " << available;
-  } catch (const ConfigError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(fmt::format("predicted peak {} bytes", predicted)), std::string::npos) << message;
-    EXPECT_NE(message.find(fmt::format("available {} bytes", available)), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  }
+  const std::string message = config_error_of([&] { resolve_args(args); });
+  ASSERT_FALSE(message.empty()) << "a composition predicted at " << predicted << " bytes ran on " << available;
+  EXPECT_NE(message.find(fmt::format("predicted peak {} bytes", predicted)), std::string::npos) << message;
+  EXPECT_NE(message.find(fmt::format("available {} bytes", available)), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   // --print-config and --explain-stress show it, and say it is refused.
   std::vector<std::string> explain = args;
   explain.push_back("--explain-stress");
@@ -280,13 +278,9 @@ TEST(HostMemory, TheResolvedCpuRunCarriesTheCheckAndTheRefusal) {
   EXPECT_NE(explain_text(run).find("  host memory: fits: predicted peak"), std::string::npos) << explain_text(run);
 
   const std::vector<std::string> huge = {"--stress", "memory", "--set", "memory_pressure_bytes=100000000000000"};
-  try {
-    resolve_args(huge);
-    ADD_FAILURE() << "a 100 TB ballast was not refused";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not fit the host's memory: predicted peak "), std::string::npos)
-        << e.what();
-  }
+  const std::string ballast_refusal = config_error_of([&] { resolve_args(huge); });
+  EXPECT_NE(ballast_refusal.find("does not fit the host's memory: predicted peak "), std::string::npos)
+      << "a 100 TB ballast: '" << ballast_refusal << "'";
   // --print-config and --explain-stress show it, then refuse.
   std::vector<std::string> shown = huge;
   shown.push_back("--print-config");

@@ -2,7 +2,8 @@
 // ids follow the data (none for the synthetic corpus, the byte tokenizer's for a text file, an
 // indexed dataset's sidecar's, a blend's first part's), and the tokenizer.json the sidecar names
 // is copied only while its SHA-256 is the sidecar's, with the tokenizer_config.json beside it or a
-// minimal one. Through the binary: tests/binary/test_checkpoints.cpp.
+// minimal one, both read once and written by every export as read. Through the binary:
+// tests/binary/test_checkpoints.cpp.
 #include <filesystem>
 #include <fstream>
 
@@ -66,6 +67,10 @@ class HfExportTest : public ::testing::Test {
     cfg.data_path = data_path;
     return cfg;
   }
+  // The tokenizer of `data_path` read, then exported into out/ as a checkpoint does.
+  json exported(const std::string& data_path) const {
+    return export_tokenizer(read_hf_tokenizer(on(data_path)), dir_ / "out");
+  }
   fs::path dir_, tokenizer_;
 };
 
@@ -92,7 +97,7 @@ TEST_F(HfExportTest, SpecialIdsFollowTheData) {
 
 TEST_F(HfExportTest, TheTokenizerIsCopiedWithAMinimalConfigNamingItsSpecialTokens) {
   const std::string prefix = shards("shards", {{"bos", 1}, {"eos", 0}});
-  const json record = export_tokenizer(on(prefix), dir_ / "out");
+  const json record = exported(prefix);
   EXPECT_EQ(record["copied"], true) << record.dump();
   EXPECT_EQ(record["source"], tokenizer_.string());
   EXPECT_EQ(record["sha256"], sha256_of_file(tokenizer_.string()));
@@ -102,7 +107,7 @@ TEST_F(HfExportTest, TheTokenizerIsCopiedWithAMinimalConfigNamingItsSpecialToken
       json::parse(read_text(dir_ / "out" / "tokenizer_config.json")),
       (json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", "<s>"}, {"eos_token", "<|endoftext|>"}}));
   // A pad found only in the model's vocabulary.
-  const json padded = export_tokenizer(on(shards("padded", {{"eos", 0}, {"pad", 4}})), dir_ / "out");
+  const json padded = exported(shards("padded", {{"eos", 0}, {"pad", 4}}));
   EXPECT_EQ(padded["copied"], true);
   EXPECT_EQ(
       json::parse(read_text(dir_ / "out" / "tokenizer_config.json")),
@@ -113,7 +118,7 @@ TEST_F(HfExportTest, TheTokenizerConfigBesideTheTokenizerIsCopiedAsItIs) {
   const std::string config =
       R"({"add_bos_token": true, "bos_token": "<s>", "eos_token": {"content": "<|endoftext|>"}})";
   std::ofstream(dir_ / "tok" / "tokenizer_config.json") << config;
-  const json record = export_tokenizer(on(shards("shards", {{"bos", 1}, {"eos", 0}})), dir_ / "out");
+  const json record = exported(shards("shards", {{"bos", 1}, {"eos", 0}}));
   EXPECT_EQ(record["tokenizer_config"], "copied") << record.dump();
   EXPECT_EQ(read_text(dir_ / "out" / "tokenizer_config.json"), config);
 }
@@ -121,21 +126,35 @@ TEST_F(HfExportTest, TheTokenizerConfigBesideTheTokenizerIsCopiedAsItIs) {
 TEST_F(HfExportTest, AChangedOrMissingTokenizerIsNotCopied) {
   const std::string prefix = shards("shards", {{"bos", 1}, {"eos", 0}});
   std::ofstream(tokenizer_, std::ios::app) << " ";  // edited since the shards were written
-  json record = export_tokenizer(on(prefix), dir_ / "out");
+  json record = exported(prefix);
   EXPECT_EQ(record["copied"], false) << record.dump();
   EXPECT_NE(record["why"].get<std::string>().find("its SHA-256 is " + sha256_of_file(tokenizer_.string())),
             std::string::npos)
       << record.dump();
   EXPECT_TRUE(fs::is_empty(dir_ / "out"));
   fs::remove(tokenizer_);
-  record = export_tokenizer(on(prefix), dir_ / "out");
+  record = exported(prefix);
   EXPECT_EQ(record["copied"], false);
   EXPECT_EQ(record["why"], "no such file");
   EXPECT_TRUE(fs::is_empty(dir_ / "out"));
   // Data that names no tokenizer file: nothing to record.
-  EXPECT_TRUE(export_tokenizer(on(""), dir_ / "out").is_null());
+  EXPECT_TRUE(exported("").is_null());
   fs::remove(prefix + ".json");
-  EXPECT_TRUE(export_tokenizer(on(prefix), dir_ / "out").is_null());
+  EXPECT_TRUE(exported(prefix).is_null());
+}
+
+TEST_F(HfExportTest, TheTokenizerIsReadOnceAndEveryExportWritesWhatWasRead) {
+  const std::string prefix = shards("shards", {{"bos", 1}, {"eos", 0}});
+  const HfTokenizer tokenizer = read_hf_tokenizer(on(prefix));
+  EXPECT_EQ(tokenizer.special_ids, special_token_ids(on(prefix)));
+  // Changed, then gone, after the run started: the checkpoints still carry it as it was read.
+  std::ofstream(tokenizer_, std::ios::app) << " ";
+  EXPECT_EQ(export_tokenizer(tokenizer, dir_ / "out")["copied"], true);
+  fs::remove(tokenizer_);
+  fs::create_directories(dir_ / "later");
+  EXPECT_EQ(export_tokenizer(tokenizer, dir_ / "later")["copied"], true);
+  EXPECT_EQ(read_text(dir_ / "later" / "tokenizer.json"), kTokenizer);
+  EXPECT_EQ(read_text(dir_ / "later" / "tokenizer_config.json"), read_text(dir_ / "out" / "tokenizer_config.json"));
 }
 
 }  // namespace RCL_UNITY_ID

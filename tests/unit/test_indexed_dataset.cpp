@@ -10,6 +10,7 @@
 
 #include "rocm_conformance_llm/data.hpp"
 #include "rocm_conformance_llm/workload/indexed_dataset.hpp"
+#include "support/config_error.hpp"
 #include "support/indexed_dataset_writer.hpp"
 
 namespace rcl {
@@ -28,13 +29,7 @@ class IndexedDatasetTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string prefix(const std::string& name) const { return (dir_ / name).string(); }
   static std::string refusal(const std::string& path, int64_t vocab = 0) {
-    try {
-      TokenFile(path, 0.0, 1, 1, 4, 0, 1, cpu, vocab);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no ConfigError for " << path;
-    return "";
+    return testing::config_error_of([&] { TokenFile(path, 0.0, 1, 1, 4, 0, 1, cpu, vocab); });
   }
   fs::path dir_;
 };
@@ -139,12 +134,7 @@ TEST_F(IndexedDatasetTest, TheVocabularyComesFromTheSidecarOrTheConfigAndMustHol
   int64_t largest = 0;
   for (int64_t id : flat(docs)) largest = std::max(largest, id);
   EXPECT_NO_THROW(bare.check_ids_below(largest + 1));
-  msg = "";
-  try {
-    bare.check_ids_below(largest);
-  } catch (const ConfigError& e) {
-    msg = e.what();
-  }
+  msg = testing::config_error_of([&] { bare.check_ids_below(largest); });
   EXPECT_NE(msg.find(p + ".bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("id " + std::to_string(largest)), std::string::npos) << msg;
 

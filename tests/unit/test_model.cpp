@@ -13,6 +13,7 @@
 #include "rocm_conformance_llm/workload/hf_names.hpp"
 #include "rocm_conformance_llm/workload/op_tap.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
+#include "support/config_error.hpp"
 #include "support/resolved_config.hpp"
 
 namespace rcl {
@@ -288,13 +289,9 @@ TEST(Model, SdpaBackendsNeedLibtorch2) {
   for (const char* backend : {"sdpa", "sdpa_math", "sdpa_flash", "sdpa_mem_efficient"}) {
     auto cfg = tiny_config();
     cfg.attention_backend = *parse_name<AttentionBackend>(backend);
-    try {
-      GPT model(cfg);
-      FAIL() << backend << " accepted on libtorch 1.x";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("libtorch >= 2.0"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(backend), std::string::npos) << e.what();
-    }
+    const std::string refusal = testing::config_error_of([&] { GPT model(cfg); });
+    EXPECT_NE(refusal.find("libtorch >= 2.0"), std::string::npos) << backend << ": '" << refusal << "'";
+    EXPECT_NE(refusal.find(backend), std::string::npos) << refusal;
   }
 }
 #else

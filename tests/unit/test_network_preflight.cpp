@@ -13,9 +13,9 @@
 
 #include <gtest/gtest.h>
 
-#include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/base/strings.hpp"
 #include "rocm_conformance_llm/transport/network_preflight.hpp"
+#include "support/config_error.hpp"
 
 namespace rcl {
 namespace {
@@ -63,12 +63,7 @@ struct LoopbackPort {
 // check_network's ConfigError message under `variables` (set for the call only), "" if none.
 std::string refusal(const LaunchInfo& launch, const Env& variables, const std::string& backend = "gloo") {
   for (const auto& [name, value] : variables) ::setenv(name.c_str(), value.c_str(), 1);
-  std::string message;
-  try {
-    check_network(launch, backend, milliseconds(300));
-  } catch (const ConfigError& e) {
-    message = e.what();
-  }
+  const std::string message = testing::config_error_of([&] { check_network(launch, backend, milliseconds(300)); });
   for (const auto& [name, value] : variables) ::unsetenv(name.c_str());
   return message;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "rocm_conformance_llm/base/strings.hpp"
+#include "support/config_error.hpp"
 
 namespace rcl {
 namespace {
@@ -33,27 +34,19 @@ TEST(ParseNumber, WholeFloatingPointText) {
     EXPECT_EQ(parse_number<double>(bad), std::nullopt) << "'" << bad << "'";
 }
 
-// The text the CLI's --level, --steps, --seed and --keep-checkpoints refusals print.
-std::string refusal(const auto& parse) {
-  try {
-    parse();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
+using testing::config_error_of;
 
 TEST(ParseInteger, AFlagsValueOrOneLineNamingTheFlagAndTheRange) {
   EXPECT_EQ(parse_integer<int64_t>("--steps", "120"), 120);
   EXPECT_EQ(parse_integer<uint64_t>("--seed", "1234"), 1234u);
-  EXPECT_EQ(refusal([] { return parse_integer<int>("--level", "two"); }),
+  EXPECT_EQ(config_error_of([] { return parse_integer<int>("--level", "two"); }),
             "invalid --level 'two': must be a decimal integer in [-2147483648, 2147483647]");
-  EXPECT_EQ(refusal([] { return parse_integer<uint64_t>("--seed", "-1"); }),
+  EXPECT_EQ(config_error_of([] { return parse_integer<uint64_t>("--seed", "-1"); }),
             "invalid --seed '-1': must be a decimal integer in [0, 18446744073709551615]");
-  EXPECT_EQ(refusal([] { return parse_integer<int64_t>("--steps", "99999999999999999999"); }),
+  EXPECT_EQ(config_error_of([] { return parse_integer<int64_t>("--steps", "99999999999999999999"); }),
             "invalid --steps '99999999999999999999': must be a decimal integer in "
             "[-9223372036854775808, 9223372036854775807]");
-  EXPECT_EQ(refusal([] { return parse_integer<int64_t>("--steps", ""); }),
+  EXPECT_EQ(config_error_of([] { return parse_integer<int64_t>("--steps", ""); }),
             "invalid --steps '': must be a decimal integer in [-9223372036854775808, 9223372036854775807]");
 }
 
