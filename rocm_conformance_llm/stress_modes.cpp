@@ -140,6 +140,18 @@ std::vector<std::string> parse_stress_list(const std::string& text) {
   return canonical;
 }
 
+TrainingConfig with_attention_resolved(TrainingConfig base, const std::vector<std::string>& modes,
+                                       const StressProfile& profile, const Capabilities& caps) {
+  if (base.attention_backend != AttentionBackend::automatic) return base;
+  // No rule on mixed_precision reads the backend, so the modes composed on the explicit path
+  // tell the precision they leave whichever backend `auto` becomes.
+  TrainingConfig explicit_path = base;
+  explicit_path.attention_backend = AttentionBackend::math;
+  const Precision computed_in = compose_stress_modes(explicit_path, modes, profile, caps).training.mixed_precision;
+  base.attention_backend = resolve_attention_backend(AttentionBackend::automatic, caps, computed_in);
+  return base;
+}
+
 StressComposition compose_stress_modes(const TrainingConfig& base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps) {
   StressComposition out;

@@ -62,6 +62,12 @@ struct StressComposition {
   std::map<std::string, std::string> skipped;  // mode -> why its capability requirement failed
 };
 
+// `base` with `attention_backend=auto` resolved for `caps` and the precision `modes` leave it in
+// (the gemm mode turns fp32 into bf16, where a CPU's SDPA is the slower kernel: capabilities.hpp).
+// A run calls it once, before the modes, the fit, validation and the model read the config.
+TrainingConfig with_attention_resolved(TrainingConfig base, const std::vector<std::string>& modes,
+                                       const StressProfile& profile, const Capabilities& caps);
+
 // Applies the named modes to `base` in the order given (any order gives the same result);
 // modes whose requirement `caps` does not meet change nothing and are listed in `skipped`.
 // Intensities missing from `profile` take the mode's declared defaults. `base` says the

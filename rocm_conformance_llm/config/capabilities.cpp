@@ -17,9 +17,10 @@ Capabilities Capabilities::of_this_build(bool gpu) {
   return {.torch_major = TORCH_VERSION_MAJOR, .torch_minor = TORCH_VERSION_MINOR, .gpu = gpu};
 }
 
-AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps) {
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps, Precision computed_in) {
   if (requested != AttentionBackend::automatic) return requested;
-  return caps.gpu && caps.torch_major >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
+  if (caps.torch_major < 2) return AttentionBackend::math;
+  return caps.gpu || computed_in == Precision::fp32 ? AttentionBackend::sdpa : AttentionBackend::math;
 }
 
 void require_resolved(AttentionBackend backend, const char* reader) {

@@ -17,16 +17,20 @@ struct Capabilities {
   static Capabilities of_this_build(bool gpu);
 };
 
-// `auto` for a run with `caps`: SDPA on a GPU whose libtorch has it (>= 2.0), where its fused
-// kernels ran `small` at 20.1% of an H200's peak against the explicit path's 11.3%
-// (bench/results-gpu.md); elsewhere the explicit path, what every CPU run used before `auto`.
-// Any other value is the user's choice and is returned as it is.
-AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps);
+// `auto` for a run with `caps` computing in `computed_in` (the precision the stress modes leave:
+// stress_modes.hpp `with_attention_resolved`): SDPA wherever libtorch has it (>= 2.0) and its
+// kernel is the faster one. On a GPU its fused kernels ran `small` at 20.1% of an H200's peak
+// against the explicit path's 11.3% (bench/results-gpu.md). On a CPU only in fp32: SDPA's CPU
+// kernel ran cpu-medium 4.6% faster there (5710 against 5460 tokens/s, libtorch 2.11, AVX2) and
+// never builds the causal mask over the whole score matrix, but the smoke step 17% slower in bf16
+// (the Hugging Face peer's default is SDPA in both). Elsewhere the explicit path. Any other value
+// is the user's choice and is returned as it is.
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps, Precision computed_in);
 
 // A run resolves `auto` once, when it resolves its request (run/cli_resolve.cpp); what reads the
 // config after that (the stress rules, sizing, the model, the trainer) takes the backend that runs
 // and throws std::logic_error, naming `reader`, when handed `auto`: a config built in code (tests,
-// tools) is resolved by resolve_attention_backend first, as a run's is.
+// tools) is resolved by with_attention_resolved (or resolve_attention_backend) first, as a run's is.
 void require_resolved(AttentionBackend backend, const char* reader);
 
 // What a mode or rule needs of the run's Capabilities; a mode whose requirement does not hold

@@ -25,8 +25,8 @@ enum class NormLayout { pre, sandwich };
 RCL_ENUM_NAMES(NormLayout, {NormLayout::pre, "pre"}, {NormLayout::sandwich, "sandwich"})
 enum class Activation { gelu, swiglu };
 RCL_ENUM_NAMES(Activation, {Activation::gelu, "gelu"}, {Activation::swiglu, "swiglu"})
-// `automatic` ("auto") is resolved for the run's device before anything reads the config
-// (resolve_attention_backend): what runs is always one of the others.
+// `automatic` ("auto") is resolved for the run's device and precision before anything reads the
+// config (resolve_attention_backend): what runs is always one of the others.
 enum class AttentionBackend { automatic, math, sdpa, sdpa_math, sdpa_flash, sdpa_mem_efficient };
 RCL_ENUM_NAMES(AttentionBackend, {AttentionBackend::automatic, "auto"}, {AttentionBackend::math, "math"},
                {AttentionBackend::sdpa, "sdpa"}, {AttentionBackend::sdpa_math, "sdpa_math"},

@@ -185,10 +185,10 @@ RunConfig resolve(const CliOptions& o, bool gpu_present) {
   }
   // A device posed by --device-memory is a GPU: the modes compose for it as they would there.
   run.capabilities = Capabilities::of_this_build(!cpu_only || !o.device_memory.empty());
-  // `auto` becomes the backend this device runs, once, before the modes, the fit, validation and
-  // the model read it; config.json records both.
+  // `auto` becomes the backend this device runs in the precision the modes leave, once, before the
+  // modes, the fit, validation and the model read it; config.json records both.
   run.attention_backend_requested = run.base.attention_backend;
-  run.base.attention_backend = resolve_attention_backend(run.base.attention_backend, run.capabilities);
+  run.base = with_attention_resolved(run.base, run.stress_modes, run.stress_profile, run.capabilities);
   auto composed = compose_stress_modes(run.base, run.stress_modes, run.stress_profile, run.capabilities);
   run.training = composed.training;
   run.stress_skipped = std::move(composed.skipped);

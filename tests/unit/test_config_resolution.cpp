@@ -170,18 +170,21 @@ TEST(Overrides, DedicatedFlagsWinAndStressAppliesLast) {
   EXPECT_EQ(run.training.mixed_precision, Precision::bf16);  // gemm prefers reduced precision
 }
 
-// `auto` is resolved once, for the run's device, before the modes: the base, the composed config
-// and the fit hold what runs, config.json (to_json) also what was asked for. A CPU run is
-// resolve_args's; a device posed by --device-memory is a GPU, as the modes take it.
+// `auto` is resolved once, for the run's device and the precision its modes leave, before the
+// modes: the base, the composed config and the fit hold what runs, config.json (to_json) also what
+// was asked for. A CPU run is resolve_args's; a device posed by --device-memory is a GPU, as the
+// modes take it.
 TEST(AttentionBackendAuto, TheRunResolvesItBeforeTheModesAndRecordsTheRequest) {
-  const auto by_default = resolve_args({});
+  const AttentionBackend sdpa_where_built = TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
+  const auto by_default = resolve_args({});  // fp32 on the CPU
+  ASSERT_EQ(by_default.training.mixed_precision, Precision::fp32);
   EXPECT_EQ(by_default.attention_backend_requested, AttentionBackend::automatic);
-  EXPECT_EQ(by_default.base.attention_backend, AttentionBackend::math);
-  EXPECT_EQ(by_default.training.attention_backend, AttentionBackend::math);
+  EXPECT_EQ(by_default.base.attention_backend, sdpa_where_built);
+  EXPECT_EQ(by_default.training.attention_backend, sdpa_where_built);
   const auto doc = to_json(by_default);
   EXPECT_EQ(doc.at("attention_backend_requested"), "auto");
-  EXPECT_EQ(doc.at("training").at("attention_backend"), "math");
-  EXPECT_EQ(doc.at("base_training").at("attention_backend"), "math");
+  EXPECT_EQ(doc.at("training").at("attention_backend"), name_of(sdpa_where_built));
+  EXPECT_EQ(doc.at("base_training").at("attention_backend"), name_of(sdpa_where_built));
   EXPECT_EQ(resolve_args({"--set", "attention_backend=auto"}).training, by_default.training);
 
   const auto chosen = resolve_args({"--set", "attention_backend=sdpa_math"});
@@ -189,13 +192,18 @@ TEST(AttentionBackendAuto, TheRunResolvesItBeforeTheModesAndRecordsTheRequest) {
   EXPECT_EQ(chosen.training.attention_backend, AttentionBackend::sdpa_math);
   EXPECT_EQ(to_json(chosen).at("attention_backend_requested"), "sdpa_math");
 
-  const AttentionBackend sdpa_where_built = TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math;
-  const auto posed_gpu = resolve_args({"--device-memory", "1000TB"});
+  const auto posed_gpu = resolve_args({"--device-memory", "1000TB", "--precision", "bf16"});
   EXPECT_EQ(posed_gpu.base.attention_backend, sdpa_where_built);
   EXPECT_EQ(posed_gpu.training.attention_backend, sdpa_where_built);
   EXPECT_EQ(posed_gpu.fit->training.attention_backend, sdpa_where_built);
-  // The attention mode on the CPU turns the resolved math into SDPA, as it did the math default.
-  const auto attention = resolve_args({"--stress", "attention"});
+  // On the CPU in bf16 `auto` is the explicit path, also where the gemm mode makes the bf16; the
+  // attention mode turns it into SDPA.
+  EXPECT_EQ(resolve_args({"--precision", "bf16"}).training.attention_backend, AttentionBackend::math);
+  const auto gemm = resolve_args({"--stress", "gemm"});
+  EXPECT_EQ(gemm.training.mixed_precision, Precision::bf16);
+  EXPECT_EQ(gemm.base.attention_backend, AttentionBackend::math);
+  EXPECT_EQ(gemm.training.attention_backend, AttentionBackend::math);
+  const auto attention = resolve_args({"--stress", "gemm,attention"});
   EXPECT_EQ(attention.base.attention_backend, AttentionBackend::math);
   EXPECT_EQ(attention.training.attention_backend, sdpa_where_built);
 }
@@ -212,7 +220,7 @@ TEST(ConfigFile, PrintedConfigRoundTripsAndBadFilesAreErrors) {
   std::ofstream(dir / "auto.json") << R"({"training": {"attention_backend": "auto"}})";
   const auto from_file = resolve_args({"--config", (dir / "auto.json").string()});
   EXPECT_EQ(from_file.attention_backend_requested, AttentionBackend::automatic);
-  EXPECT_EQ(from_file.training.attention_backend, AttentionBackend::math);
+  EXPECT_EQ(from_file.training.attention_backend, resolve_args({}).training.attention_backend);
 
   std::ofstream(dir / "bad-key.json") << R"({"training": {"hiden_size": 64}})";
   std::ofstream(dir / "bad-type.json") << R"({"training": {"hidden_size": "big"}})";

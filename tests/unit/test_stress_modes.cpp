@@ -25,16 +25,16 @@ namespace RCL_UNITY_ID {
 
 const Capabilities kCpu = Capabilities::of_this_build(/*gpu=*/false);
 
-// What a run composes: its base resolved for `caps` first (`auto` attention), as
+// What a run composes: its base resolved for `caps` and the modes first (`auto` attention), as
 // run/cli_resolve.cpp resolves it before the modes.
 StressComposition run_composition(const TrainingConfig& base, const std::vector<std::string>& modes,
                                   const StressProfile& p, const Capabilities& caps) {
-  return compose_stress_modes(testing::resolved_for(base, caps), modes, p, caps);
+  return compose_stress_modes(with_attention_resolved(base, modes, p, caps), modes, p, caps);
 }
 
 nlohmann::json run_explanation(const TrainingConfig& base, const std::vector<std::string>& modes,
                                const StressProfile& p, const Capabilities& caps) {
-  return explain_stress(testing::resolved_for(base, caps), modes, p, caps);
+  return explain_stress(with_attention_resolved(base, modes, p, caps), modes, p, caps);
 }
 
 TrainingConfig compose(const TrainingConfig& base, const std::vector<std::string>& modes, const StressProfile& p) {
@@ -424,40 +424,59 @@ TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   expect_order_independent(small, math, gpu2);
 }
 
-// `auto` (every preset's default) by the device given as data: SDPA on a GPU with libtorch >= 2.0,
-// math on the CPU or below 2.0; a backend the user chose is never changed.
-TEST(AttentionBackendAuto, IsSdpaOnAGpuWithLibtorch2AndMathElsewhere) {
+// `auto` (every preset's default) by the device and precision given as data: SDPA with libtorch
+// >= 2.0 on a GPU, and on a CPU in fp32; math on a CPU in bf16/fp16 and below 2.0; a backend the
+// user chose is never changed.
+TEST(AttentionBackendAuto, IsSdpaWithLibtorch2OnAGpuAndOnACpuInFp32) {
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
   const Capabilities cpu2{.torch_major = 2, .torch_minor = 11, .gpu = false};
   const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
-  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, gpu2), AttentionBackend::sdpa);
-  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, cpu2), AttentionBackend::math);
-  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, gpu1), AttentionBackend::math);
+  const Capabilities cpu1{.torch_major = 1, .torch_minor = 13, .gpu = false};
+  const auto automatic = AttentionBackend::automatic;
+  for (const auto precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    EXPECT_EQ(resolve_attention_backend(automatic, gpu2, precision), AttentionBackend::sdpa);
+    EXPECT_EQ(resolve_attention_backend(automatic, gpu1, precision), AttentionBackend::math);
+    EXPECT_EQ(resolve_attention_backend(automatic, cpu1, precision), AttentionBackend::math);
+  }
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp32), AttentionBackend::sdpa);
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::bf16), AttentionBackend::math);
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp16), AttentionBackend::math);
   for (const auto& [chosen, name] : enum_names(AttentionBackend{}))
-    if (chosen != AttentionBackend::automatic)
-      for (const auto& caps : {gpu2, cpu2, gpu1, kCpu})
-        EXPECT_EQ(resolve_attention_backend(chosen, caps), chosen) << name;
-  // This build: its libtorch decides a GPU run's default.
-  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, Capabilities::of_this_build(/*gpu=*/true)),
-            TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math);
-  EXPECT_EQ(resolve_attention_backend(AttentionBackend::automatic, kCpu), AttentionBackend::math);
+    if (chosen != automatic)
+      for (const auto& caps : {gpu2, cpu2, gpu1, cpu1})
+        for (const auto precision : {Precision::fp32, Precision::bf16})
+          EXPECT_EQ(resolve_attention_backend(chosen, caps, precision), chosen) << name;
 }
 
-// The modes' rules see the resolved backend: on the CPU the attention mode turns `auto`'s math
-// into SDPA as it did the old math default, and on a GPU finds SDPA there already.
-TEST(AttentionBackendAuto, TheModesComposeFromTheResolvedBackend) {
+// The modes' rules see the resolved backend, resolved for the precision they leave: on the CPU the
+// gemm mode's bf16 keeps the explicit path (SDPA's CPU kernel is the slower one in bf16) and the
+// attention mode still turns it into SDPA; in fp32 `auto` is SDPA already, as on a GPU.
+TEST(AttentionBackendAuto, IsResolvedForThePrecisionTheModesLeave) {
   const Preset& smoke = find_preset("smoke");
   ASSERT_EQ(smoke.training.attention_backend, AttentionBackend::automatic);
-  EXPECT_EQ(compose(smoke.training, {}, smoke.stress).attention_backend, AttentionBackend::math);
-  EXPECT_EQ(compose(smoke.training, {"attention"}, smoke.stress).attention_backend,
-            TORCH_VERSION_MAJOR >= 2 ? AttentionBackend::sdpa : AttentionBackend::math);
+  ASSERT_EQ(smoke.training.mixed_precision, Precision::fp32);
+  const Capabilities cpu2{.torch_major = 2, .torch_minor = 11, .gpu = false};
+  const Capabilities cpu1{.torch_major = 1, .torch_minor = 13, .gpu = false};
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
-  const auto on_gpu = run_explanation(smoke.training, {"attention"}, smoke.stress, gpu2);
-  EXPECT_FALSE(on_gpu.at("attention").contains("attention_backend")) << on_gpu.dump();
-  if (TORCH_VERSION_MAJOR >= 2)
-    EXPECT_EQ(
-        run_explanation(smoke.training, {"attention"}, smoke.stress, kCpu).at("attention").at("attention_backend"),
-        nlohmann::json({"math", "sdpa"}));
+  const auto backend = [&](const std::vector<std::string>& modes, const Capabilities& caps) {
+    return run_composition(smoke.training, modes, smoke.stress, caps).training.attention_backend;
+  };
+  EXPECT_EQ(backend({}, cpu2), AttentionBackend::sdpa);
+  EXPECT_EQ(backend({"gemm"}, cpu2), AttentionBackend::math);
+  EXPECT_EQ(backend({"gemm", "attention"}, cpu2), AttentionBackend::sdpa);
+  EXPECT_EQ(backend({"gemm"}, gpu2), AttentionBackend::sdpa);
+  EXPECT_EQ(backend({}, cpu1), AttentionBackend::math);
+  EXPECT_EQ(backend({"attention"}, cpu1), AttentionBackend::math);
+  // What the attention mode changes is judged from the resolved base: on the CPU in bf16 it turns
+  // math into SDPA; in fp32, as on a GPU, SDPA is there already.
+  TrainingConfig bf16 = smoke.training;
+  bf16.mixed_precision = Precision::bf16;
+  EXPECT_EQ(run_explanation(bf16, {"attention"}, smoke.stress, cpu2).at("attention").at("attention_backend"),
+            nlohmann::json({"math", "sdpa"}));
+  for (const auto& caps : {cpu2, gpu2}) {
+    const auto fp32 = run_explanation(smoke.training, {"attention"}, smoke.stress, caps);
+    EXPECT_FALSE(fp32.at("attention").contains("attention_backend")) << fp32.dump();
+  }
 }
 
 TEST(StressModes, EveryPermutationOfEverySubsetComposesToTheSameConfig) {
@@ -487,9 +506,11 @@ TEST(StressModes, EachModeChangesOnlyTheFieldsItWrites) {
     const TrainingConfig base = random_valid_base(rng);
     for (const auto& mode : stress_mode_registry()) {
       const auto writes = mode.writes();
-      // From the base with `auto` resolved: resolution is no mode's change.
-      const auto diff = config_diff(compose(base, {}, find_preset("small").stress),
-                                    compose(base, {mode.name}, find_preset("small").stress));
+      // From the base with `auto` resolved as the mode's run resolves it: resolution is no mode's change.
+      const StressProfile& profile = find_preset("small").stress;
+      const TrainingConfig resolved = with_attention_resolved(base, {mode.name}, profile, kCpu);
+      const auto diff = config_diff(compose_stress_modes(resolved, {}, profile, kCpu).training,
+                                    compose_stress_modes(resolved, {mode.name}, profile, kCpu).training);
       for (const auto& [field, change] : diff.items())
         EXPECT_NE(std::find(writes.begin(), writes.end(), field), writes.end())
             << mode.name << " changed undeclared field " << field;
