@@ -23,6 +23,16 @@ struct Shape {
                  // (native_dropout), the scaled noise in the input's dtype on the CPU
   bool autocast, math_scores, padded, dropout, rotary, qk_norm, conv, sandwich, strided_v, swiglu;
   bool keep_attention;  // checkpointing keeps the attention kernel's tensors, recomputes the rest
+  // Three refinements measured on the host (tests/unit/test_sizing.cpp). An accelerator keeps the
+  // coarser count until they are measured there: its SDPA peaks already run above the model.
+  // - the heads-merged attention output is a copy of the kernel's output (the math path's
+  //   B x H x T x D product), not a view of it (the fused kernels write B x T x H x D);
+  bool merged_output_copy;
+  // - the QKV output stays alive only while a view of it is saved: rotary makes new Q and K
+  //   (keeping only cos and sin) and grouped-query attention copies K and V;
+  bool qkv_output_kept;
+  // - the MLP's backward frees its down projection's saved input as it makes that input's gradient.
+  bool mlp_gradient_replaces_saved;
 };
 
 Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
@@ -42,18 +52,26 @@ Shape shape_of(const TrainingConfig& cfg, const DeviceDescription& device) {
   s.a = s.autocast ? 2 : 4;
   s.r = 4;
   s.drop = device.accelerator ? 1 : s.a;
-  // The explicit path and SDPA's math fallback materialise B x H x T x T scores; the fused
-  // kernels keep a log-sum-exp per query instead.
-  s.math_scores =
-      cfg.attention_backend == AttentionBackend::math || cfg.attention_backend == AttentionBackend::sdpa_math;
-  s.padded = cfg.attention_pad_fraction > 0;
   s.dropout = cfg.dropout > 0;
+  // The explicit path and SDPA's math fallback materialise B x H x T x T scores; the fused
+  // kernels keep a log-sum-exp per query instead. libtorch's CPU flash kernel takes no dropout
+  // (sdp_utils_cpp.h check_for_dropout): SDPA on the host with dropout runs its math kernel.
+  s.math_scores = cfg.attention_backend == AttentionBackend::math ||
+                  cfg.attention_backend == AttentionBackend::sdpa_math ||
+                  (!device.accelerator && s.dropout && cfg.attention_backend == AttentionBackend::sdpa);
+  s.padded = cfg.attention_pad_fraction > 0;
   s.rotary = cfg.position == PositionEncoding::rotary;
   s.qk_norm = cfg.qk_norm;
   s.conv = cfg.qkv_conv_kernel > 0;
   s.sandwich = cfg.norm_layout == NormLayout::sandwich;
   s.strided_v = cfg.attention_noncontiguous_v;
   s.keep_attention = cfg.activation_checkpointing && cfg.checkpoint_keep_attention;
+  const bool q_view_saved = s.qk_norm || !s.rotary;  // by the Q norm, else by the kernel
+  const bool k_view_saved = s.qk_norm || (!s.rotary && s.K == s.C);
+  const bool v_view_saved = s.K == s.C && !s.strided_v;
+  s.merged_output_copy = s.math_scores || device.accelerator;
+  s.qkv_output_kept = q_view_saved || k_view_saved || v_view_saved || device.accelerator;
+  s.mlp_gradient_replaces_saved = !device.accelerator;
   return s;
 }
 
@@ -72,7 +90,7 @@ int64_t before_attention_kernel_bytes_per_token(const Shape& s) {
 
 int64_t attention_kernel_bytes_per_token(const Shape& s) {
   int64_t b = 0;
-  b += s.a * (s.C + 2 * s.K);                         // QKV output (Q, K, V are views of it)
+  if (s.qkv_output_kept) b += s.a * (s.C + 2 * s.K);  // QKV output (Q, K, V are views of it)
   if (s.qk_norm || s.rotary) b += s.a * (s.C + s.K);  // new Q and K (normed and/or rotated)
   if (s.K < s.C) b += 2 * s.a * s.C;                  // GQA: K and V repeated to every query head
   if (!s.math_scores) b += s.a * s.C + 4 * s.H;       // fused attention output and log-sum-exp
@@ -86,7 +104,7 @@ int64_t attention_bytes_per_token(const Shape& s) {
 
 int64_t projection_and_mlp_bytes_per_token(const Shape& s) {
   int64_t b = 0;
-  b += s.a * s.C;                        // attention output, heads merged (proj input)
+  if (s.merged_output_copy) b += s.a * s.C;  // attention output, heads merged (proj input)
   if (s.sandwich) b += 2 * 4 * s.C;      // float32 inputs of the two post-norms
   if (s.dropout) b += 2 * s.drop * s.C;  // residual-branch dropout masks
   b += s.r * s.C;                        // residual after attention (LayerNorm 2 keeps it)
@@ -118,7 +136,7 @@ int64_t block_score_bytes(const Shape& s) {
 // gradients, or on the math path two float32 score gradients (of the probabilities and of the
 // scores), by when the block's projection and MLP tensors are already freed.
 int64_t block_backward_workspace(const Shape& s) {
-  const int64_t mlp = s.BT * (s.a * s.F_up + s.a * s.F + 2 * s.r * s.C);
+  const int64_t mlp = s.BT * (s.a * s.F_up + (s.mlp_gradient_replaces_saved ? 0 : s.a * s.F) + 2 * s.r * s.C);
   const int64_t scores = s.math_scores ? s.B * s.H * s.T * s.T * 8 - s.BT * projection_and_mlp_bytes_per_token(s) : 0;
   return std::max(mlp, scores);
 }
@@ -127,7 +145,7 @@ int64_t block_backward_workspace(const Shape& s) {
 // tensors (on the math path its scores too) and the heads-merged output the recomputed rest
 // starts from (the projection's input).
 int64_t kept_attention_bytes(const Shape& s) {
-  return s.BT * (attention_kernel_bytes_per_token(s) + s.a * s.C) + block_score_bytes(s);
+  return s.BT * (attention_kernel_bytes_per_token(s) + (s.merged_output_copy ? s.a * s.C : 0)) + block_score_bytes(s);
 }
 
 // The forward FLOPs checkpointing runs again in backward, per token: a third of the blocks'
