@@ -143,12 +143,13 @@ std::vector<std::string> parse_stress_list(const std::string& text) {
 TrainingConfig with_attention_resolved(TrainingConfig base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps) {
   if (base.attention_backend != AttentionBackend::automatic) return base;
-  // No rule on mixed_precision reads the backend, so the modes composed on the explicit path
-  // tell the precision they leave whichever backend `auto` becomes.
+  // No rule on mixed_precision or dropout reads the backend, so the modes composed on the explicit
+  // path tell the precision and dropout they leave whichever backend `auto` becomes.
   TrainingConfig explicit_path = base;
   explicit_path.attention_backend = AttentionBackend::math;
-  const Precision computed_in = compose_stress_modes(explicit_path, modes, profile, caps).training.mixed_precision;
-  base.attention_backend = resolve_attention_backend(AttentionBackend::automatic, caps, computed_in);
+  const TrainingConfig left = compose_stress_modes(explicit_path, modes, profile, caps).training;
+  base.attention_backend =
+      resolve_attention_backend(AttentionBackend::automatic, caps, left.mixed_precision, left.dropout > 0);
   return base;
 }
 

@@ -62,8 +62,9 @@ struct StressComposition {
   std::map<std::string, std::string> skipped;  // mode -> why its capability requirement failed
 };
 
-// `base` with `attention_backend=auto` resolved for `caps` and the precision `modes` leave it in
-// (the gemm mode turns fp32 into bf16, where a CPU's SDPA is the slower kernel: capabilities.hpp).
+// `base` with `attention_backend=auto` resolved for `caps` and the precision and dropout `modes`
+// leave it with (the gemm mode turns fp32 into bf16, where a CPU's SDPA is the slower kernel; the
+// rng mode adds dropout, which a CPU's flash kernel does not take: capabilities.hpp).
 // A run calls it once, before the modes, the fit, validation and the model read the config.
 TrainingConfig with_attention_resolved(TrainingConfig base, const std::vector<std::string>& modes,
                                        const StressProfile& profile, const Capabilities& caps);

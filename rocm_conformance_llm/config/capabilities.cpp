@@ -17,10 +17,12 @@ Capabilities Capabilities::of_this_build(bool gpu) {
   return {.torch_major = TORCH_VERSION_MAJOR, .torch_minor = TORCH_VERSION_MINOR, .gpu = gpu};
 }
 
-AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps, Precision computed_in) {
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps, Precision computed_in,
+                                           bool dropout) {
   if (requested != AttentionBackend::automatic) return requested;
   if (caps.torch_major < 2) return AttentionBackend::math;
-  return caps.gpu || computed_in == Precision::fp32 ? AttentionBackend::sdpa : AttentionBackend::math;
+  const bool cpu_flash_runs = computed_in == Precision::fp32 && !dropout;
+  return caps.gpu || cpu_flash_runs ? AttentionBackend::sdpa : AttentionBackend::math;
 }
 
 void require_resolved(AttentionBackend backend, const char* reader) {

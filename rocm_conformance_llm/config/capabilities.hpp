@@ -17,15 +17,18 @@ struct Capabilities {
   static Capabilities of_this_build(bool gpu);
 };
 
-// `auto` for a run with `caps` computing in `computed_in` (the precision the stress modes leave:
-// stress_modes.hpp `with_attention_resolved`): SDPA wherever libtorch has it (>= 2.0) and its
-// kernel is the faster one. On a GPU its fused kernels ran `small` at 20.1% of an H200's peak
-// against the explicit path's 11.3% (bench/results-gpu.md). On a CPU only in fp32: SDPA's CPU
-// kernel ran cpu-medium 4.6% faster there (5710 against 5460 tokens/s, libtorch 2.11, AVX2) and
-// never builds the causal mask over the whole score matrix, but the smoke step 17% slower in bf16
-// (the Hugging Face peer's default is SDPA in both). Elsewhere the explicit path. Any other value
-// is the user's choice and is returned as it is.
-AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps, Precision computed_in);
+// `auto` for a run with `caps` computing in `computed_in`, with attention dropout or not (what the
+// stress modes leave: stress_modes.hpp `with_attention_resolved`): SDPA wherever libtorch has it
+// (>= 2.0) and its kernel is the faster one. On a GPU its fused kernels ran `small` at 20.1% of an
+// H200's peak against the explicit path's 11.3% (bench/results-gpu.md). On a CPU only where its
+// flash kernel runs, in fp32 without dropout: it ran cpu-medium 4.6% faster (5710 against 5460
+// tokens/s, libtorch 2.11, AVX2) and never builds the causal mask over the whole score matrix, but
+// the smoke step 17% slower in bf16 (the Hugging Face peer's default is SDPA in both); with dropout
+// SDPA falls back to its math kernel (libtorch's check_for_dropout), the explicit path's arithmetic
+// with GEMMs the checks do not see. Elsewhere the explicit path. Any other value is the user's
+// choice and is returned as it is.
+AttentionBackend resolve_attention_backend(AttentionBackend requested, const Capabilities& caps, Precision computed_in,
+                                           bool dropout);
 
 // A run resolves `auto` once, when it resolves its request (run/cli_resolve.cpp); what reads the
 // config after that (the stress rules, sizing, the model, the trainer) takes the backend that runs

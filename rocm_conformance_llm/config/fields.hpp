@@ -75,7 +75,7 @@ struct ConfigField {
   X(double, init_std, 0.02, above(0),                                                                                  \
     "standard deviation of the initial weights (residual projections also / sqrt(2 num_layers))")                      \
   X(AttentionBackend, attention_backend, AttentionBackend::automatic, one_of_names<AttentionBackend>(),                \
-    "attention kernel (auto: sdpa with libtorch >= 2.0 on a GPU, and on a CPU in fp32; else math)")                    \
+    "attention kernel (auto: sdpa with libtorch >= 2.0 on a GPU, and on a CPU in fp32 without dropout; else math)")                    \
   /* --- attention mode --- */                                                                                         \
   X(double, attention_pad_fraction, 0.0, within(0, 1, false),                                                          \
     "tail share of every second sequence masked as padding (a padded batch's attention mask)")                         \

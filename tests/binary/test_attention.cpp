@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <string>
+#include <tuple>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -55,7 +57,8 @@ TEST(ProbeCommand, PrintsJsonAndExitsZeroCleanOneOnAMismatchTwoOnBadInput) {
   EXPECT_TRUE(report.at("passed").get<bool>());
   EXPECT_EQ(report.at("backends").size(), attention_probe_backends().size());
   EXPECT_EQ(report.at("results").size(), attention_probe_backends().size() * 12);
-  EXPECT_EQ(report.at("training_kernel"), "explicit");  // the smoke preset trains on the explicit path
+  // The smoke preset trains in fp32: on SDPA's CPU flash kernel from libtorch 2.0, else the explicit path.
+  EXPECT_EQ(report.at("training_kernel"), sdpa_available() ? "flash" : "explicit");
 
   const auto broken = run_cli(common + " --inject attention-mask-corrupt");
   ASSERT_EQ(broken.exit_code, 1) << broken.err;
@@ -150,17 +153,23 @@ TEST(AttentionKernelRecord, ARunCallingSdpaRecordsItsTrainingKernelFromTheStart)
     EXPECT_EQ(config.at("attention_kernel").at("attention_backend"), backend);
     EXPECT_EQ(report.at("attention_kernel"), config.at("attention_kernel"));
   }
-  // The explicit path, asked for or the CPU's `auto` (config.json says which): no SDPA kernel.
-  for (const std::string requested : {"math", "auto"}) {
-    const fs::path dir = temp_dir("kernel-explicit-" + requested);
+  // The CPU's `auto` (config.json says what was asked and what runs): SDPA in fp32, its flash
+  // kernel; the explicit path in bf16, where SDPA's CPU kernel is the slower one. Asked for, the
+  // explicit path. The explicit path records no SDPA kernel.
+  for (const auto& [requested, precision, backend] :
+       {std::tuple{"auto", "fp32", "sdpa"}, std::tuple{"auto", "bf16", "math"}, std::tuple{"math", "fp32", "math"}}) {
+    const std::string label = std::string(requested) + "-" + precision;
+    const fs::path dir = temp_dir("kernel-" + label);
     fs::remove_all(dir);
-    const auto r = run_cli(run + "--set attention_backend=" + requested + " --output-dir " + dir.string());
+    const auto r = run_cli(run + "--set attention_backend=" + requested + " --set mixed_precision=" + precision +
+                           " --output-dir " + dir.string());
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const auto config = nlohmann::json::parse(read_text(dir / "config.json"));
     fs::remove_all(dir);
-    EXPECT_FALSE(config.contains("attention_kernel")) << config.dump();
-    EXPECT_EQ(config.at("training").at("attention_backend"), "math");
-    EXPECT_EQ(config.at("attention_backend_requested"), requested);
+    EXPECT_EQ(config.at("training").at("attention_backend"), backend) << label;
+    EXPECT_EQ(config.at("attention_backend_requested"), requested) << label;
+    if (std::string(backend) == "math") EXPECT_FALSE(config.contains("attention_kernel")) << label << config.dump();
+    else EXPECT_EQ(config.at("attention_kernel").at("training_kernel"), "flash") << label << config.dump();
   }
 }
 

@@ -35,7 +35,9 @@ struct ShimRun {
 const std::string kQkvForward = "RCL_SHIM_M=192 RCL_SHIM_N=1024 RCL_SHIM_K=64";
 const std::string kQkvWeightGradient = "RCL_SHIM_M=64 RCL_SHIM_N=192 RCL_SHIM_K=1024";
 
-// smoke on CPU, fp32 (bf16 GEMMs reach BLAS only where they run in float32: see docs/fault-injection.md).
+// smoke on CPU, fp32 (bf16 GEMMs reach BLAS only where they run in float32: see docs/fault-injection.md),
+// on the explicit attention path in every lane, so a layer has the same 8 checked ops (QK^T and PV
+// among them) and the rotation's arithmetic below holds on libtorch 1.13 and 2.x alike.
 // The QKV projection of the smoke model: y = x W^T with 1024 tokens, 64 in, 192 out, which
 // libtorch passes to sgemm_ as m = 192, n = 1024, k = 64 (no other GEMM of the step has it).
 ShimRun run_with_shim(const std::string& name, const std::string& shim_env, const std::string& args,
@@ -43,7 +45,7 @@ ShimRun run_with_shim(const std::string& name, const std::string& shim_env, cons
   const auto dir = fresh_dir("shadow", name);
   const auto log = dir.string() + ".shim";
   const std::string env = "LD_PRELOAD=" RCL_BLAS_SHIM " " + shape + " RCL_SHIM_LOG=" + log + " " + shim_env;
-  const auto r = run_cli(kSmokeCpu + args + " --output-dir " + dir.string(), env);
+  const auto r = run_cli(kSmokeCpu + "--set attention_backend=math " + args + " --output-dir " + dir.string(), env);
   ShimRun out{.exit_code = r.exit_code};
   const auto report = nlohmann::json::parse(read_text(dir / "report.json"));
   out.findings = report["findings"];

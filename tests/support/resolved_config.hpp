@@ -12,11 +12,12 @@ namespace rcl::testing {
 // Resolved for the config's own precision: a run composing stress modes resolves for the precision
 // they leave (stress_modes.hpp with_attention_resolved).
 inline TrainingConfig resolved_for(TrainingConfig cfg, const Capabilities& caps) {
-  cfg.attention_backend = resolve_attention_backend(cfg.attention_backend, caps, cfg.mixed_precision);
+  cfg.attention_backend = resolve_attention_backend(cfg.attention_backend, caps, cfg.mixed_precision, cfg.dropout > 0);
   return cfg;
 }
 
-// For a run on this build's CPU: `auto` is SDPA in fp32 with libtorch >= 2.0, else the explicit path.
+// For a run on this build's CPU: `auto` is SDPA in fp32 without dropout with libtorch >= 2.0, else
+// the explicit path.
 inline TrainingConfig on_the_cpu(TrainingConfig cfg) {
   return resolved_for(std::move(cfg), Capabilities::of_this_build(/*gpu=*/false));
 }

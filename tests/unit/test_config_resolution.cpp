@@ -196,9 +196,13 @@ TEST(AttentionBackendAuto, TheRunResolvesItBeforeTheModesAndRecordsTheRequest) {
   EXPECT_EQ(posed_gpu.base.attention_backend, sdpa_where_built);
   EXPECT_EQ(posed_gpu.training.attention_backend, sdpa_where_built);
   EXPECT_EQ(posed_gpu.fit->training.attention_backend, sdpa_where_built);
-  // On the CPU in bf16 `auto` is the explicit path, also where the gemm mode makes the bf16; the
-  // attention mode turns it into SDPA.
+  // On the CPU in bf16 or with dropout `auto` is the explicit path, also where the gemm mode makes
+  // the bf16 or the rng mode the dropout; the attention mode turns it into SDPA.
   EXPECT_EQ(resolve_args({"--precision", "bf16"}).training.attention_backend, AttentionBackend::math);
+  EXPECT_EQ(resolve_args({"--set", "dropout=0.1"}).training.attention_backend, AttentionBackend::math);
+  const auto rng = resolve_args({"--stress", "rng"});
+  EXPECT_GT(rng.training.dropout, 0.0);
+  EXPECT_EQ(rng.training.attention_backend, AttentionBackend::math);
   const auto gemm = resolve_args({"--stress", "gemm"});
   EXPECT_EQ(gemm.training.mixed_precision, Precision::bf16);
   EXPECT_EQ(gemm.base.attention_backend, AttentionBackend::math);

@@ -465,6 +465,7 @@ TEST(Checkpointing, KeepingAttentionRecomputesEverythingButTheAttentionKernel) {
   };
   const auto count = [](Recompute recompute) {
     auto cfg = tiny_config();
+    cfg.attention_backend = AttentionBackend::math;  // QK^T and AV as tapped GEMMs
     cfg.dropout = 0.1;
     cfg.activation_checkpointing = recompute != Recompute::nothing;
     cfg.checkpoint_keep_attention = recompute == Recompute::all_but_attention;

@@ -196,8 +196,12 @@ TEST(ShadowHostVerdict, EqualsTheAtenVerdictForEveryOpShapeAndDtype) {
 // then the final LayerNorm and the LM head. Under bf16 autocast the op as computed has bf16
 // operands, the weights cast as autocast casts them.
 TEST(OpTap, TheModelReportsItsGemmsAndNormsOnlyWhileObserved) {
-  const TrainingConfig cfg =
-      testing::on_the_cpu({.hidden_size = 16, .num_layers = 2, .seq_len = 8, .num_heads = 2, .vocab_size = 11});
+  const TrainingConfig cfg = {.hidden_size = 16,
+                              .num_layers = 2,
+                              .seq_len = 8,
+                              .num_heads = 2,
+                              .vocab_size = 11,
+                              .attention_backend = AttentionBackend::math};  // QK^T and PV as tapped GEMMs
   torch::manual_seed(34);
   GPT model(cfg);
   const auto tokens = torch::randint(cfg.vocab_size, {2, cfg.seq_len}, torch::kLong);

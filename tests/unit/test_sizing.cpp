@@ -118,14 +118,19 @@ std::vector<Case> cases() {
       {"cpu-medium preset", testing::on_the_cpu(find_preset("cpu-medium").training)},
       {"smoke + memory,gemm (checkpointed, bf16, ballast)", composed(smoke_at(8, 64), "memory,gemm")},
   };
-  // Where `auto` resolves to SDPA on the CPU, the explicit path is held to the model too.
-  if (sdpa_available())
-    for (TrainingConfig math : {smoke_at(16, 256), checkpointed, composed(smoke_at(8, 256), "fusion,rng")}) {
+  // Where `auto` resolves to SDPA on the CPU, the explicit path is held to the model too; and SDPA
+  // asked for with dropout, which runs SDPA's math kernel on a CPU.
+  if (sdpa_available()) {
+    for (TrainingConfig math : {smoke_at(16, 256), checkpointed}) {
       math.attention_backend = AttentionBackend::math;
       all.push_back({fmt::format("the explicit path at batch {}, seq {}{}", math.batch_size, math.seq_len,
-                                 math.activation_checkpointing ? ", checkpointed" : math.dropout > 0 ? ", dropout" : ""),
+                                 math.activation_checkpointing ? ", checkpointed" : ""),
                      math});
     }
+    TrainingConfig sdpa_with_dropout = composed(smoke_at(8, 256), "fusion,rng");
+    sdpa_with_dropout.attention_backend = AttentionBackend::sdpa;
+    all.push_back({"smoke + fusion,rng, SDPA asked for (dropout: its math kernel)", sdpa_with_dropout});
+  }
   return all;
 }
 

@@ -424,34 +424,39 @@ TEST(StressModes, MemoryModeOnAGpuRunsItsLongSequencesThroughFusedSdpa) {
   expect_order_independent(small, math, gpu2);
 }
 
-// `auto` (every preset's default) by the device and precision given as data: SDPA with libtorch
-// >= 2.0 on a GPU, and on a CPU in fp32; math on a CPU in bf16/fp16 and below 2.0; a backend the
-// user chose is never changed.
-TEST(AttentionBackendAuto, IsSdpaWithLibtorch2OnAGpuAndOnACpuInFp32) {
+// `auto` (every preset's default) by the device, precision and dropout given as data: SDPA with
+// libtorch >= 2.0 on a GPU, and on a CPU in fp32 without dropout (where its flash kernel runs);
+// math on a CPU in bf16/fp16 or with dropout, and below 2.0; a backend the user chose is never
+// changed.
+TEST(AttentionBackendAuto, IsSdpaWithLibtorch2OnAGpuAndOnACpuInFp32WithoutDropout) {
   const Capabilities gpu2{.torch_major = 2, .torch_minor = 11, .gpu = true};
   const Capabilities cpu2{.torch_major = 2, .torch_minor = 11, .gpu = false};
   const Capabilities gpu1{.torch_major = 1, .torch_minor = 13, .gpu = true};
   const Capabilities cpu1{.torch_major = 1, .torch_minor = 13, .gpu = false};
   const auto automatic = AttentionBackend::automatic;
-  for (const auto precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
-    EXPECT_EQ(resolve_attention_backend(automatic, gpu2, precision), AttentionBackend::sdpa);
-    EXPECT_EQ(resolve_attention_backend(automatic, gpu1, precision), AttentionBackend::math);
-    EXPECT_EQ(resolve_attention_backend(automatic, cpu1, precision), AttentionBackend::math);
-  }
-  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp32), AttentionBackend::sdpa);
-  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::bf16), AttentionBackend::math);
-  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp16), AttentionBackend::math);
+  for (const auto precision : {Precision::fp32, Precision::bf16, Precision::fp16})
+    for (const bool dropout : {false, true}) {
+      EXPECT_EQ(resolve_attention_backend(automatic, gpu2, precision, dropout), AttentionBackend::sdpa);
+      EXPECT_EQ(resolve_attention_backend(automatic, gpu1, precision, dropout), AttentionBackend::math);
+      EXPECT_EQ(resolve_attention_backend(automatic, cpu1, precision, dropout), AttentionBackend::math);
+    }
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp32, false), AttentionBackend::sdpa);
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp32, true), AttentionBackend::math);
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::bf16, false), AttentionBackend::math);
+  EXPECT_EQ(resolve_attention_backend(automatic, cpu2, Precision::fp16, false), AttentionBackend::math);
   for (const auto& [chosen, name] : enum_names(AttentionBackend{}))
     if (chosen != automatic)
       for (const auto& caps : {gpu2, cpu2, gpu1, cpu1})
         for (const auto precision : {Precision::fp32, Precision::bf16})
-          EXPECT_EQ(resolve_attention_backend(chosen, caps, precision), chosen) << name;
+          for (const bool dropout : {false, true})
+            EXPECT_EQ(resolve_attention_backend(chosen, caps, precision, dropout), chosen) << name;
 }
 
-// The modes' rules see the resolved backend, resolved for the precision they leave: on the CPU the
-// gemm mode's bf16 keeps the explicit path (SDPA's CPU kernel is the slower one in bf16) and the
-// attention mode still turns it into SDPA; in fp32 `auto` is SDPA already, as on a GPU.
-TEST(AttentionBackendAuto, IsResolvedForThePrecisionTheModesLeave) {
+// The modes' rules see the resolved backend, resolved for the precision and dropout they leave: on
+// the CPU the gemm mode's bf16 and the rng mode's dropout keep the explicit path (SDPA's CPU kernel
+// is the slower one in bf16, and takes no dropout) and the attention mode still turns it into
+// SDPA; in fp32 without dropout `auto` is SDPA already, as on a GPU.
+TEST(AttentionBackendAuto, IsResolvedForThePrecisionAndDropoutTheModesLeave) {
   const Preset& smoke = find_preset("smoke");
   ASSERT_EQ(smoke.training.attention_backend, AttentionBackend::automatic);
   ASSERT_EQ(smoke.training.mixed_precision, Precision::fp32);
@@ -463,8 +468,11 @@ TEST(AttentionBackendAuto, IsResolvedForThePrecisionTheModesLeave) {
   };
   EXPECT_EQ(backend({}, cpu2), AttentionBackend::sdpa);
   EXPECT_EQ(backend({"gemm"}, cpu2), AttentionBackend::math);
+  EXPECT_EQ(backend({"rng"}, cpu2), AttentionBackend::math);
   EXPECT_EQ(backend({"gemm", "attention"}, cpu2), AttentionBackend::sdpa);
+  EXPECT_EQ(backend({"rng", "attention"}, cpu2), AttentionBackend::sdpa);
   EXPECT_EQ(backend({"gemm"}, gpu2), AttentionBackend::sdpa);
+  EXPECT_EQ(backend({"rng"}, gpu2), AttentionBackend::sdpa);
   EXPECT_EQ(backend({}, cpu1), AttentionBackend::math);
   EXPECT_EQ(backend({"attention"}, cpu1), AttentionBackend::math);
   // What the attention mode changes is judged from the resolved base: on the CPU in bf16 it turns
