@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -458,8 +459,25 @@ std::shared_ptr<const OpenedData> open_data(const std::string& data_path, int64_
   return data;
 }
 
+namespace {
+WindowCut window_cut_of(const TrainingConfig& cfg) { return {cfg.seq_len, cfg.val_fraction, cfg.seed}; }
+
+// Data opened for another cut would train on other windows than cfg's: a caller's bug.
+void require_cut(const WindowCut& opened, const TrainingConfig& cfg) {
+  const WindowCut wanted = window_cut_of(cfg);
+  const auto require_same = [](const char* field, auto was, auto is) {
+    if (was != is)
+      throw std::logic_error(
+          fmt::format("make_data_source: the opened data was cut with {} {}, the config has {}", field, was, is));
+  };
+  require_same("seq_len", opened.seq_len, wanted.seq_len);
+  require_same("val_fraction", opened.val_fraction, wanted.val_fraction);
+  require_same("seed", opened.seed, wanted.seed);
+}
+}  // namespace
+
 std::shared_ptr<const OpenedData> open_data(const TrainingConfig& cfg) {
-  return open_data(cfg.data_path, cfg.vocab_size, {cfg.seq_len, cfg.val_fraction, cfg.seed});
+  return open_data(cfg.data_path, cfg.vocab_size, window_cut_of(cfg));
 }
 
 // --- TokenFile ---
@@ -557,6 +575,7 @@ std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank
     if (cfg.vocab_size > 0) spec.vocab_size = cfg.vocab_size;
     return std::make_unique<SyntheticCorpus>(spec, cfg.seed, cfg.batch_size, cfg.seq_len, rank, world_size, device);
   }
+  if (opened) require_cut(opened->cut, cfg);
   return std::make_unique<TokenFile>(opened ? std::move(opened) : open_data(cfg), cfg.batch_size, rank, world_size,
                                      device);
 }

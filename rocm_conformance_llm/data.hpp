@@ -233,7 +233,7 @@ class TokenFile final : public DataSource {
 // The source cfg asks for: the synthetic corpus when cfg.data_path is empty (cfg.vocab_size,
 // when set, sizes it), else the file or indexed dataset: `opened` where the run opened it
 // (open_data(cfg)), else opened here. Bad files and a vocab_size too small for the data are
-// ConfigErrors.
+// ConfigErrors; `opened` cut for another seq_len, val_fraction or seed is a std::logic_error.
 std::unique_ptr<DataSource> make_data_source(const TrainingConfig& cfg, int rank, int world_size, torch::Device device,
                                              std::shared_ptr<const OpenedData> opened = nullptr);
 // The vocabulary the model of `cfg` will have, without reading the data: cfg.vocab_size when

@@ -23,7 +23,14 @@ int run_attention_probe(const RunConfig& run) {
   const torch::Device device = resolve_device(run.training.device, 0);
   check_attention_backend(run.training, device.type());
   configure_cpu_threads(run.training.num_threads, 1, !device.is_cuda());
-  Trainer trainer(RunContext{.cfg = run.training, .diag = run.diagnostics, .device = device});
+  // Without the run's setup: no output directory, and the trainer opens the data and reads its
+  // tokenizer itself.
+  Trainer trainer(RunContext{.cfg = run.training,
+                             .diag = run.diagnostics,
+                             .device = device,
+                             .output_dir = {},
+                             .data = nullptr,
+                             .hf_tokenizer = nullptr});
   const MemoryBallast ballast(run.training.memory_pressure_bytes, device);  // the run's memory pressure
   // As at the first step: a fault meant for later steps does not strike a one-shot probe.
   const auto probe = probe_trainer_attention(trainer, faults.fires(FaultKind::attention_mask_corrupt, 1, 0));

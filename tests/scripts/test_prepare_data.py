@@ -2,11 +2,12 @@
 `tokenizers` on Debian's licence texts; JSONL, Parquet, a `save_to_disk` folder and plain text
 tokenized into Megatron's indexed dataset; the shards read back with numpy alone (an independent
 reader of the format) equal the tokenizer's own encoding, BOS and EOS included; a vocabulary
-above 65,500 is written as int32; bad inputs exit 2; the binary trains on the shards, its
-loss falling and its report naming the tokenizer; and it trains on the same windows in the same
-order as bench/hf_peer.py (Transformers + Accelerate + Datasets, its own numpy reader of the shards
-and its own blend arithmetic): from the same initial weights, their per-step fp32 losses agree to
-float rounding on one prefix and on the blend "0.7 A 0.3 B" of two (docs/data.md).
+above 65,500 is written as int32; an EOS that tokenizer_config.json names as {"content": ...} ends
+the documents; bad inputs exit 2; the binary trains on the shards, its loss falling and its report
+naming the tokenizer; and it trains on the same windows in the same order as bench/hf_peer.py
+(Transformers + Accelerate + Datasets, its own numpy reader of the shards and its own blend
+arithmetic): from the same initial weights, their per-step fp32 losses agree to float rounding on
+one prefix and on the blend "0.7 A 0.3 B" of two (docs/data.md).
 
     python3 test_prepare_data.py BINARY     (a Python with datasets, tokenizers, numpy, torch,
                                              transformers and accelerate: the wheel lane's)
@@ -16,6 +17,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -162,6 +164,21 @@ def main():
         check(dtype == np.int32, f"a vocabulary of {big.get_vocab_size()} is written as int32, not {dtype}")
         check(documents[0].tolist() == [bos] + big.encode(texts["gpl"][0], add_special_tokens=False).ids + [eos],
               "the int32 shard's first document")
+
+        # A token named as {"content": ...} (how transformers writes tokenizer_config.json): read
+        # by prepare_data alone. "<s>" is none of the names EOS falls back to, so only that entry
+        # can make it the end of each document.
+        dict_tok = os.path.join(tmp, "dict_tok")
+        os.makedirs(dict_tok)
+        shutil.copy(tokenizer_json, dict_tok)
+        with open(os.path.join(dict_tok, "tokenizer_config.json"), "w") as f:
+            json.dump({"eos_token": {"content": "<s>", "special": True}}, f)
+        dict_prefix = os.path.join(tmp, "dict_shards")
+        r = prepare(env, "--tokenizer", os.path.join(dict_tok, "tokenizer.json"), "--output", dict_prefix, plain)
+        check(r.returncode == 0, f"prepare_data (eos_token as content) exited {r.returncode}: {r.stderr}")
+        _, documents = read_megatron(dict_prefix)
+        check([d.tolist() for d in documents] == [tok.encode(plain_text, add_special_tokens=False).ids + [bos]],
+              "an eos_token given as {'content': '<s>'} ends the document with <s>")
 
         # Bad inputs: exit 2 and a line naming the problem; nothing written.
         bad_prefix = os.path.join(tmp, "bad")

@@ -230,6 +230,32 @@ TEST_F(TokenFileTest, FactoryPicksTheSourceAndChecksVocab) {
   EXPECT_EQ(make_data_source(cfg, 0, 1, cpu)->vocab_size(), 259);
 }
 
+TEST_F(TokenFileTest, FactoryRefusesDataOpenedForAnotherCut) {
+  TrainingConfig cfg;
+  cfg.batch_size = 2;
+  cfg.seq_len = 8;
+  cfg.data_path = write("t.txt", std::string(200, 'x'));
+  const auto opened = open_data(cfg);
+  EXPECT_EQ(make_data_source(cfg, 0, 1, cpu, opened)->seq_len(), 8);
+  const auto refusal = [&](const TrainingConfig& other) -> std::string {
+    try {
+      make_data_source(other, 0, 1, cpu, opened);
+    } catch (const std::logic_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  TrainingConfig other = cfg;
+  other.seq_len = 16;
+  EXPECT_NE(refusal(other).find("seq_len"), std::string::npos);
+  other = cfg;
+  other.val_fraction = cfg.val_fraction + 0.1;
+  EXPECT_NE(refusal(other).find("val_fraction"), std::string::npos);
+  other = cfg;
+  other.seed = cfg.seed + 1;
+  EXPECT_NE(refusal(other).find("seed"), std::string::npos);
+}
+
 }  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl
