@@ -89,6 +89,9 @@ void check_attention_backend(const TrainingConfig& cfg, torch::DeviceType device
     refuse("the GPU flash kernel takes no attention mask (attention_pad_fraction > 0)", all_but_flash);
   if (b == AttentionBackend::sdpa_mem_efficient && !gpu)
     refuse("libtorch has no memory-efficient attention kernel on the CPU", "math, sdpa, sdpa_math, sdpa_flash");
+  // With flash alone allowed, the first step would find no kernel (check_for_dropout, sdp_utils_cpp.h).
+  if (b == AttentionBackend::sdpa_flash && !gpu && cfg.dropout > 0)
+    refuse("libtorch's CPU flash kernel takes no dropout (dropout > 0)", "math, sdpa, sdpa_math");
 }
 
 SdpaBackendScope::SdpaBackendScope(const std::string& backend) {

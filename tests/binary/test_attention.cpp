@@ -42,6 +42,17 @@ TEST(AttentionBackends, BinaryRefusesAnUnservableBackendWithExitTwo) {
   EXPECT_NE(r.err.find("invalid attention_backend='sdpa_mem_efficient'"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
   EXPECT_FALSE(fs::exists(dir));
+  // Checked on the composed config: the rng mode's dropout, which a CPU's flash kernel does not take
+  // (on 1.13 the backend itself is refused).
+  const auto flash = run_cli("--preset smoke --device cpu --steps 1 --stress rng --set attention_backend=sdpa_flash "
+                             "--output-dir " + dir.string());
+  EXPECT_EQ(flash.exit_code, 2) << flash.err;
+  EXPECT_NE(flash.err.find(sdpa_available() ? "takes no dropout" : "needs libtorch >= 2.0"), std::string::npos)
+      << flash.err;
+  const size_t error_line = flash.err.find("error: invalid attention_backend='sdpa_flash'");
+  ASSERT_NE(error_line, std::string::npos) << flash.err;
+  EXPECT_EQ(flash.err.find('\n', error_line), flash.err.size() - 1) << flash.err;  // the last line, one line
+  EXPECT_FALSE(fs::exists(dir));
 }
 
 TEST(ProbeCommand, PrintsJsonAndExitsZeroCleanOneOnAMismatchTwoOnBadInput) {

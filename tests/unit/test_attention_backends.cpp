@@ -68,6 +68,13 @@ TEST(AttentionBackends, ValidationRefusesWhatTheDeviceKernelCannotTake) {
   EXPECT_EQ(refusal("sdpa_mem_efficient", "fp32", torch::kCUDA, 0.25), "");
   EXPECT_NE(refusal("sdpa_mem_efficient", "fp32", torch::kCPU).find("no memory-efficient"), std::string::npos);
   EXPECT_EQ(cpu_backends(), (std::vector<std::string>{"math", "sdpa", "sdpa_math", "sdpa_flash"}));
+  // CPU flash takes no dropout (the GPU's does): refused, not a crash at the first step.
+  TrainingConfig dropout{.dropout = 0.1, .mixed_precision = Precision::bf16};
+  dropout.attention_backend = AttentionBackend::sdpa_flash;
+  const std::string cpu_flash = testing::config_error_of([&] { check_attention_backend(dropout, torch::kCPU); });
+  EXPECT_NE(cpu_flash.find("takes no dropout"), std::string::npos) << cpu_flash;
+  EXPECT_NE(cpu_flash.find("allowed here: math, sdpa, sdpa_math"), std::string::npos) << cpu_flash;
+  EXPECT_EQ(testing::config_error_of([&] { check_attention_backend(dropout, torch::kCUDA); }), "");
 }
 
 TEST(AttentionBackends, PaddingMaskIsCausalAndMasksTheTailOfEverySecondSequence) {
