@@ -102,9 +102,13 @@ int64_t attention_bytes_per_token(const Shape& s) {
   return before_attention_kernel_bytes_per_token(s) + attention_kernel_bytes_per_token(s);
 }
 
+// The attention output with its heads merged, the projection's input: its own tensor only where
+// it is a copy of the kernel's output.
+int64_t merged_output_bytes_per_token(const Shape& s) { return s.merged_output_copy ? s.a * s.C : 0; }
+
 int64_t projection_and_mlp_bytes_per_token(const Shape& s) {
   int64_t b = 0;
-  if (s.merged_output_copy) b += s.a * s.C;  // attention output, heads merged (proj input)
+  b += merged_output_bytes_per_token(s);  // attention output, heads merged (proj input)
   if (s.sandwich) b += 2 * 4 * s.C;      // float32 inputs of the two post-norms
   if (s.dropout) b += 2 * s.drop * s.C;  // residual-branch dropout masks
   b += s.r * s.C;                        // residual after attention (LayerNorm 2 keeps it)
@@ -145,7 +149,7 @@ int64_t block_backward_workspace(const Shape& s) {
 // tensors (on the math path its scores too) and the heads-merged output the recomputed rest
 // starts from (the projection's input).
 int64_t kept_attention_bytes(const Shape& s) {
-  return s.BT * (attention_kernel_bytes_per_token(s) + (s.merged_output_copy ? s.a * s.C : 0)) + block_score_bytes(s);
+  return s.BT * (attention_kernel_bytes_per_token(s) + merged_output_bytes_per_token(s)) + block_score_bytes(s);
 }
 
 // The forward FLOPs checkpointing runs again in backward, per token: a third of the blocks'

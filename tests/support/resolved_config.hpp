@@ -9,8 +9,8 @@
 
 namespace rcl::testing {
 
-// Resolved for the config's own precision: a run composing stress modes resolves for the precision
-// they leave (stress_modes.hpp with_attention_resolved).
+// Resolved for the config's own precision and dropout: a run composing stress modes resolves for
+// what they leave (stress_modes.hpp with_attention_resolved).
 inline TrainingConfig resolved_for(TrainingConfig cfg, const Capabilities& caps) {
   cfg.attention_backend = resolve_attention_backend(cfg.attention_backend, caps, cfg.mixed_precision, cfg.dropout > 0);
   return cfg;
