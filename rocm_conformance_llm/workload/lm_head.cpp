@@ -35,8 +35,10 @@ void for_each_chunk(int64_t total, int64_t chunk, Fn fn) {
   for (int64_t i = 0, start = 0; start < total; ++i, start += chunk) fn(i, start, std::min(chunk, total - start));
 }
 
-// A chunk its hook changed: its loss keeps the graph back to its hidden rows and the head weight.
-struct HookedChunk {
+// A chunk whose forward graph is kept, back to its hidden rows and the head weight: one its hook
+// changed, or the only chunk, whose logits a recompute would rebuild at backward's start, where
+// the kept ones still are (no memory saved, one head GEMM more a step).
+struct KeptChunk {
   int64_t index;
   torch::Tensor loss, hidden;
 };
@@ -47,13 +49,13 @@ struct ChunkedLoss : torch::CustomClassHolder {
   int64_t chunk = 0;
   AutocastState autocast;
   GemmObserver* gemms = nullptr;  // the recomputed GEMMs are the step's too
-  std::vector<HookedChunk> hooked;
-  torch::Tensor hooked_weight;  // the forward's head weight, where a chunk was hooked
+  std::vector<KeptChunk> kept;
+  torch::Tensor kept_weight;  // the forward's head weight, where a chunk was kept
 };
 
 struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
   // Function::apply runs this with gradients off; they are on per chunk only for the head and
-  // its hook, and an unhooked chunk's graph is dropped at once: no chunk's logits are kept.
+  // its hook; of several chunks, an unhooked one's graph is dropped at once: its logits are not kept.
   static torch::Tensor forward(AutogradContext* ctx, c10::intrusive_ptr<ChunkedLoss> state,
                                const torch::Tensor& hidden, const torch::Tensor& table, const torch::Tensor& targets) {
     state->autocast = current_autocast(hidden.device().type());
@@ -61,6 +63,7 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
     ctx->save_for_backward({hidden, table, targets});
     const torch::AutoGradMode grad_enabled(true);
     const auto weight = head_weight(table.detach().requires_grad_(true));
+    const bool only_chunk = hidden.size(0) <= state->chunk;
     torch::Tensor total;
     for_each_chunk(hidden.size(0), state->chunk, [&](int64_t i, int64_t start, int64_t n) {
       const auto h = hidden.narrow(0, start, n).detach().requires_grad_(true);
@@ -68,13 +71,13 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
       const auto logits = tapped_linear(h, weight, {}, "lm_head");
       const auto hooked = state->hook ? state->hook(logits) : logits;
       torch::Tensor sum;
-      if (hooked.is_same(logits)) {
+      if (hooked.is_same(logits) && !only_chunk) {
         const torch::NoGradGuard no_grad;
         sum = chunk_loss_sum(logits.detach(), t, table.size(0));
       } else {
         sum = chunk_loss_sum(hooked, t, table.size(0));
-        state->hooked.push_back({i, sum, h});
-        state->hooked_weight = weight;
+        state->kept.push_back({i, sum, h});
+        state->kept_weight = weight;
         sum = sum.detach();
       }
       total = total.defined() ? total + sum : sum;
@@ -96,12 +99,12 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
       const ObservedGemms gemms(state->gemms);
       const GemmLayerScope head(-1);
       const auto weight = head_weight(table.detach()).requires_grad_(true);
-      size_t next_hooked = 0;
+      size_t next_kept = 0;
       for_each_chunk(hidden.size(0), state->chunk, [&](int64_t i, int64_t start, int64_t n) {
         variable_list grads;
-        if (next_hooked < state->hooked.size() && state->hooked[next_hooked].index == i) {
-          const auto& kept = state->hooked[next_hooked++];
-          grads = torch::autograd::grad({kept.loss}, {kept.hidden, state->hooked_weight}, {scale},
+        if (next_kept < state->kept.size() && state->kept[next_kept].index == i) {
+          const auto& kept = state->kept[next_kept++];
+          grads = torch::autograd::grad({kept.loss}, {kept.hidden, state->kept_weight}, {scale},
                                         /*retain_graph=*/true);
         } else {
           const auto h = hidden.narrow(0, start, n).detach().requires_grad_(true);
@@ -114,8 +117,8 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
         grad_weight = grad_weight.defined() ? grad_weight.add_(g) : g;
       });
     }
-    state->hooked.clear();
-    state->hooked_weight = torch::Tensor();
+    state->kept.clear();
+    state->kept_weight = torch::Tensor();
     return {torch::Tensor(), grad_hidden, grad_weight.narrow(0, 0, table.size(0)).to(table.scalar_type()),
             torch::Tensor()};
   }

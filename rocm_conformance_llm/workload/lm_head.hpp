@@ -1,7 +1,8 @@
 // The LM head and its loss without the whole batch's float32 logits: the tied token table padded
 // to a vocabulary that is a multiple of 64 rows (aligned GEMMs; the pad rows are zeros, no
 // parameter, never trained), and the cross-entropy computed over chunks of tokens, each chunk's
-// logits recomputed in backward. Checkpoints and exports keep the real [vocab, hidden] table.
+// logits recomputed in backward (but a lone chunk's). Checkpoints and exports keep the real
+// [vocab, hidden] table.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,7 @@ inline constexpr int64_t kLossChunkTokens = 2048;
 // [N], over the real vocabulary only (the pad columns are out of the softmax). Each chunk of
 // `chunk_tokens` runs the head through tapped_linear (site "lm_head", the GEMM observers see it,
 // forward and backward); in backward an unhooked chunk's logits are recomputed, a chunk its hook
-// changed keeps its graph from the forward. Float32 result.
+// changed, or the only chunk, keeps its graph from the forward. Float32 result.
 torch::Tensor chunked_lm_loss(const torch::Tensor& hidden, const torch::Tensor& table, const torch::Tensor& targets,
                               const LogitsHook& on_logits = {}, int64_t chunk_tokens = kLossChunkTokens);
 

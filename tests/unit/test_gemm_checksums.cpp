@@ -277,6 +277,23 @@ TEST(ObservedLinear, TheChunkedLossReportsEachChunksHeadGemmsAndItsRecomputation
   for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
 }
 
+// A lone chunk keeps its forward graph: its backward runs the head's two gradient GEMMs and no
+// recomputed forward (the gradients equal the whole batch's: test_model.cpp's LmHead tests).
+TEST(ObservedLinear, TheChunkedLossDoesNotRecomputeALoneChunk) {
+  torch::manual_seed(7);
+  const auto hidden = torch::randn({7, 8}).requires_grad_(true), table = torch::randn({13, 8}).requires_grad_(true);
+  const auto targets = torch::randint(13, {7}, torch::kLong);
+  RecordingObserver observer;
+  torch::Tensor loss;
+  {
+    const ObservedGemms armed(&observer);
+    loss = chunked_lm_loss(hidden, table, targets, {}, /*chunk_tokens=*/7);
+  }
+  loss.backward();
+  EXPECT_EQ(observer.names, (std::vector<std::string>{"lm_head forward", "lm_head backward dX", "lm_head backward dW"}));
+  for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+}
+
 }  // namespace RCL_UNITY_ID
 }  // namespace
 }  // namespace rcl
