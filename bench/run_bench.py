@@ -49,16 +49,17 @@ OVERHEAD_GOAL_PCT = 3.0
 # canary every 100) with a step after the canary, whose console line carries the canary's time.
 OVERHEAD_STEPS = 110
 STALL_FACTOR = 3.0
-# What the C++ binary does to its own process (platform/device.cpp) and the Python peer does
-# not: on 2 cores, OpenMP workers spinning against OpenBLAS's own thread pool stall steps by
-# tens of milliseconds, and glibc returning the heap top to the OS after every step re-faults
-# the activations (docs/performance.md). Exporting these variables gives the Python peer the
-# same settings (the control run in bench/results-tuned-env.md).
-TUNED_ENV_HINT = ("OPENBLAS_NUM_THREADS=1 "
+# What the C++ binary does to its own process (CMakeLists.txt, platform/device.cpp) and the
+# Python peer does not: it loads OpenBLAS's OpenMP build, whose GEMMs run on libtorch's own
+# threads (Debian's default pthreads build keeps a pool that spins against libtorch's: the binary
+# would run it on one thread), and keeps glibc from returning the heap top to the OS after every
+# step, which re-faults the activations (docs/performance.md). Exporting these variables gives
+# the Python peer the same settings (the control run in bench/results-tuned-env.md).
+TUNED_ENV_HINT = ("LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp "
                   "GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432")
-# Environment that changes CPU threading or allocation under both implementations.
+# Environment that changes CPU threading, the BLAS or allocation under both implementations.
 THREADING_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
-                 "GLIBC_TUNABLES")
+                 "LD_LIBRARY_PATH", "GLIBC_TUNABLES")
 # Console step lines: "HH:MM:SS.mmm info step    12 | loss ..." (utils/logging.cpp pattern).
 LOG_STEP = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) .*?\bstep\s+(\d+) \|")
 LOG_MODEL = re.compile(r"model: (\d+) parameters, ([\d.e+]+) training FLOPs/token")
@@ -235,6 +236,7 @@ def machine_facts(env):
         "blas": env.get("blas", "unknown"),
         "cpp_threads": env.get("intra_op_threads", "unknown"),
         "cpp_blas_threads": env.get("blas_threads", "unknown"),
+        "cpp_blas_threading": env.get("blas_threading") or "unknown",
         "kernel": platform.release(),
         "env": ", ".join(f"{name}={os.environ.get(name, 'unset')}" for name in THREADING_ENV),
     }
@@ -253,9 +255,10 @@ def render(facts, args, peaks, rows, overhead, elapsed_s):
         f"- threads: {args.threads} on both sides (`num_threads` / `torch.set_num_threads`; the C++ run "
         f"reported at::get_num_threads() = {facts['cpp_threads']})",
         f"- environment (both sides): {facts['env']}",
-        f"- the C++ binary itself runs OpenBLAS single-threaded inside libtorch's pool unless "
-        f"OPENBLAS_NUM_THREADS is set (it reported {facts['cpp_blas_threads']} BLAS thread(s)) and keeps "
-        "glibc from trimming its heap every step (platform/device.cpp); the Python peer runs stock torch. "
+        f"- the C++ binary itself runs OpenBLAS's {facts['cpp_blas_threading']} build (it reported "
+        f"{facts['cpp_blas_threads']} BLAS thread(s); the pthreads build gets one, the OpenMP build shares "
+        "libtorch's) and keeps glibc from trimming its heap every step (CMakeLists.txt, platform/device.cpp); "
+        "the Python peer runs stock torch. "
         f"Same settings on both sides: export {TUNED_ENV_HINT}",
         f"- peak = best 2048³ `torch.mm` at {args.threads} threads in this environment: "
         f"fp32 {peaks['fp32']:.0f} GFLOP/s, "

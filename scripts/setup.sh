@@ -14,6 +14,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev           # libtorch 1.13 CPU + Gloo headers for c10d
   libopenblas0-pthread libopenblas-dev  # the fast BLAS (reference BLAS trains ~20x slower)
+  libopenblas0-openmp                # ... built for OpenMP: the binary loads it (CMakeLists.txt)
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   libamdhip64-dev librocm-smi-dev    # headers for the dlopen'ed HIP / ROCm SMI shims
@@ -34,7 +35,8 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# libtorch calls whatever libblas.so.3 resolves to: make sure it is OpenBLAS.
+# libtorch calls whatever libblas.so.3 resolves to: make sure it is OpenBLAS (the binary itself
+# looks in OpenBLAS's OpenMP build first; other programs keep the system's choice).
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
 if [[ "$blas" != *openblas* ]]; then
   update-alternatives --set libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3

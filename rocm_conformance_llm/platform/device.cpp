@@ -166,16 +166,27 @@ void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training
   const auto blas = active_blas();
   if (training_on_cpu && blas == "reference")
     spdlog::warn(
-        "libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-pthread "
+        "libtorch is using the reference BLAS (~20x slower on CPU): install libopenblas0-openmp "
         "so libblas.so.3 resolves to OpenBLAS");
-  // OpenBLAS keeps its own thread pool beside libtorch's, and the two spin against each other:
-  // on 2 cores with 2 BLAS threads, a quarter of the smoke steps stalled by over 50 ms and
-  // cpu-medium fp32 steps took 1.5x as long (docs/performance.md).
-  // One BLAS thread inside libtorch's pool, unless the user set OPENBLAS_NUM_THREADS.
+  // OpenBLAS's OpenMP build runs its GEMMs in libtorch's own OpenMP pool: as many threads as
+  // libtorch's. Its pthreads build keeps a pool of its own beside libtorch's, and the two spin
+  // against each other: on 2 cores with 2 BLAS threads, a quarter of the smoke steps stalled by
+  // over 50 ms and cpu-medium fp32 steps took 1.8x as long (docs/performance.md). That build
+  // gets one BLAS thread inside libtorch's pool: its GEMMs then run on one core. Either way the
+  // user's OPENBLAS_NUM_THREADS wins.
   using SetThreads = void (*)(int);
-  if (training_on_cpu && blas == "openblas" && !std::getenv("OPENBLAS_NUM_THREADS"))
-    if (auto set_blas_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-      set_blas_threads(1);
+  const auto set_blas_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!training_on_cpu || !set_blas_threads || std::getenv("OPENBLAS_NUM_THREADS")) return;
+  const auto threading = blas_threading();
+  if (threading == "openmp") set_blas_threads(static_cast<int>(threads));
+  if (threading == "pthreads") {
+    set_blas_threads(1);
+    if (threads > 1)
+      spdlog::info(
+          "OpenBLAS is its pthreads build: its GEMMs run on one core of {} (install libopenblas0-openmp and "
+          "rebuild: the binary then loads OpenBLAS's OpenMP build, which shares libtorch's threads)",
+          threads);
+  }
 }
 
 void tune_host_allocator() {
@@ -189,6 +200,18 @@ int blas_threads() {
   using GetThreads = int (*)();
   auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   return get ? get() : -1;
+}
+
+std::string blas_threading() {
+  using GetParallel = int (*)();
+  const auto get = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  if (!get) return "";
+  switch (get()) {
+    case 0: return "sequential";
+    case 1: return "pthreads";
+    case 2: return "openmp";
+    default: return "unknown";
+  }
 }
 
 namespace {
@@ -321,6 +344,7 @@ nlohmann::json environment_report(const torch::Device& device) {
       {"gpu_count", gpu_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0},
       {"blas", active_blas()},
       {"blas_threads", blas_threads()},
+      {"blas_threading", blas_threading()},
       {"intra_op_threads", at::get_num_threads()},
       {"hardware_threads", std::thread::hardware_concurrency()},
       {"cpu_instruction_sets", cpu_instruction_sets()},

@@ -54,13 +54,16 @@ nlohmann::json environment_report(const torch::Device& device);
 // Sets intra-op threads; warns when the BLAS libtorch calls is the slow reference one.
 // num_threads 0: OMP_NUM_THREADS when set, else the cores shared among `ranks_on_host`
 // processes (several CPU ranks each taking every core oversubscribe the host several-fold).
-// Training on the CPU also runs OpenBLAS single-threaded inside libtorch's pool (unless
-// OPENBLAS_NUM_THREADS is set); with a GPU the host BLAS only builds the canaries' float64
-// references and keeps its threads.
+// Training on the CPU also runs OpenBLAS's pthreads build single-threaded inside libtorch's pool
+// (unless OPENBLAS_NUM_THREADS is set; its OpenMP build shares libtorch's threads); with a GPU
+// the host BLAS only builds the canaries' float64 references and keeps its threads.
 void configure_cpu_threads(int64_t num_threads, int ranks_on_host, bool training_on_cpu);
 std::string active_blas();  // "openblas" | "mkl" | "blis" | "reference" | "unknown"
 // OpenBLAS's own thread count (-1 when the BLAS is not OpenBLAS).
 int blas_threads();
+// How OpenBLAS was built to thread: "openmp" | "pthreads" | "sequential" ("" when the BLAS is
+// not OpenBLAS).
+std::string blas_threading();
 // Keeps freed activations in the heap instead of unmapping and re-faulting them every step.
 void tune_host_allocator();
 
