@@ -259,7 +259,9 @@ TEST(ObservedLinear, Bf16GemmsComputedInFloat32AreCleanAndAWrongOneIsCaught) {
   }
 }
 
-TEST(ObservedLinear, TheChunkedLossReportsEachChunksHeadGemmsAndItsRecomputation) {
+// The GEMMs an armed observer hears from a chunked loss over 7 tokens and its backward, which
+// runs outside the armed scope: a recomputation re-arms what the forward ran under. None is caught.
+std::vector<std::string> chunked_loss_gemms(int64_t chunk_tokens) {
   torch::manual_seed(7);
   const auto hidden = torch::randn({7, 8}).requires_grad_(true), table = torch::randn({13, 8}).requires_grad_(true);
   const auto targets = torch::randint(13, {7}, torch::kLong);
@@ -267,31 +269,25 @@ TEST(ObservedLinear, TheChunkedLossReportsEachChunksHeadGemmsAndItsRecomputation
   torch::Tensor loss;
   {
     const ObservedGemms armed(&observer);
-    loss = chunked_lm_loss(hidden, table, targets, {}, /*chunk_tokens=*/3);
+    loss = chunked_lm_loss(hidden, table, targets, {}, chunk_tokens);
   }
-  loss.backward();  // outside the armed scope: the recomputation re-arms what the forward ran under
+  loss.backward();
+  for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+  return observer.names;
+}
+
+TEST(ObservedLinear, TheChunkedLossReportsEachChunksHeadGemmsAndItsRecomputation) {
   std::vector<std::string> expected(3, "lm_head forward");
   for (int chunk = 0; chunk < 3; ++chunk)
     expected.insert(expected.end(), {"lm_head forward", "lm_head backward dX", "lm_head backward dW"});
-  EXPECT_EQ(observer.names, expected);
-  for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+  EXPECT_EQ(chunked_loss_gemms(/*chunk_tokens=*/3), expected);
 }
 
 // A lone chunk keeps its forward graph: its backward runs the head's two gradient GEMMs and no
 // recomputed forward (the gradients equal the whole batch's: test_model.cpp's LmHead tests).
 TEST(ObservedLinear, TheChunkedLossDoesNotRecomputeALoneChunk) {
-  torch::manual_seed(7);
-  const auto hidden = torch::randn({7, 8}).requires_grad_(true), table = torch::randn({13, 8}).requires_grad_(true);
-  const auto targets = torch::randint(13, {7}, torch::kLong);
-  RecordingObserver observer;
-  torch::Tensor loss;
-  {
-    const ObservedGemms armed(&observer);
-    loss = chunked_lm_loss(hidden, table, targets, {}, /*chunk_tokens=*/7);
-  }
-  loss.backward();
-  EXPECT_EQ(observer.names, (std::vector<std::string>{"lm_head forward", "lm_head backward dX", "lm_head backward dW"}));
-  for (size_t i = 0; i < observer.verdicts.size(); ++i) EXPECT_FALSE(caught(observer.verdicts[i])) << observer.names[i];
+  EXPECT_EQ(chunked_loss_gemms(/*chunk_tokens=*/7),
+            (std::vector<std::string>{"lm_head forward", "lm_head backward dX", "lm_head backward dW"}));
 }
 
 }  // namespace RCL_UNITY_ID
