@@ -123,9 +123,14 @@ torch::Tensor padded_causal_mask(int64_t batch, int64_t seq, double pad_fraction
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& allowed, double dropout, bool training) {
-  // In place: the scaled scores are a temporary no backward reads (one B x H x T x T copy less).
-  auto scores = tapped_matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
-  scores.masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  // Each pass over the B x H x T x T scores costs T / head_dim times one over Q, forward and
+  // backward: Q is scaled before the GEMM, and the mask is a 0 / -inf bias, added (a sum's
+  // backward is the identity; a scaled product or masked_fill each add a pass over the scores'
+  // gradient, and in bf16 libtorch's masked_fill is a serial loop). Not in place: the shadow check
+  // compares the tapped GEMM's output with its own rerun.
+  auto scores = tapped_matmul(q * (1.0 / std::sqrt(double(q.size(-1)))), k.transpose(-2, -1));
+  scores = scores + torch::zeros(allowed.sizes(), scores.options())
+                        .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   auto probs = scores.softmax(-1, at_least_float(scores.scalar_type())).to(v.scalar_type());
   probs = torch::dropout(probs, dropout, training);
   return tapped_matmul(probs, v);
