@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 
 #include "rocm_conformance_llm/checks/detectors/shadow_bound.hpp"
 #include "rocm_conformance_llm/checks/detectors/shadow_host_pass.hpp"
@@ -87,21 +88,48 @@ void unit_operand_sums(const T* p, int64_t lines, int64_t line_step, int64_t n, 
                                 position_square);
 }
 
+// The lines in blocks of a fixed count on libtorch's threads (on one thread a checksum step held
+// the training thread for tens of milliseconds while the others waited): each block's position
+// sums go to a buffer of its own, added in block order, so the sums do not depend on the thread
+// count. `sums(first_line, lines, position_dot, position_square)` runs one block.
+template <typename BlockSums>
+void over_line_blocks(int64_t lines, int64_t n, double* position_dot, double* position_square, const BlockSums& sums) {
+  constexpr int64_t kLinesPerBlock = 64;
+  const int64_t blocks = (lines + kLinesPerBlock - 1) / kLinesPerBlock;
+  std::vector<double> dots(position_dot ? blocks * n : 0, 0.0), squares(position_square ? blocks * n : 0, 0.0);
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      sums(b * kLinesPerBlock, std::min(kLinesPerBlock, lines - b * kLinesPerBlock),
+           position_dot ? dots.data() + b * n : nullptr, position_square ? squares.data() + b * n : nullptr);
+  });
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t e = 0; e < n; ++e) {
+      if (position_dot) position_dot[e] += dots[b * n + e];
+      if (position_square) position_square[e] += squares[b * n + e];
+    }
+}
+
 template <typename T>
 void operand_sums(const torch::Tensor& m, const OperandSums& s) {
   const T* p = m.data_ptr<T>();
   const int64_t rows = m.size(0), columns = m.size(1);
+  const auto at = [](double* sums, int64_t line) { return sums ? sums + line : nullptr; };
+  const auto at_in = [](const double* values, int64_t line) { return values ? values + line : nullptr; };
   if (m.stride(0) == 1 && m.stride(1) != 1) {  // column-major: the lines are its columns
-    unit_operand_sums<T>(p, columns, m.stride(1), rows, s.y, s.columns_dot, s.columns_square, s.x, s.rows_dot,
-                         s.rows_square);
+    over_line_blocks(columns, rows, s.rows_dot, s.rows_square, [&](int64_t first, int64_t count, double* dot, double* square) {
+      unit_operand_sums<T>(p + first * m.stride(1), count, m.stride(1), rows, s.y, at(s.columns_dot, first),
+                           at(s.columns_square, first), at_in(s.x, first), dot, square);
+    });
     return;
   }
-  if (m.stride(1) == 1)
-    unit_operand_sums<T>(p, rows, m.stride(0), columns, s.x, s.rows_dot, s.rows_square, s.y, s.columns_dot,
-                         s.columns_square);
-  else
-    operand_sums_along<T, false>(p, rows, m.stride(0), columns, m.stride(1), s.x, s.rows_dot, s.rows_square, s.y,
-                                 s.columns_dot, s.columns_square);
+  over_line_blocks(rows, columns, s.columns_dot, s.columns_square, [&](int64_t first, int64_t count, double* dot, double* square) {
+    if (m.stride(1) == 1)
+      unit_operand_sums<T>(p + first * m.stride(0), count, m.stride(0), columns, s.x, at(s.rows_dot, first),
+                           at(s.rows_square, first), at_in(s.y, first), dot, square);
+    else
+      operand_sums_along<T, false>(p + first * m.stride(0), count, m.stride(0), columns, m.stride(1), s.x,
+                                   at(s.rows_dot, first), at(s.rows_square, first), at_in(s.y, first), dot, square);
+  });
 }
 
 // One side of the verdict (C's rows, or its columns as Cᵀ = Bᵀ Aᵀ's rows): line i's projection
