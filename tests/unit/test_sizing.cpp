@@ -137,6 +137,11 @@ std::vector<Case> cases() {
 TEST_P(SizingVsMeasured, PredictedPeakWithin15PercentOfTheMeasuredOne) {
   warm_up_once();
   const Case c = cases().at(size_t(GetParam()));
+  // One step of the case itself first: oneDNN keeps the primitives of each shape it has run, with
+  // their scratchpads, for the process's life (on a CPU with native bf16, libtorch 2.11, about
+  // 9 MiB for the checkpointed bf16 case: VmHWM fell from 102 to 93 MiB with its cache off).
+  // Library state the first step of a shape adds, not the tensors the model predicts.
+  measured_peak(c.cfg, 1);
   const auto predicted = predict_step(c.cfg, kHost);
   const int64_t measured = measured_peak(c.cfg);
   if (measured < 0) GTEST_SKIP() << "this kernel does not reset VmHWM through /proc/self/clear_refs";
