@@ -111,25 +111,27 @@ void over_line_blocks(int64_t lines, int64_t n, double* position_dot, double* po
 
 template <typename T>
 void operand_sums(const torch::Tensor& m, const OperandSums& s) {
-  const T* p = m.data_ptr<T>();
-  const int64_t rows = m.size(0), columns = m.size(1);
-  const auto at = [](double* sums, int64_t line) { return sums ? sums + line : nullptr; };
-  const auto at_in = [](const double* values, int64_t line) { return values ? values + line : nullptr; };
-  if (m.stride(0) == 1 && m.stride(1) != 1) {  // column-major: the lines are its columns
-    over_line_blocks(columns, rows, s.rows_dot, s.rows_square, [&](int64_t first, int64_t count, double* dot, double* square) {
-      unit_operand_sums<T>(p + first * m.stride(1), count, m.stride(1), rows, s.y, at(s.columns_dot, first),
-                           at(s.columns_square, first), at_in(s.x, first), dot, square);
-    });
-    return;
-  }
-  over_line_blocks(rows, columns, s.columns_dot, s.columns_square, [&](int64_t first, int64_t count, double* dot, double* square) {
-    if (m.stride(1) == 1)
-      unit_operand_sums<T>(p + first * m.stride(0), count, m.stride(0), columns, s.x, at(s.rows_dot, first),
-                           at(s.rows_square, first), at_in(s.y, first), dot, square);
+  // The lines run along the contiguous dimension: a column-major matrix's lines are its columns.
+  const bool by_columns = m.stride(0) == 1 && m.stride(1) != 1;
+  const int d = by_columns ? 1 : 0;
+  const int64_t lines = m.size(d), n = m.size(1 - d), line_step = m.stride(d), step = m.stride(1 - d);
+  const double* along = by_columns ? s.y : s.x;   // weights along a line
+  const double* across = by_columns ? s.x : s.y;  // weights across the lines
+  double* line_dot = by_columns ? s.columns_dot : s.rows_dot;
+  double* line_square = by_columns ? s.columns_square : s.rows_square;
+  double* position_dot = by_columns ? s.rows_dot : s.columns_dot;
+  double* position_square = by_columns ? s.rows_square : s.columns_square;
+  const auto from = [](auto* sums, int64_t line) { return sums ? sums + line : nullptr; };
+  const auto block_sums = [&](int64_t first, int64_t count, double* dot, double* square) {
+    const T* p = m.data_ptr<T>() + first * line_step;
+    if (step == 1)
+      unit_operand_sums<T>(p, count, line_step, n, along, from(line_dot, first), from(line_square, first),
+                           from(across, first), dot, square);
     else
-      operand_sums_along<T, false>(p + first * m.stride(0), count, m.stride(0), columns, m.stride(1), s.x,
-                                   at(s.rows_dot, first), at(s.rows_square, first), at_in(s.y, first), dot, square);
-  });
+      operand_sums_along<T, false>(p, count, line_step, n, step, along, from(line_dot, first), from(line_square, first),
+                                   from(across, first), dot, square);
+  };
+  over_line_blocks(lines, n, position_dot, position_square, block_sums);
 }
 
 // One side of the verdict (C's rows, or its columns as Cᵀ = Bᵀ Aᵀ's rows): line i's projection
