@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include "rocm_conformance_llm/checks/detectors/shadow_verdict.hpp"
@@ -71,6 +72,30 @@ TEST(GemmChecksums, HostLoopsAgreeWithAtenOnRatiosAndPlaces) {
       EXPECT_NEAR(host[i], aten[i].item<double>(), 1e-6 * std::max(1.0, std::abs(host[i])))
           << c10::toString(dtype) << " [" << i << "]";
   }
+}
+
+// The host loops run their lines in blocks on libtorch's threads (an OpenMP region that compiles
+// in the caller: only with -fopenmp, which rcl_core passes on to what links it, as to this test).
+// The blocks' sums are added in block order, so the verdict is the same bits on any thread count.
+TEST(GemmChecksums, HostLoopsRunOnLibtorchsThreadsAndGiveTheSameBitsOnAnyCount) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(2);
+  std::vector<int> ran_on(64, -1);
+  at::parallel_for(0, 64, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) ran_on[i] = at::get_thread_num();
+  });
+  EXPECT_EQ(std::set<int>(ran_on.begin(), ran_on.end()), (std::set<int>{0, 1}));
+  for (const auto dtype : kDtypes) {
+    const auto p = product(dtype, 1000, 96, 200, /*with_bias=*/true, 11);
+    std::vector<std::array<double, 5>> per_count;
+    for (const int threads : {1, 2, 3}) {
+      at::set_num_threads(threads);
+      per_count.push_back(checksums(p));
+    }
+    EXPECT_EQ(per_count[0], per_count[1]) << c10::toString(dtype);
+    EXPECT_EQ(per_count[0], per_count[2]) << c10::toString(dtype);
+  }
+  at::set_num_threads(saved);
 }
 
 TEST(GemmChecksums, OneWrongElementIsFoundAtItsRowAndColumn) {
