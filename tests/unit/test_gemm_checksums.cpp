@@ -74,9 +74,10 @@ TEST(GemmChecksums, HostLoopsAgreeWithAtenOnRatiosAndPlaces) {
   }
 }
 
-// The host loops run their lines in blocks on libtorch's threads (an OpenMP region that compiles
-// in the caller: only with -fopenmp, which rcl_core passes on to what links it, as to this test).
-// The blocks' sums are added in block order, so the verdict is the same bits on any thread count.
+// The host loops run their lines in blocks through at::parallel_for, whose OpenMP region compiles
+// in the caller: it spreads over libtorch's threads only with -fopenmp, which rcl_core compiles
+// with and passes on to what links it (here seen in this file's own parallel_for). The blocks'
+// sums are added in block order, so the verdict is the same bits on any thread count.
 TEST(GemmChecksums, HostLoopsRunOnLibtorchsThreadsAndGiveTheSameBitsOnAnyCount) {
   const int saved = at::get_num_threads();
   at::set_num_threads(2);
