@@ -8,17 +8,20 @@
 
 #include <torch/version.h>
 
+#include "rocm_conformance_llm/workload/adamw_host_loop.hpp"
+
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define RCL_HAVE_FUSED_ADAMW 1
 #endif
 
 namespace rcl {
 
-bool fused_adamw_available() {
+bool fused_adamw_available(torch::DeviceType device) {
 #ifdef RCL_HAVE_FUSED_ADAMW
+  (void)device;
   return true;
 #else
-  return false;
+  return device == torch::kCPU;
 #endif
 }
 
@@ -27,8 +30,6 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
     : hyper_(hyper), shard_(shard) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     throw std::invalid_argument("FlatAdamW: shard index out of range");
-  if (hyper_.fused && !fused_adamw_available())
-    throw std::invalid_argument("FlatAdamW: the fused AdamW kernel needs libtorch >= 2.4");
   std::set<const void*> is_local;
   for (const auto& p : local) is_local.insert(p.unsafeGetTensorImpl());
   // Storage order: local decayed, local not decayed, then the shared ones likewise.
@@ -55,6 +56,13 @@ FlatAdamW::FlatAdamW(const std::vector<torch::Tensor>& decayed, const std::vecto
       throw std::invalid_argument("FlatAdamW: parameters differ in dtype or device");
     (is_local.count(p.unsafeGetTensorImpl()) ? local_total : shared_total) += p.numel();
   }
+
+  if (hyper_.fused && !fused_adamw_available(options.device().type()))
+    throw std::invalid_argument("FlatAdamW: a one-pass AdamW off the CPU needs libtorch >= 2.4");
+#ifndef RCL_HAVE_FUSED_ADAMW
+  if (hyper_.fused && options.dtype() != torch::kFloat)
+    throw std::invalid_argument("FlatAdamW: the host AdamW loop takes float32 parameters");
+#endif
 
   torch::NoGradGuard no_grad;
   const int splits = shard.given ? 1 : shard.count;
@@ -181,7 +189,23 @@ void FlatAdamW::fused_step(Updated& part, double lr, const torch::Tensor& apply,
   group(0, part.decayed, hyper_.weight_decay);
   group(part.decayed, part.params.numel() - part.decayed, 0.0);
 #else
-  (void)part, (void)lr, (void)apply, (void)step;
+  // On the host the flag is read where it lies (no device sync to avoid).
+  if (!*apply.data_ptr<bool>()) return;
+  const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step));
+  const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step));
+  const auto loop = [&](int64_t begin, int64_t length, double weight_decay) {
+    const AdamWStepFactors factors{.decay_factor = float(1.0 - lr * weight_decay),
+                                   .beta1 = float(hyper_.beta1),
+                                   .beta2 = float(hyper_.beta2),
+                                   .step_size = float(lr / bias_correction1),
+                                   .bias_correction2_sqrt = float(std::sqrt(bias_correction2)),
+                                   .eps = float(hyper_.eps)};
+    adamw_host_loop(part.params.data_ptr<float>() + begin, part.grads.data_ptr<float>() + begin,
+                    part.exp_avg.data_ptr<float>() + begin, part.exp_avg_sq.data_ptr<float>() + begin, length,
+                    factors);
+  };
+  loop(0, part.decayed, hyper_.weight_decay);
+  loop(part.decayed, part.params.numel() - part.decayed, 0.0);
 #endif
 }
 

@@ -19,7 +19,7 @@ struct AdamWHyper {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.0;  // applied to the `decayed` parameters only
-  bool fused = false;         // ATen's fused AdamW kernel (needs fused_adamw_available())
+  bool fused = false;         // the one-pass update (needs fused_adamw_available(device))
 };
 
 // Which of `count` equal shards of the flat buffer this optimizer updates and keeps moments for
@@ -33,10 +33,11 @@ struct ShardOf {
   bool given = false;
 };
 
-// at::_fused_adamw_ serves every device this build runs on: libtorch >= 2.4 (its CPU kernel
-// came in 2.4; CUDA and ROCm builds have it since 2.0). One kernel reads and writes each buffer
-// once, where the plain update is a dozen whole-buffer ops.
-bool fused_adamw_available();
+// A one-pass AdamW serves `device`: at::_fused_adamw_ on every device from libtorch 2.4 (its CPU
+// kernel came in 2.4; CUDA and ROCm builds have it since 2.0), and before it our host loop on the
+// CPU (workload/adamw_host_loop.hpp). One pass reads and writes each buffer once, where the
+// plain update is a dozen whole-buffer ops.
+bool fused_adamw_available(torch::DeviceType device);
 
 class FlatAdamW {
  public:
@@ -106,7 +107,8 @@ class FlatAdamW {
     int64_t decayed = 0;         // params[0, decayed) takes weight decay
     int64_t offset = 0;          // where params starts in the storage
   };
-  // The update of step() on `part`, at step `step`, through at::_fused_adamw_ (hyper_.fused).
+  // The update of step() on `part`, at step `step`, in one pass (hyper_.fused): through
+  // at::_fused_adamw_, or the host loop where libtorch lacks it.
   void fused_step(Updated& part, double lr, const torch::Tensor& apply, int64_t step);
 
   AdamWHyper hyper_;

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "rocm_conformance_llm/base/errors.hpp"
+#include "rocm_conformance_llm/workload/batched_matmul.hpp"
 
 // libtorch 2.4 replaced the per-device autocast setters with ones taking a DeviceType.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
@@ -99,7 +100,7 @@ torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 torch::Tensor gemm_matmul(const torch::Tensor& a, const torch::Tensor& b) {
-  return computed(a, [&](const auto& r) { return torch::matmul(r(a), r(b)); });
+  return computed(a, [&](const auto& r) { return batched_matmul(r(a), r(b)); });
 }
 
 torch::Tensor gemm_depthwise_conv2d(const torch::Tensor& input, const torch::Tensor& weight) {

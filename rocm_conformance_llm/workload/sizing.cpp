@@ -229,10 +229,10 @@ SizingPrediction predict_step(const TrainingConfig& composed, const DeviceDescri
     p.step.push_back(logits >= workspace ? MemoryTerm{"logits_and_loss", logits, logits_formula}
                                          : MemoryTerm{"backward_workspace", workspace, "one block's gradients"});
   }
-  // ATen's fused kernel (libtorch >= 2.4) updates the buffers in place; the plain update's
-  // whole-buffer ops allocate sqrt(v) and its quotient.
-  p.optimizer = {fused_adamw_available()
-                     ? MemoryTerm{"update_temporaries", 0, "0 (ATen's fused AdamW kernel, in place)"}
+  // The one-pass update (ATen's fused kernel, or the host loop before libtorch 2.4) works in
+  // place; the plain update's whole-buffer ops allocate sqrt(v) and its quotient.
+  p.optimizer = {fused_adamw_available(device.accelerator ? torch::kCUDA : torch::kCPU)
+                     ? MemoryTerm{"update_temporaries", 0, "0 (a one-pass AdamW, in place)"}
                      : MemoryTerm{"update_temporaries", 8 * P, "8 P (sqrt(v) and its quotient, float32)"}};
 
   const int64_t resident = sum(p.resident), step = sum(p.step), update = sum(p.optimizer);

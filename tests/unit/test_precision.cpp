@@ -3,15 +3,23 @@
 // including a real fp16 gradient overflow it must back off from and recover).
 #include <gtest/gtest.h>
 
+#include <ATen/Context.h>
+#include <ATen/record_function.h>
+
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "rocm_conformance_llm/base/errors.hpp"
 #include "rocm_conformance_llm/config.hpp"
 #include "rocm_conformance_llm/platform/device.hpp"
+#include "rocm_conformance_llm/workload/batched_matmul.hpp"
 #include "rocm_conformance_llm/workload/precision.hpp"
 
 namespace rcl {
@@ -145,6 +153,58 @@ TEST(ReducedGemm, InstructionSetsAreReadFromCpuinfo) {
   std::ofstream(file) << "flags\t\t: fpu sse avx avx2\n";
   EXPECT_EQ(cpu_instruction_sets(file), (std::vector<std::string>{"AVX2"}));
   EXPECT_TRUE(cpu_instruction_sets(file + ".missing").empty());
+}
+
+// The attention's products item by item on libtorch's threads: the same bits as torch::matmul,
+// forward and backward, through a transposed view (Kᵀ) as the attention passes it; one aten::mm
+// per item, spread over two threads. Taken where libtorch's CPU bmm would run them serially.
+struct SeenOps {
+  std::mutex mutex;
+  std::map<std::string, int> counts;
+  std::set<std::thread::id> mm_threads;
+};
+SeenOps g_seen_ops;
+
+std::unique_ptr<at::ObserverContext> see_op(const at::RecordFunction& fn) {
+  std::lock_guard<std::mutex> lock(g_seen_ops.mutex);
+  ++g_seen_ops.counts[fn.name()];
+  if (std::string(fn.name()) == "aten::mm") g_seen_ops.mm_threads.insert(std::this_thread::get_id());
+  return nullptr;
+}
+
+TEST(BatchedMatmul, ItemsInParallelGiveMatmulsBitsForwardAndBackward) {
+  torch::manual_seed(5);
+  const auto q = torch::randn({2, 3, 16, 8}), k = torch::randn({2, 3, 16, 8}), v = torch::randn({2, 3, 16, 8});
+  auto run = [&](bool in_parallel) {
+    const auto qi = q.clone().requires_grad_(true), ki = k.clone().requires_grad_(true);
+    const auto vi = v.clone().requires_grad_(true);
+    const auto product = in_parallel ? matmul_items_in_parallel : batched_matmul;
+    const auto scores = in_parallel ? product(qi, ki.transpose(-2, -1)) : torch::matmul(qi, ki.transpose(-2, -1));
+    const auto out = in_parallel ? product(scores.softmax(-1), vi) : torch::matmul(scores.softmax(-1), vi);
+    out.square().sum().backward();
+    return std::vector<torch::Tensor>{scores, out, qi.grad(), ki.grad(), vi.grad()};
+  };
+  const auto reference = run(false);
+  const int threads_before = torch::get_num_threads();
+  torch::set_num_threads(2);
+  const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(&see_op).scopes({at::RecordScope::FUNCTION}));
+  const auto parallel = run(true);
+  at::removeCallback(handle);
+  torch::set_num_threads(threads_before);
+  for (size_t i = 0; i < reference.size(); ++i) EXPECT_TRUE(torch::equal(parallel[i], reference[i])) << i;
+  EXPECT_EQ(g_seen_ops.counts["aten::bmm"], 0);
+  EXPECT_EQ(g_seen_ops.counts["aten::mm"], 6 * 6);  // 2 x 3 items in each of 2 products and 4 backward ones
+  EXPECT_EQ(g_seen_ops.mm_threads.size(), 2u);
+
+  // The choice: float32/float64 CPU operands, batch dims alike, autocast off, no MKL behind bmm.
+  const auto kt = k.transpose(-2, -1);
+  EXPECT_EQ(batched_matmul_runs_items_in_parallel(q, kt), !at::hasMKL());
+  EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q.to(torch::kBFloat16), kt.to(torch::kBFloat16)));
+  EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q, kt[0]));   // broadcast batch
+  EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q[0][0], kt[0][0]));  // 2-D
+  AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
+  EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q, kt));
+  EXPECT_EQ(batched_matmul(q, kt).scalar_type(), torch::kBFloat16);
 }
 
 TEST(LossScaler, ScalesLossAndUnscalesGradients) {
