@@ -131,7 +131,8 @@ Trainer::Trainer(RunContext ctx, std::shared_ptr<GradientSync> sync, ModelOption
   });
   // By replica: a tensor-parallel group draws the same dropout masks on its replicated activations.
   seed_everything(rank_seed(cfg.seed, replica.index), device);
-  optimizer_ = parallel.make_optimizer(AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available(device.type())});
+  optimizer_ = parallel.make_optimizer(
+      AdamWHyper{.weight_decay = cfg.weight_decay, .fused = fused_adamw_available(device.type())});
 
   autocast_ = autocast_for(cfg.mixed_precision);
   if (cfg.mixed_precision == Precision::fp16) scaler_.emplace(cfg.fp16_initial_loss_scale, cfg.fp16_growth_interval);

@@ -10,7 +10,7 @@ namespace {
 
 // a [..., m, k] x b [..., k, n] with equal batch dims, one at::mm per item across libtorch's
 // threads. Inside the parallel region OpenBLAS's OpenMP build runs each call on its own thread
-// (cpu-medium fp32, libtorch 1.13: the six products of a layer 6.9 -> 2.6 ms, docs/performance.md).
+// (cpu-medium fp32, libtorch 1.13: the six products of a layer 6.9 -> 2.7 ms, docs/performance.md).
 torch::Tensor items_in_parallel(const torch::Tensor& a, const torch::Tensor& b) {
   const auto batch = a.sizes().slice(0, a.dim() - 2);
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
@@ -29,8 +29,7 @@ torch::Tensor items_in_parallel(const torch::Tensor& a, const torch::Tensor& b) 
 }
 
 struct ItemsInParallel : torch::autograd::Function<ItemsInParallel> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a,
-                               const torch::Tensor& b) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b) {
     ctx->save_for_backward({a, b});
     return items_in_parallel(a, b);
   }

@@ -201,8 +201,7 @@ void FlatAdamW::fused_step(Updated& part, double lr, const torch::Tensor& apply,
                                    .bias_correction2_sqrt = float(std::sqrt(bias_correction2)),
                                    .eps = float(hyper_.eps)};
     adamw_host_loop(part.params.data_ptr<float>() + begin, part.grads.data_ptr<float>() + begin,
-                    part.exp_avg.data_ptr<float>() + begin, part.exp_avg_sq.data_ptr<float>() + begin, length,
-                    factors);
+                    part.exp_avg.data_ptr<float>() + begin, part.exp_avg_sq.data_ptr<float>() + begin, length, factors);
   };
   loop(0, part.decayed, hyper_.weight_decay);
   loop(part.decayed, part.params.numel() - part.decayed, 0.0);

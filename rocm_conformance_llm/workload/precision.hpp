@@ -57,9 +57,10 @@ class ReducedGemmInFloat32 {
   bool previous_;
 };
 
-// The model's GEMMs: nn::functional::linear, mm and matmul (batched_matmul.hpp) in the dtype autocast (or the first
-// operand) gives them, through libtorch's kernel, or in float32 as set above. Differentiable:
-// in float32 the backward's GEMMs run in float32 on the gradient rounded to the dtype too.
+// The model's GEMMs: nn::functional::linear, mm and matmul (batched_matmul.hpp) in the dtype
+// autocast (or the first operand) gives them, through libtorch's kernel, or in float32 as set
+// above. Differentiable: in float32 the backward's GEMMs run in float32 on the gradient rounded
+// to the dtype too.
 torch::Tensor gemm_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b);
 torch::Tensor gemm_matmul(const torch::Tensor& a, const torch::Tensor& b);

@@ -12,8 +12,8 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rocm_conformance_llm/base/errors.hpp"
@@ -175,20 +175,20 @@ std::unique_ptr<at::ObserverContext> see_op(const at::RecordFunction& fn) {
 TEST(BatchedMatmul, ItemsInParallelGiveMatmulsBitsForwardAndBackward) {
   torch::manual_seed(5);
   const auto q = torch::randn({2, 3, 16, 8}), k = torch::randn({2, 3, 16, 8}), v = torch::randn({2, 3, 16, 8});
-  auto run = [&](bool in_parallel) {
+  using Product = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&);
+  auto run = [&](Product product) {
     const auto qi = q.clone().requires_grad_(true), ki = k.clone().requires_grad_(true);
     const auto vi = v.clone().requires_grad_(true);
-    const auto product = in_parallel ? matmul_items_in_parallel : batched_matmul;
-    const auto scores = in_parallel ? product(qi, ki.transpose(-2, -1)) : torch::matmul(qi, ki.transpose(-2, -1));
-    const auto out = in_parallel ? product(scores.softmax(-1), vi) : torch::matmul(scores.softmax(-1), vi);
+    const auto scores = product(qi, ki.transpose(-2, -1));
+    const auto out = product(scores.softmax(-1), vi);
     out.square().sum().backward();
     return std::vector<torch::Tensor>{scores, out, qi.grad(), ki.grad(), vi.grad()};
   };
-  const auto reference = run(false);
+  const auto reference = run([](const torch::Tensor& a, const torch::Tensor& b) { return torch::matmul(a, b); });
   const int threads_before = torch::get_num_threads();
   torch::set_num_threads(2);
   const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(&see_op).scopes({at::RecordScope::FUNCTION}));
-  const auto parallel = run(true);
+  const auto parallel = run(matmul_items_in_parallel);
   at::removeCallback(handle);
   torch::set_num_threads(threads_before);
   for (size_t i = 0; i < reference.size(); ++i) EXPECT_TRUE(torch::equal(parallel[i], reference[i])) << i;
@@ -200,7 +200,7 @@ TEST(BatchedMatmul, ItemsInParallelGiveMatmulsBitsForwardAndBackward) {
   const auto kt = k.transpose(-2, -1);
   EXPECT_EQ(batched_matmul_runs_items_in_parallel(q, kt), !at::hasMKL());
   EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q.to(torch::kBFloat16), kt.to(torch::kBFloat16)));
-  EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q, kt[0]));   // broadcast batch
+  EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q, kt[0]));           // broadcast batch
   EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q[0][0], kt[0][0]));  // 2-D
   AutocastGuard autocast(torch::kCPU, autocast_for(Precision::bf16));
   EXPECT_FALSE(batched_matmul_runs_items_in_parallel(q, kt));
